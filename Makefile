@@ -1,0 +1,27 @@
+# Set-up and the two things a new user runs. Everything installs into ./.venv from PyPI;
+# Kafka's jars come from Maven Central on first use (see `picrl kafka --help`).
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PICRL := $(VENV)/bin/picrl
+
+.PHONY: setup up test clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test]'
+	touch $@
+
+setup: $(VENV)/.installed
+
+## the main job
+up: setup
+	$(PICRL) up
+
+## the whole test suite (starts its own Kafka broker unless KAFKA_BOOTSTRAP_SERVERS is set)
+test: setup
+	$(PY) -m pytest
+
+clean:
+	rm -rf $(VENV) .pytest_cache

@@ -1,0 +1,157 @@
+"""Every hyper-parameter of PIC-RL in one typed config, one dataclass per phase.
+
+Defaults follow the paper (``pic-rl.tex``) where it gives a value and are documented here where
+it does not. Configs are frozen: derive variants with :func:`dataclasses.replace`.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields, is_dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class CostConfig:
+    """Asymmetric linear cost, Eq. (1): ``l(a, d) = c_under (d-a)_+ + c_over (a-d)_+``."""
+
+    c_under: float = 2.0  # price of one unit of shortage (paper: 2)
+    c_over: float = 1.0  # price of one unit of idle capacity (paper: 1)
+
+
+@dataclass(frozen=True)
+class PredictorConfig:
+    """Phase 1 (Sec. 3.1): Gaussian LSTM predictor trained by NLL, Eq. (3)."""
+
+    window: int = 32  # length of the observation window fed to the LSTM
+    hidden: int = 32  # LSTM hidden units
+    layers: int = 1  # stacked LSTM layers
+    context_channels: int = 0  # extra input channels (e.g. duty cycle for GenAI-Ctx)
+    sigma_min: float = 1e-3  # floor on the predicted std (keeps the NLL finite)
+    epochs: int = 40  # upper bound; early stopping usually ends sooner
+    batch_size: int = 256
+    lr: float = 2e-3
+    patience: int = 5  # epochs without validation-NLL improvement before stopping
+    censor_prob: float = 0.3  # share of training windows re-censored so the model sees PIC inputs
+    max_train_windows: int = 20_000  # windows sampled per epoch (bounded epoch time on long traces)
+
+
+@dataclass(frozen=True)
+class EstimatorConfig:
+    """Censored-demand estimator: Tobit maximum likelihood over the recent window."""
+
+    window: int = 32  # most recent (y, c) pairs used
+    iterations: int = 25  # fixed Newton iterations (deterministic, vectorised)
+    sigma_floor: float = 1e-3  # lower bound on the estimated std
+
+
+@dataclass(frozen=True)
+class RewardConfig:
+    """Pessimistic surrogate reward, Eq. (9)-(10): ``Psi(n) = 1 + beta * min(n, N_max)``."""
+
+    beta: float = 0.5  # growth of pessimism per consecutive censored step
+    n_max: int = 10  # cap on the consecutive-censoring count inside Psi
+    use_censored_reward: bool = True  # ablation A2 switches this off (censored steps get the naive cost)
+    use_pessimism: bool = True  # ablation A3 switches this off (Psi = 1)
+
+
+@dataclass(frozen=True)
+class CalibratorConfig:
+    """Phase 3 reactive calibrator, Eq. (12) / Algorithm 1 fast update."""
+
+    delta_m: float = 0.004  # margin step (fast variable)
+    delta_b: float = 0.0005  # bias step (slow drift-tracking variable)
+    gamma: float = 0.5  # bias decrease ratio on over-provisioned steps
+    margin_limit: float = 0.5  # |m| is clipped to this bound
+    bias_limit: float = 0.5  # |b| is clipped to this bound
+
+
+@dataclass(frozen=True)
+class PolicyConfig:
+    """Policy and value networks (Sec. 3.2.1); outputs eta in [0.5, 3] and k in [0, 2]."""
+
+    hidden: int = 64
+    eta_low: float = 0.5
+    eta_high: float = 3.0
+    k_low: float = 0.0
+    k_high: float = 2.0
+    init_log_std: float = -1.0  # exploration std in pre-squash space at initialisation
+    horizon: int = 512  # ticks that make "progress through the episode" reach 1
+
+
+@dataclass(frozen=True)
+class PretrainConfig:
+    """Phase 2 (Sec. 3.2.4): actor-critic on simulator rollouts of the training split."""
+
+    iterations: int = 150  # paper's Figure 4 shows 150 iterations
+    chunk_len: int = 128  # steps per rollout chunk
+    chunks: int = 64  # chunks rolled out in parallel per iteration (vectorised controller)
+    discount: float = 0.95
+    gae_lambda: float = 0.9
+    lr_actor: float = 1e-3
+    lr_critic: float = 2e-3
+    entropy_coef: float = 1e-3
+    value_coef: float = 0.5
+    grad_clip: float = 1.0
+
+
+@dataclass(frozen=True)
+class OnlineConfig:
+    """Phase 3 slow loop: KL-regularised policy refinement from replay, with parameter EMA."""
+
+    n_update: int = 64  # slow update every N_update transitions
+    buffer_size: int = 4096  # bounded replay buffer (transitions)
+    batch_size: int = 256
+    gradient_steps: int = 4
+    lr: float = 3e-4
+    kl_coef: float = 1.0  # weight of KL(pi_new || pi_old); ablation A5 sets 0
+    ema_decay: float = 0.9  # acting parameters = EMA of updated ones; ablation A6 sets 0
+    explore: bool = True  # sample (eta, k) with counter-based noise (reproducible per service/tick)
+    discount: float = 0.95
+
+
+@dataclass(frozen=True)
+class AblationConfig:
+    """Ablations of Table 3 as switches of the one implementation (A1, A4, A7; A2/A3/A5/A6 live in
+    :class:`RewardConfig` and :class:`OnlineConfig`)."""
+
+    use_uncertainty: bool = True  # A1: sigma is replaced by a constant and never buffers
+    use_k_sigma: bool = True  # A4: the risk buffer k*sigma is dropped from the action
+    pretrain: bool = True  # A7: Phase 2 is skipped (random policy initialisation)
+
+
+@dataclass(frozen=True)
+class PicRLConfig:
+    """The whole method: one config per phase plus the global seed."""
+
+    seed: int = 0
+    cost: CostConfig = field(default_factory=CostConfig)
+    predictor: PredictorConfig = field(default_factory=PredictorConfig)
+    estimator: EstimatorConfig = field(default_factory=EstimatorConfig)
+    reward: RewardConfig = field(default_factory=RewardConfig)
+    calibrator: CalibratorConfig = field(default_factory=CalibratorConfig)
+    policy: PolicyConfig = field(default_factory=PolicyConfig)
+    pretrain: PretrainConfig = field(default_factory=PretrainConfig)
+    online: OnlineConfig = field(default_factory=OnlineConfig)
+    ablation: AblationConfig = field(default_factory=AblationConfig)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "PicRLConfig":
+        """Inverse of :meth:`to_dict`; unknown keys are an error (a typo must not pass silently)."""
+        return _build(cls, data, "config")
+
+
+def _build(cls: type, data: dict[str, Any], where: str) -> Any:
+    known = {f.name: f for f in fields(cls)}
+    unknown = sorted(set(data) - set(known))
+    if unknown:
+        raise ValueError(f"{where}: unknown setting(s) {', '.join(unknown)}")
+    kwargs: dict[str, Any] = {}
+    for name, value in data.items():
+        default = known[name].default_factory() if callable(known[name].default_factory) else None  # type: ignore[misc]
+        if is_dataclass(default) and isinstance(value, dict):
+            kwargs[name] = _build(type(default), value, f"{where}.{name}")
+        else:
+            kwargs[name] = value
+    return cls(**kwargs)

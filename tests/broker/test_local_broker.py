@@ -1,0 +1,109 @@
+"""The project-provisioned broker: config, clear failures, restart on the same data, and the CLI."""
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import socket
+import stat
+from pathlib import Path
+
+import pytest
+from aiokafka import AIOKafkaProducer
+
+from picrl.cli import main
+from picrl.kafka import BrokerError, LocalKafka
+from picrl.kafka.local_broker import default_cache, server_properties
+from picrl.kafka.probe import answers_metadata
+from tests.support.kafka import consume, create_topics, unique
+
+
+def test_single_node_config_lets_transactions_and_groups_start(tmp_path: Path) -> None:
+    props = dict(line.split("=", 1) for line in server_properties(9092, 9093, tmp_path).splitlines() if line)
+    for key in ("offsets.topic.replication.factor", "transaction.state.log.replication.factor",
+                "transaction.state.log.min.isr", "default.replication.factor", "min.insync.replicas"):
+        assert props[key] == "1", key
+    assert props["process.roles"] == "broker,controller"
+    assert props["listeners"] == "PLAINTEXT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093"
+    assert props["log.dirs"] == str(tmp_path)
+
+
+def test_missing_java_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.delenv("JAVA_HOME", raising=False)
+    with pytest.raises(BrokerError, match="Java was not found"):
+        LocalKafka(home=tmp_path / "home", cache=tmp_path / "cache", log=lambda _: None).start()
+
+
+def test_failed_download_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake_mvn = bin_dir / "mvn"
+    fake_mvn.write_text("#!/bin/sh\necho 'Could not resolve dependencies: network is unreachable' >&2\nexit 1\n")
+    fake_mvn.chmod(fake_mvn.stat().st_mode | stat.S_IEXEC)
+    java = shutil.which("java")
+    assert java is not None, "the machine must have Java for the broker tests"
+    monkeypatch.setenv("PATH", f"{bin_dir}:{Path(java).parent}")
+    with pytest.raises(BrokerError, match=r"(?s)downloading Kafka .* failed.*network is unreachable"):
+        LocalKafka(home=tmp_path / "home", cache=tmp_path / "empty-cache", log=lambda _: None).start()
+    assert not (tmp_path / "empty-cache" / "kafka-3.9.1" / "complete").exists()
+
+
+def test_taken_port_is_a_clear_error(tmp_path: Path, local_kafka: LocalKafka | None) -> None:
+    if local_kafka is None:
+        pytest.fail("this test needs the provisioned broker; unset KAFKA_BOOTSTRAP_SERVERS to run it")
+    with socket.socket() as blocker:
+        blocker.bind(("127.0.0.1", 0))
+        blocker.listen()
+        port = blocker.getsockname()[1]
+        broker = LocalKafka(home=tmp_path / "home", cache=local_kafka.cache, port=port, log=lambda _: None)
+        with pytest.raises(BrokerError, match=f"port {port} on 127.0.0.1 is taken"):
+            broker.start()
+    assert broker.status() is None
+
+
+def test_restart_keeps_port_and_data_and_cli_reports_state(tmp_path: Path, local_kafka: LocalKafka | None,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    if local_kafka is None:
+        pytest.fail("this test needs the provisioned broker; unset KAFKA_BOOTSTRAP_SERVERS to run it")
+    home = tmp_path / "home"
+    cli = ["--home", str(home), "--cache", str(local_kafka.cache)]
+    assert main(["kafka", "status", *cli]) == 1
+    assert "no broker running" in capsys.readouterr().out
+
+    assert main(["kafka", "start", "--json", *cli]) == 0
+    first = json.loads(capsys.readouterr().out)
+    topic = unique("restart")
+
+    async def write() -> None:
+        await create_topics(first["bootstrap"], {topic: 1})
+        producer = AIOKafkaProducer(bootstrap_servers=first["bootstrap"])
+        await producer.start()
+        await producer.send_and_wait(topic, b"survives a restart")
+        await producer.stop()
+
+    try:
+        asyncio.run(write())
+        assert main(["kafka", "status", "--json", *cli]) == 0
+        status = json.loads(capsys.readouterr().out)
+        assert status["answers"] and status["pid"] == first["pid"]
+        assert main(["kafka", "start", "--json", *cli]) == 0, "start on a running broker is a no-op"
+        assert json.loads(capsys.readouterr().out)["pid"] == first["pid"]
+
+        assert main(["kafka", "stop", *cli]) == 0
+        assert "broker stopped" in capsys.readouterr().out
+        assert not answers_metadata(first["bootstrap"])
+        assert main(["kafka", "start", "--json", *cli]) == 0
+        second = json.loads(capsys.readouterr().out)
+        assert second["bootstrap"] == first["bootstrap"] and second["pid"] != first["pid"]
+        records = asyncio.run(consume(second["bootstrap"], topic, 1, timeout=30))
+        assert [r.value for r in records] == [b"survives a restart"]
+    finally:
+        main(["kafka", "stop", *cli])
+    assert main(["kafka", "stop", *cli]) == 0
+    assert "no broker running" in capsys.readouterr().out
+
+
+def test_default_cache_follows_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("PICRL_CACHE", str(tmp_path))
+    assert default_cache() == tmp_path

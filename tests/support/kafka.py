@@ -1,0 +1,51 @@
+"""Small aiokafka helpers shared by the integration tests (real broker only)."""
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, ConsumerRecord
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+
+def unique(prefix: str) -> str:
+    """A topic or app name no other test uses."""
+    return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+async def create_topics(bootstrap: str, partitions: dict[str, int]) -> None:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(name, n, 1) for name, n in partitions.items()])
+    finally:
+        await admin.close()
+
+
+async def consume(bootstrap: str, topic: str, count: int, *, timeout: float = 60.0,
+                  isolation_level: str = "read_committed", **kwargs: Any) -> list[ConsumerRecord]:
+    """Read ``count`` records of ``topic`` from the beginning (fewer if ``timeout`` runs out)."""
+    consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest",
+                                enable_auto_commit=False, isolation_level=isolation_level, **kwargs)
+    await consumer.start()
+    records: list[ConsumerRecord] = []
+    deadline = time.monotonic() + timeout
+    try:
+        while len(records) < count and time.monotonic() < deadline:
+            batch = await consumer.getmany(timeout_ms=500)
+            for messages in batch.values():
+                records.extend(messages)
+    finally:
+        await consumer.stop()
+    return records
+
+
+async def wait_until(predicate: Any, timeout: float, interval: float = 0.1) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        await asyncio.sleep(interval)
+    return predicate()
