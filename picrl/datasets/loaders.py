@@ -1,0 +1,230 @@
+"""Reading demand traces from CSV files (plain or gzipped) into :class:`Trace` objects.
+
+Standard library ``csv``/``gzip`` plus numpy only. The bundled Alibaba files live in ``files/``
+next to this module; their origin and derivation are described in ``files/README.md``.
+"""
+from __future__ import annotations
+
+import csv
+import gzip
+from dataclasses import dataclass, replace
+from datetime import datetime
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+FILES = Path(__file__).resolve().parent / "files"
+_CLUSTERDATA = "alibaba/clusterdata@7a6c496e4f4b6ce6150be8f881cb051bf2abff42"
+
+
+class DatasetError(ValueError):
+    """A trace file or dataset request that cannot be read as asked."""
+
+
+@dataclass(frozen=True, eq=False)
+class Trace:
+    """One demand series in native units, optionally with aligned context channels.
+
+    ``values`` is ``(T,)`` float64; ``context`` is ``(T, C)`` float64 or ``None``;
+    ``step_seconds`` is NaN when the file has no time column. Arrays are read-only.
+    """
+
+    name: str
+    values: np.ndarray
+    context: np.ndarray | None
+    context_names: tuple[str, ...]
+    step_seconds: float
+    unit: str
+    source: str
+
+    def __post_init__(self) -> None:
+        values = _frozen_copy(self.values)
+        if values.ndim != 1:
+            raise DatasetError(f"trace '{self.name}': values must be 1-D, got shape {values.shape}")
+        object.__setattr__(self, "values", values)
+        if self.context is None:
+            if self.context_names:
+                raise DatasetError(f"trace '{self.name}': context names given without context")
+            return
+        context = _frozen_copy(self.context)
+        if context.shape != (values.size, len(self.context_names)):
+            raise DatasetError(
+                f"trace '{self.name}': context shape {context.shape} does not match "
+                f"{values.size} values and {len(self.context_names)} channel names")
+        object.__setattr__(self, "context", context)
+
+
+def _frozen_copy(array: np.ndarray) -> np.ndarray:
+    out = np.array(array, dtype=np.float64)
+    out.setflags(write=False)
+    return out
+
+
+DATASETS: dict[str, str] = {
+    "dlrm": "Alibaba DLRM inference (Prism, NSDI'25): GPUs requested by live GPU-node instances, "
+            "31 days at 60 s",
+    "genai-mem": "Alibaba GenAI Stable-Diffusion serving: GPU memory of busy pods (duty > 0), bytes, "
+                 "22.8 h at 57 s",
+    "genai-ctx": "genai-mem plus context channels duty_mean_pct (mean GPU duty cycle, %) and "
+                 "n_pods_busy (pods with duty > 0)",
+}
+
+# name -> (file, value column, context columns, unit, upstream source)
+_SPECS: dict[str, tuple[str, str, tuple[str, ...], str, str]] = {
+    "dlrm": ("dlrm_gpu_demand_60s.csv.gz", "gpus_active", (), "GPUs",
+             f"{_CLUSTERDATA}:cluster-trace-gpu-v2025/disaggregated_DLRM_trace.csv"),
+    "genai-mem": ("genai_series_57s.csv.gz", "gpu_mem_busy_pods_sum_bytes", (), "bytes",
+                  f"{_CLUSTERDATA}:cluster-trace-v2026-GenAI/pod_gpu_memory_used_bytes_anon.tar.gz"),
+    "genai-ctx": ("genai_series_57s.csv.gz", "gpu_mem_busy_pods_sum_bytes",
+                  ("duty_mean_pct", "n_pods_busy"), "bytes",
+                  f"{_CLUSTERDATA}:cluster-trace-v2026-GenAI/pod_gpu_memory_used_bytes_anon.tar.gz "
+                  "+ pod_gpu_duty_cycle_anon.tar.gz"),
+}
+
+
+def _read_rows(path: Path) -> tuple[list[str], list[list[str]]]:
+    """Header and data rows of a CSV (gzipped when the name ends in ``.gz``); blank lines skipped."""
+    if not path.is_file():
+        raise FileNotFoundError(f"CSV file not found: {path}")
+    opener = gzip.open if path.name.endswith(".gz") else open
+    try:
+        with opener(path, "rt", newline="", encoding="utf-8") as handle:
+            rows = [row for row in csv.reader(handle) if row]
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        raise DatasetError(f"{path}: cannot be read as a CSV file ({exc})") from exc
+    if not rows:
+        raise DatasetError(f"{path}: the file is empty (no header row)")
+    header = [h.strip() for h in rows[0]]
+    for number, row in enumerate(rows[1:], start=2):
+        if len(row) != len(header):
+            raise DatasetError(f"{path}, line {number}: {len(row)} fields but the header has {len(header)}")
+    return header, rows[1:]
+
+
+def _column_index(path: Path, header: list[str], column: str) -> int:
+    if column not in header:
+        raise DatasetError(f"{path}: no column '{column}'; available columns: {', '.join(header)}")
+    if header.count(column) > 1:
+        raise DatasetError(f"{path}: column '{column}' appears more than once in the header")
+    return header.index(column)
+
+
+def _numbers(path: Path, rows: list[list[str]], index: int, column: str) -> np.ndarray:
+    """Column ``index`` as float64; an empty cell is NaN, anything else non-numeric is an error."""
+    out = np.empty(len(rows))
+    for i, row in enumerate(rows):
+        cell = row[index].strip()
+        try:
+            out[i] = float(cell) if cell else np.nan
+        except ValueError:
+            raise DatasetError(
+                f"{path}, line {i + 2} (data row {i + 1}): value {cell!r} in column '{column}' "
+                "is not a number") from None
+    return out
+
+
+def _timestamps(path: Path, rows: list[list[str]], index: int, column: str) -> np.ndarray:
+    """Time column as seconds: numbers are taken as seconds, otherwise ISO 8601 date-times."""
+    out = np.empty(len(rows))
+    for i, row in enumerate(rows):
+        cell = row[index].strip()
+        try:
+            out[i] = float(cell)
+        except ValueError:
+            try:
+                out[i] = datetime.fromisoformat(cell).timestamp()
+            except ValueError:
+                raise DatasetError(
+                    f"{path}, line {i + 2} (data row {i + 1}): time {cell!r} in column '{column}' is "
+                    "neither a number of seconds nor an ISO 8601 date-time") from None
+    if not np.isfinite(out).all():
+        raise DatasetError(f"{path}: time column '{column}' holds a non-finite value")
+    return out
+
+
+def _step_from_times(path: Path, times: np.ndarray, column: str) -> float:
+    """Median spacing of sorted ``times``; duplicates and a single row are errors."""
+    if times.size < 2:
+        raise DatasetError(f"{path}: at least two rows are needed to infer the step from '{column}'")
+    diffs = np.diff(times)
+    duplicate = np.flatnonzero(diffs == 0)
+    if duplicate.size:
+        raise DatasetError(
+            f"{path}: time column '{column}' has duplicate timestamps (first: {times[duplicate[0]]:g})")
+    return float(np.median(diffs))
+
+
+def _stem(path: Path) -> str:
+    name = path.name
+    for suffix in (".gz", ".csv"):
+        name = name.removesuffix(suffix)
+    return name
+
+
+def load_csv(path: str | Path, column: str, time_column: str | None = None,
+             context_columns: Sequence[str] = ()) -> Trace:
+    """Read ``column`` (and optional context columns) of a user CSV into a :class:`Trace`.
+
+    Empty cells become NaN (gaps are judged later by ``picrl_core.series.validate_series``). With
+    ``time_column`` the rows are sorted by time and ``step_seconds`` is the median spacing;
+    without it ``step_seconds`` is NaN.
+    """
+    path = Path(path)
+    header, rows = _read_rows(path)
+    values = _numbers(path, rows, _column_index(path, header, column), column)
+    context = None
+    if context_columns:
+        context = np.column_stack(
+            [_numbers(path, rows, _column_index(path, header, c), c) for c in context_columns])
+    step = float("nan")
+    if time_column is not None:
+        times = _timestamps(path, rows, _column_index(path, header, time_column), time_column)
+        order = np.argsort(times, kind="stable")
+        values = values[order]
+        context = context[order] if context is not None else None
+        step = _step_from_times(path, times[order], time_column)
+    return Trace(name=f"{_stem(path)}:{column}", values=values, context=context,
+                 context_names=tuple(context_columns), step_seconds=step, unit="", source=str(path))
+
+
+def load_dataset(name: str) -> Trace:
+    """One of the bundled datasets listed in :data:`DATASETS`, in native units."""
+    if name not in _SPECS:
+        raise DatasetError(f"unknown dataset '{name}'; valid names: {', '.join(DATASETS)}")
+    file, column, context_columns, unit, source = _SPECS[name]
+    trace = load_csv(FILES / file, column, time_column="t_sec", context_columns=context_columns)
+    return replace(trace, name=name, unit=unit, source=source)
+
+
+def load_pod_fleet() -> list[Trace]:
+    """Per-pod GPU memory (bytes, 57 s) of the 91 GenAI pods that report at every stamp.
+
+    Each pod's duty cycle (%) is its context channel ``duty_pct`` when the duty file has that pod
+    without gaps; otherwise ``context`` is ``None``. Sorted by pod id (first 12 hex digits of the
+    anonymised container IP).
+    """
+    mem_path = FILES / "genai_gpu_mem_bytes_by_pod_57s.csv.gz"
+    duty_path = FILES / "genai_duty_pct_by_pod_57s.csv.gz"
+    mem_header, mem_rows = _read_rows(mem_path)
+    duty_header, duty_rows = _read_rows(duty_path)
+    time_column = "timestamp_anon"
+    mem_times = _numbers(mem_path, mem_rows, _column_index(mem_path, mem_header, time_column), time_column)
+    duty_times = _numbers(duty_path, duty_rows, _column_index(duty_path, duty_header, time_column), time_column)
+    if not np.array_equal(mem_times, duty_times):
+        raise DatasetError(f"{mem_path.name} and {duty_path.name} are not on the same time grid")
+    step = _step_from_times(mem_path, mem_times, time_column)
+    source = f"{_CLUSTERDATA}:cluster-trace-v2026-GenAI/pod_gpu_memory_used_bytes_anon.tar.gz"
+    fleet = []
+    for pod in sorted(set(mem_header) - {time_column, "step"}):
+        memory = _numbers(mem_path, mem_rows, _column_index(mem_path, mem_header, pod), pod)
+        if np.isnan(memory).any():
+            continue
+        context = None
+        if pod in duty_header:
+            duty = _numbers(duty_path, duty_rows, _column_index(duty_path, duty_header, pod), pod)
+            context = None if np.isnan(duty).any() else duty[:, None]
+        fleet.append(Trace(name=f"pod-{pod}", values=memory, context=context,
+                           context_names=("duty_pct",) if context is not None else (),
+                           step_seconds=step, unit="bytes", source=source))
+    return fleet

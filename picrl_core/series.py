@@ -1,0 +1,248 @@
+"""Turning a raw demand trace into the paper's train/val/test series (Sec. 4.1.1, "Protocol").
+
+The paper maps demand to ``[0, 1]`` by min-max scaling fitted *solely* on the training part, applies
+the same scaling to validation and test, clips values outside the training range to ``[0, 1]`` and
+splits chronologically 60/20/20. :func:`prepare_series` does exactly that after
+:func:`validate_series` has rejected series nothing can be learned from and filled short gaps.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+
+class UnusableSeriesError(ValueError):
+    """A series (or context channel) that cannot be used: too short, constant, gaps too long..."""
+
+
+def _nan_runs(missing: np.ndarray) -> list[tuple[int, int]]:
+    """Half-open ``[start, stop)`` index ranges of consecutive ``True`` entries."""
+    edges = np.diff(np.concatenate(([0], missing.astype(np.int8), [0])))
+    return list(zip(np.flatnonzero(edges == 1).tolist(), np.flatnonzero(edges == -1).tolist()))
+
+
+def _plural(count: int, word: str) -> str:
+    return f"{count} {word}{'' if count == 1 else 's'}"
+
+
+def _check_and_fill(values: np.ndarray, label: str, max_gap: int) -> tuple[np.ndarray, list[str]]:
+    """Reject all-NaN / infinite / constant data and NaN runs longer than ``max_gap``; fill the rest.
+
+    Interior gaps are filled by linear interpolation, gaps touching either end by the nearest value.
+    """
+    missing = np.isnan(values)
+    if missing.all():
+        raise UnusableSeriesError(f"{label} has no values (every entry is missing)")
+    infinite = np.flatnonzero(np.isinf(values))
+    if infinite.size:
+        raise UnusableSeriesError(
+            f"{label} has {_plural(infinite.size, 'infinite value')} (first at index {infinite[0]})")
+    runs = _nan_runs(missing)
+    longest = max(runs, key=lambda r: r[1] - r[0], default=None)
+    if longest is not None and longest[1] - longest[0] > max_gap:
+        start, stop = longest
+        raise UnusableSeriesError(
+            f"{label} has a gap of {stop - start} consecutive missing values (index {start} to "
+            f"{stop - 1}); at most {max_gap} can be filled")
+    present = values[~missing]
+    if present.max() == present.min():
+        raise UnusableSeriesError(f"{label} is constant (every value is {present[0]:g}); nothing to learn")
+    if not runs:
+        return values.copy(), []
+    index = np.arange(values.size)
+    # np.interp holds the first/last known value beyond the ends: "nearest value" for edge gaps.
+    filled = np.interp(index, index[~missing], present)
+    n = values.size
+    edge = [r for r in runs if r[0] == 0 or r[1] == n]
+    inner = [r for r in runs if r not in edge]
+    notes = []
+    if inner:
+        points = sum(b - a for a, b in inner)
+        notes.append(f"filled {_plural(len(inner), 'gap')} ({_plural(points, 'point')}) by linear interpolation")
+    if edge:
+        points = sum(b - a for a, b in edge)
+        notes.append(f"filled {_plural(len(edge), 'gap')} ({_plural(points, 'point')}) at the series ends "
+                     "with the nearest value")
+    return filled, notes
+
+
+def validate_series(values: np.ndarray, name: str, *, min_length: int = 200,
+                    max_gap: int = 5) -> tuple[np.ndarray, list[str]]:
+    """Check a 1-D demand series and fill its short gaps.
+
+    Raises :class:`UnusableSeriesError` (naming ``name``) when the series is not 1-D, has fewer than
+    ``min_length`` points, is all missing, holds an infinite value, is constant, or has a run of
+    more than ``max_gap`` consecutive NaNs. Returns the gap-filled float64 copy and notes on what
+    was filled (empty when nothing was).
+    """
+    x = np.asarray(values, dtype=np.float64)
+    if x.ndim != 1:
+        raise UnusableSeriesError(f"series '{name}' must be one-dimensional, got shape {x.shape}")
+    if x.size < min_length:
+        raise UnusableSeriesError(
+            f"series '{name}' has {_plural(x.size, 'point')}; at least {min_length} are needed")
+    return _check_and_fill(x, f"series '{name}'", max_gap)
+
+
+def validate_context(context: np.ndarray, names: Sequence[str],
+                     max_gap: int = 5) -> tuple[np.ndarray, list[str]]:
+    """:func:`validate_series` applied to every column of a ``(T, C)`` context matrix.
+
+    ``names`` labels the ``C`` channels; notes are prefixed with the channel's name.
+    """
+    ctx = np.asarray(context, dtype=np.float64)
+    if ctx.ndim != 2:
+        raise UnusableSeriesError(f"context must be a (time, channels) matrix, got shape {ctx.shape}")
+    if len(names) != ctx.shape[1]:
+        raise UnusableSeriesError(
+            f"context has {ctx.shape[1]} channels but {len(names)} names were given ({', '.join(names)})")
+    filled = np.empty_like(ctx)
+    notes: list[str] = []
+    for j, channel in enumerate(names):
+        filled[:, j], channel_notes = _check_and_fill(ctx[:, j], f"context channel '{channel}'", max_gap)
+        notes.extend(f"context '{channel}': {note}" for note in channel_notes)
+    return filled, notes
+
+
+def chronological_split(n: int, fractions: tuple[float, float, float] = (0.6, 0.2, 0.2)
+                        ) -> tuple[slice, slice, slice]:
+    """Consecutive train/validation/test slices of ``range(n)`` (paper: 60/20/20, no shuffling)."""
+    if len(fractions) != 3 or any(f <= 0 for f in fractions) or abs(sum(fractions) - 1.0) > 1e-9:
+        raise ValueError(f"split fractions must be three positive numbers summing to 1, got {fractions}")
+    first = round(n * fractions[0])
+    second = round(n * (fractions[0] + fractions[1]))
+    if not 0 < first < second < n:
+        raise UnusableSeriesError(f"{n} points are too few to split {fractions} with every part non-empty")
+    return slice(0, first), slice(first, second), slice(second, n)
+
+
+@dataclass(frozen=True)
+class MinMaxScaler:
+    """``z = clip((x - low) / (high - low), 0, 1)``, with ``low``/``high`` from the training part."""
+
+    low: float
+    high: float
+
+    def __post_init__(self) -> None:
+        if not (np.isfinite(self.low) and np.isfinite(self.high) and self.high > self.low):
+            raise ValueError(f"scaler needs finite low < high, got low={self.low}, high={self.high}")
+
+    @classmethod
+    def fit(cls, values: np.ndarray, name: str = "series") -> "MinMaxScaler":
+        """Range of ``values`` (pass only the training part: no look-ahead)."""
+        x = np.asarray(values, dtype=np.float64)
+        if x.size == 0 or not np.isfinite(x).all():
+            raise UnusableSeriesError(f"{name}: cannot fit a scaler on empty or non-finite values")
+        low, high = float(x.min()), float(x.max())
+        if high == low:
+            raise UnusableSeriesError(
+                f"{name}: the training part is constant ({low:g}), so it cannot be scaled to [0, 1]")
+        return cls(low, high)
+
+    def transform(self, x: np.ndarray) -> np.ndarray:
+        return np.clip((np.asarray(x, dtype=np.float64) - self.low) / (self.high - self.low), 0.0, 1.0)
+
+    def inverse(self, x: np.ndarray) -> np.ndarray:
+        return np.asarray(x, dtype=np.float64) * (self.high - self.low) + self.low
+
+    def to_dict(self) -> dict[str, float]:
+        return {"low": self.low, "high": self.high}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "MinMaxScaler":
+        if set(data) != {"low", "high"}:
+            raise ValueError(f"scaler expects exactly the keys 'low' and 'high', got {sorted(data)}")
+        return cls(float(data["low"]), float(data["high"]))
+
+
+@dataclass(frozen=True, eq=False)
+class PreparedSeries:
+    """A validated series split chronologically and scaled to ``[0, 1]`` with train-only statistics.
+
+    ``*_ctx`` are ``(T_i, C)`` context matrices scaled per channel (``None`` without context).
+    """
+
+    name: str
+    train: np.ndarray
+    val: np.ndarray
+    test: np.ndarray
+    train_ctx: np.ndarray | None
+    val_ctx: np.ndarray | None
+    test_ctx: np.ndarray | None
+    scaler: MinMaxScaler
+    context_scalers: tuple[MinMaxScaler, ...]
+    notes: tuple[str, ...]
+
+
+def prepare_series(values: np.ndarray, name: str, context: np.ndarray | None = None,
+                   context_names: Sequence[str] = (),
+                   fractions: tuple[float, float, float] = (0.6, 0.2, 0.2), *,
+                   min_length: int = 200, max_gap: int = 5) -> PreparedSeries:
+    """Validate -> split chronologically -> fit min-max on train -> scale and clip every part."""
+    filled, notes = validate_series(values, name, min_length=min_length, max_gap=max_gap)
+    parts = chronological_split(filled.size, fractions)
+    scaler = MinMaxScaler.fit(filled[parts[0]], name=f"series '{name}'")
+    train, val, test = (scaler.transform(filled[p]) for p in parts)
+    notes += _clipping_notes(filled, parts, scaler)
+    if context is None:
+        if len(context_names):
+            raise UnusableSeriesError(f"series '{name}': context names given without a context matrix")
+        return PreparedSeries(name, train, val, test, None, None, None, scaler, (), tuple(notes))
+    ctx, ctx_notes = validate_context(context, context_names, max_gap)
+    if ctx.shape[0] != filled.size:
+        raise UnusableSeriesError(
+            f"series '{name}' has {filled.size} points but its context has {ctx.shape[0]} rows")
+    scalers = tuple(MinMaxScaler.fit(ctx[parts[0], j], name=f"context channel '{c}' of '{name}'")
+                    for j, c in enumerate(context_names))
+    scaled = np.column_stack([s.transform(ctx[:, j]) for j, s in enumerate(scalers)])
+    return PreparedSeries(name, train, val, test, *(scaled[p] for p in parts), scaler, scalers,
+                          tuple(notes + ctx_notes))
+
+
+def _clipping_notes(values: np.ndarray, parts: tuple[slice, slice, slice], scaler: "MinMaxScaler") -> list[str]:
+    """Say how much of validation/test lies outside the training range (clipped to 0 or 1 by the protocol)."""
+    notes = []
+    for label, part in zip(("validation", "test"), parts[1:]):
+        raw = values[part]
+        outside = float(np.mean((raw < scaler.low) | (raw > scaler.high))) if raw.size else 0.0
+        if outside > 0.01:
+            notes.append(f"{outside:.0%} of the {label} part lies outside the training range "
+                         f"[{scaler.low:g}, {scaler.high:g}] and is clipped to [0, 1]")
+    return notes
+
+
+def _acf(x: np.ndarray, lag: int) -> float:
+    """Pearson correlation of ``x[:-lag]`` and ``x[lag:]``; NaN when too short or degenerate."""
+    if lag < 1 or x.size <= lag + 2:
+        return float("nan")
+    a, b = x[:-lag] - x[:-lag].mean(), x[lag:] - x[lag:].mean()
+    denom = float(np.sqrt((a * a).sum() * (b * b).sum()))
+    return float((a * b).sum() / denom) if denom > 0 else float("nan")
+
+
+def describe_series(values: np.ndarray, step_seconds: float) -> dict[str, float]:
+    """Table-1 statistics of a raw series (NaNs dropped).
+
+    ``pmr`` = max/mean, ``cv`` = population std/mean; ``mm_pmr``/``mm_cv`` are the same after
+    min-max scaling of the whole series to ``[0, 1]``; ``acf_lag1``, ``acf_1h``, ``acf_1d`` are
+    autocorrelations at 1 step, ``round(3600/step)`` and ``round(86400/step)`` steps (NaN when the
+    series has at most lag+2 points or ``step_seconds`` is unknown).
+    """
+    x = np.asarray(values, dtype=np.float64).ravel()
+    x = x[~np.isnan(x)]
+    step_ok = bool(np.isfinite(step_seconds) and step_seconds > 0)
+    nan = float("nan")
+    stats = {"length": float(x.size), "duration_hours": x.size * step_seconds / 3600 if step_ok else nan}
+    mean = float(x.mean()) if x.size else nan
+    stats["pmr"] = float(x.max()) / mean if x.size and mean != 0 else nan
+    stats["cv"] = float(x.std()) / mean if x.size and mean != 0 else nan
+    span = float(x.max() - x.min()) if x.size else 0.0
+    z = (x - x.min()) / span if span > 0 else None
+    stats["mm_pmr"] = 1.0 / float(z.mean()) if z is not None else nan
+    stats["mm_cv"] = float(z.std() / z.mean()) if z is not None else nan
+    stats["acf_lag1"] = _acf(x, 1)
+    stats["acf_1h"] = _acf(x, round(3600 / step_seconds)) if step_ok else nan
+    stats["acf_1d"] = _acf(x, round(86400 / step_seconds)) if step_ok else nan
+    return stats

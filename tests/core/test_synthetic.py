@@ -1,0 +1,75 @@
+"""Statistical properties and reproducibility of the synthetic generators (picrl_core.synthetic)."""
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+import pytest
+
+from picrl_core.synthetic import diurnal, heavy_tailed_bursts, stationary_gaussian
+
+GENERATORS: list[Callable[..., np.ndarray]] = [stationary_gaussian, diurnal, heavy_tailed_bursts]
+
+
+def acf(x: np.ndarray, lag: int) -> float:
+    return float(np.corrcoef(x[:-lag], x[lag:])[0, 1])
+
+
+def kurtosis(x: np.ndarray) -> float:
+    centred = x - x.mean()
+    return float((centred**4).mean() / (centred**2).mean() ** 2)
+
+
+@pytest.mark.parametrize("generator", GENERATORS)
+def test_output_is_float64_in_unit_interval(generator: Callable[..., np.ndarray]) -> None:
+    x = generator(5000, seed=1)
+    assert x.dtype == np.float64 and x.shape == (5000,)
+    assert x.min() >= 0.0 and x.max() <= 1.0
+
+
+@pytest.mark.parametrize("generator", GENERATORS)
+def test_same_seed_same_output_different_seed_different_output(generator: Callable[..., np.ndarray]) -> None:
+    np.testing.assert_array_equal(generator(3000, seed=7), generator(3000, seed=7))
+    assert not np.array_equal(generator(3000, seed=7), generator(3000, seed=8))
+
+
+def test_gaussian_moments_match_parameters() -> None:
+    x = stationary_gaussian(100_000, mean=0.4, std=0.08, seed=3)
+    assert x.mean() == pytest.approx(0.4, abs=0.002)  # standard error 0.00025
+    assert x.std() == pytest.approx(0.08, abs=0.002)
+    assert abs(acf(x, 1)) < 0.02  # i.i.d.
+
+
+def test_diurnal_correlates_at_the_period_and_anticorrelates_at_half() -> None:
+    period = 1440
+    x = diurnal(4 * period, period=period, seed=2)
+    assert acf(x, period) > 0.9
+    assert acf(x, period // 2) < -0.9
+    assert x.mean() == pytest.approx(0.45, abs=0.01)
+
+
+def test_bursts_are_heavy_tailed() -> None:
+    x = heavy_tailed_bursts(100_000, seed=4)
+    assert kurtosis(x) > 10.0  # a Gaussian has 3
+    gaussian = stationary_gaussian(100_000, mean=x.mean(), std=x.std(), seed=4)
+    assert np.quantile(x, 0.999) - np.median(x) > 2 * (np.quantile(gaussian, 0.999) - np.median(gaussian))
+
+
+def test_burst_onsets_occur_at_burst_rate() -> None:
+    # With little noise every onset raises the load by at least burst_scale; count those jumps.
+    rate, scale = 0.02, 0.1
+    x = heavy_tailed_bursts(100_000, noise=0.005, burst_rate=rate, burst_scale=scale, seed=5)
+    onsets = np.mean(np.diff(x) > scale / 2)
+    assert onsets == pytest.approx(rate, rel=0.15)  # ~2000 expected, Poisson sd ~2 %
+    assert heavy_tailed_bursts(10_000, noise=0.0, burst_rate=0.0, seed=5) == pytest.approx(0.3)
+
+
+def test_invalid_parameters_are_rejected() -> None:
+    with pytest.raises(ValueError, match="positive"):
+        stationary_gaussian(0)
+    with pytest.raises(ValueError, match="period"):
+        diurnal(100, period=1)
+    with pytest.raises(ValueError, match="probability"):
+        heavy_tailed_bursts(100, burst_rate=1.5)
+    with pytest.raises(ValueError, match="decay"):
+        heavy_tailed_bursts(100, decay=1.0)
