@@ -153,7 +153,10 @@ def test_prepare_uses_training_statistics_only() -> None:
     assert prepared.scaler == MinMaxScaler(0.0, x[599])
     np.testing.assert_allclose(prepared.train, x[:600] / x[599])
     assert np.all(prepared.val == 1.0) and np.all(prepared.test == 1.0)
-    assert prepared.train_ctx is None and prepared.context_scalers == () and prepared.notes == ()
+    assert prepared.train_ctx is None and prepared.context_scalers == ()
+    assert prepared.notes == (
+        "100% of the validation part lies outside the training range [0, 5.996] and is clipped to [0, 1]",
+        "100% of the test part lies outside the training range [0, 5.996] and is clipped to [0, 1]")
 
 
 def test_prepare_scales_each_context_channel_on_train() -> None:
