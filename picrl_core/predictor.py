@@ -1,0 +1,285 @@
+"""Phase 1 (Sec. 3.1): uncertainty-aware Gaussian LSTM demand predictor trained by NLL, Eq. (3).
+
+The predictor reads a window of the online PIC inputs, channels ``[y, c, ctx_1..ctx_C]`` where
+``y_t = min(d_t, a_t)`` is the observation and ``c_t = 1[d_t > a_t]`` the censoring indicator, and
+predicts the demand of the next step as a Gaussian ``(mu, sigma)``. Training uses a fully observed
+historical series; a share of the training windows is re-censored under synthetic provisioning
+thresholds so the model has seen censored inputs before it meets them online.
+"""
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import torch
+from numpy.lib.stride_tricks import sliding_window_view
+
+from picrl_core.config import PredictorConfig
+
+# Std of the per-step noise of the synthetic provisioning threshold, drawn per window from this range.
+_CENSOR_NOISE_RANGE = (0.01, 0.1)
+# Predicted std at initialisation (demand lives in [0, 1]); keeps the first NLL gradients moderate.
+_INITIAL_SIGMA = 0.1
+# Rows per forward pass in inference: bounds the memory of the LSTM's per-step outputs.
+_INFERENCE_CHUNK = 65_536
+# Seed of the (uncensored, so in fact randomness-free) validation windows.
+_VALIDATION_SEED = 0
+
+
+class PredictorInputError(ValueError):
+    """A series, context or window array the predictor cannot use."""
+
+
+class GaussianLSTM(torch.nn.Module):
+    """LSTM with a Gaussian head: window (B, W, 2 + C) -> ``(mu, sigma)``, each (B,).
+
+    ``mu = y_last + head_mu(h)`` is a residual on the last observation, and the head starts with
+    small weights, so an untrained model predicts roughly "the last observation" — a sane start for
+    a demand series. ``sigma = softplus(head_sigma(h)) + sigma_min`` starts near ``_INITIAL_SIGMA``.
+    The model has no dropout or normalisation layers, so train and eval mode compute the same.
+    """
+
+    def __init__(self, cfg: PredictorConfig) -> None:
+        super().__init__()
+        if cfg.window < 1 or cfg.hidden < 1 or cfg.layers < 1 or cfg.context_channels < 0:
+            raise PredictorInputError(
+                "predictor config needs window, hidden and layers >= 1 and context_channels >= 0"
+            )
+        if cfg.sigma_min <= 0:
+            raise PredictorInputError(f"predictor sigma_min must be positive, got {cfg.sigma_min}")
+        self.cfg = cfg
+        self.input_size = 2 + cfg.context_channels
+        self.lstm = torch.nn.LSTM(self.input_size, cfg.hidden, cfg.layers, batch_first=True)
+        self.head = torch.nn.Linear(cfg.hidden, 2)
+        with torch.no_grad():
+            self.head.weight.mul_(0.1)
+            self.head.bias[0] = 0.0
+            self.head.bias[1] = math.log(math.expm1(max(_INITIAL_SIGMA - cfg.sigma_min, 1e-3)))
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        _, (h_n, _) = self.lstm(x)
+        out = self.head(h_n[-1])
+        mu = x[:, -1, 0] + out[:, 0]
+        sigma = torch.nn.functional.softplus(out[:, 1]) + self.cfg.sigma_min
+        return mu, sigma
+
+
+def gaussian_nll(mu: torch.Tensor, sigma: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
+    """Eq. (3): ``mean(log sigma + 0.5 ((d - mu) / sigma)^2)`` (the constant log sqrt(2 pi) dropped)."""
+    return (torch.log(sigma) + 0.5 * ((d - mu) / sigma) ** 2).mean()
+
+
+@dataclass(frozen=True)
+class PredictorReport:
+    """Outcome of :func:`train_predictor`; validation metrics are those of the restored best epoch."""
+
+    epochs_run: int
+    best_epoch: int  # 1-based, as ``history[i]["epoch"]``
+    history: tuple[dict[str, float], ...]
+    val_nll: float
+    val_mae: float
+    coverage_1sigma: float  # share of validation targets within mu +- sigma
+    coverage_2sigma: float  # share of validation targets within mu +- 2 sigma
+
+    def to_dict(self) -> dict[str, object]:
+        data = asdict(self)
+        data["history"] = [dict(h) for h in self.history]
+        return data
+
+
+def _check_series(d: np.ndarray, context: np.ndarray | None, window: int, channels: int, name: str) -> None:
+    if d.ndim != 1:
+        raise PredictorInputError(f"{name} series must be one-dimensional, got shape {d.shape}")
+    if len(d) < window + 2:
+        raise PredictorInputError(
+            f"{name} series has {len(d)} steps; the predictor needs at least window + 2 = {window + 2}"
+        )
+    if not np.all(np.isfinite(d)):
+        raise PredictorInputError(f"{name} series contains NaN or infinite values")
+    if channels == 0 and context is not None:
+        raise PredictorInputError(f"{name} context given but the predictor config has context_channels=0")
+    if channels > 0:
+        if context is None:
+            raise PredictorInputError(
+                f"{name} context missing: the predictor config has context_channels={channels}"
+            )
+        if context.shape != (len(d), channels):
+            raise PredictorInputError(
+                f"{name} context must have shape ({len(d)}, {channels}), got {context.shape}"
+            )
+        if not np.all(np.isfinite(context)):
+            raise PredictorInputError(f"{name} context contains NaN or infinite values")
+
+
+def make_windows(
+    d: np.ndarray,
+    context: np.ndarray | None,
+    window: int,
+    rng: np.random.Generator,
+    censor_prob: float,
+    *,
+    starts: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Training windows that mimic online PIC inputs, from a fully observed series.
+
+    Window ``i`` covers steps ``s .. s+window-1`` (``s = starts[i]``, default every start) and its
+    target is ``d[s + window]``. A ``censor_prob`` share of windows is censored under a synthetic
+    threshold ``a_t = clip(d_t + eps_t, 0, 1)`` with ``eps_t ~ N(0, s_w)`` and ``s_w`` drawn per window
+    from ``_CENSOR_NOISE_RANGE`` (clipped like the online action): ``y = min(d, a)``,
+    ``c = 1[d > a]``. Other windows are uncensored (``y = d``, ``c = 0``).
+
+    Returns ``X`` (N, window, 2 + C) float32 with channels ``[y, c, ctx...]`` and ``target`` (N,)
+    float32. Deterministic given ``rng``.
+    """
+    if not 0.0 <= censor_prob <= 1.0:
+        raise PredictorInputError(f"censor_prob must lie in [0, 1], got {censor_prob}")
+    d = np.asarray(d, dtype=np.float64)
+    ctx = None if context is None else np.asarray(context, dtype=np.float32)
+    channels = 0 if ctx is None else ctx.shape[-1]
+    _check_series(d, ctx, window, channels, "training")
+    n_all = len(d) - window
+    idx = np.arange(n_all) if starts is None else np.asarray(starts, dtype=np.int64)
+    if idx.size and (idx.min() < 0 or idx.max() >= n_all):
+        raise PredictorInputError(f"window starts must lie in [0, {n_all - 1}]")
+    demand = sliding_window_view(d[:-1], window)[idx]  # (N, W) copy
+    n = len(idx)
+    censored_window = rng.random(n) < censor_prob
+    noise_std = rng.uniform(*_CENSOR_NOISE_RANGE, size=n)
+    threshold = np.clip(demand + rng.standard_normal((n, window)) * noise_std[:, None], 0.0, 1.0)
+    cens = censored_window[:, None] & (demand > threshold)
+    x = np.empty((n, window, 2 + channels), dtype=np.float32)
+    x[:, :, 0] = np.where(cens, threshold, demand)
+    x[:, :, 1] = cens
+    if ctx is not None:
+        x[:, :, 2:] = sliding_window_view(ctx[:-1], window, axis=0)[idx].transpose(0, 2, 1)
+    return x, d[idx + window].astype(np.float32)
+
+
+def predict_gaussian(model: GaussianLSTM, windows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Batched inference: ``windows`` (B, W, 2 + C) -> ``(mu, sigma)`` as float64 (B,), any B >= 0."""
+    windows = np.asarray(windows)
+    if windows.ndim != 3 or windows.shape[2] != model.input_size:
+        raise PredictorInputError(
+            f"predictor windows must have shape (batch, steps, {model.input_size}), got {windows.shape}"
+        )
+    if windows.shape[0] == 0:
+        return np.empty(0), np.empty(0)
+    device = next(model.parameters()).device
+    mus, sigmas = [], []
+    with torch.inference_mode():
+        for lo in range(0, windows.shape[0], _INFERENCE_CHUNK):
+            chunk = np.ascontiguousarray(windows[lo : lo + _INFERENCE_CHUNK], dtype=np.float32)
+            mu, sigma = model(torch.from_numpy(chunk).to(device))
+            mus.append(mu.cpu().numpy())
+            sigmas.append(sigma.cpu().numpy())
+    return np.concatenate(mus).astype(np.float64), np.concatenate(sigmas).astype(np.float64)
+
+
+def evaluate_predictor(
+    model: GaussianLSTM, series: np.ndarray, context: np.ndarray | None, window: int
+) -> dict[str, float]:
+    """NLL (Eq. 3), MAE of ``mu`` and 1/2-sigma coverage on every uncensored window of ``series``."""
+    series = np.asarray(series, dtype=np.float64)
+    context = None if context is None else np.asarray(context, dtype=np.float64)
+    _check_series(series, context, window, model.cfg.context_channels, "evaluation")
+    rng = np.random.default_rng(_VALIDATION_SEED)
+    n_all = len(series) - window
+    mu, sigma, target = [], [], []
+    for lo in range(0, n_all, _INFERENCE_CHUNK):
+        starts = np.arange(lo, min(lo + _INFERENCE_CHUNK, n_all))
+        x, t = make_windows(series, context, window, rng, 0.0, starts=starts)
+        m, s = predict_gaussian(model, x)
+        mu.append(m)
+        sigma.append(s)
+        target.append(t.astype(np.float64))
+    m, s, t = np.concatenate(mu), np.concatenate(sigma), np.concatenate(target)
+    z = np.abs(t - m) / s
+    return {
+        "nll": float(np.mean(np.log(s) + 0.5 * z**2)),
+        "mae": float(np.mean(np.abs(t - m))),
+        "coverage_1sigma": float(np.mean(z <= 1.0)),
+        "coverage_2sigma": float(np.mean(z <= 2.0)),
+    }
+
+
+def train_predictor(
+    train: np.ndarray,
+    val: np.ndarray,
+    cfg: PredictorConfig,
+    *,
+    seed: int,
+    train_context: np.ndarray | None = None,
+    val_context: np.ndarray | None = None,
+    progress: Callable[[dict[str, float]], None] | None = None,
+) -> tuple[GaussianLSTM, PredictorReport]:
+    """Phase 1 / Algorithm 1 line 2: ``theta* = argmin_theta sum NLL(d_i; f_theta(x_i))``, Eq. (3).
+
+    Adam on minibatches of at most ``cfg.max_train_windows`` windows per epoch (re-sampled and
+    re-censored every epoch), early stopping on the validation NLL after ``cfg.patience`` epochs
+    without improvement; the best epoch's weights are restored. Deterministic under ``seed``; the
+    global torch RNG is left untouched. ``progress`` receives ``{"epoch", "train_nll", "val_nll",
+    "val_mae"}`` once per epoch.
+    """
+    train = np.asarray(train, dtype=np.float64)
+    val = np.asarray(val, dtype=np.float64)
+    train_context = None if train_context is None else np.asarray(train_context, dtype=np.float64)
+    val_context = None if val_context is None else np.asarray(val_context, dtype=np.float64)
+    _check_series(train, train_context, cfg.window, cfg.context_channels, "training")
+    _check_series(val, val_context, cfg.window, cfg.context_channels, "validation")
+    if cfg.epochs < 1 or cfg.batch_size < 1 or cfg.max_train_windows < 1 or cfg.patience < 1:
+        raise PredictorInputError(
+            "predictor epochs, batch_size, max_train_windows and patience must all be >= 1"
+        )
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = GaussianLSTM(cfg)
+    rng = np.random.default_rng(seed)
+    optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr)
+    n_all = len(train) - cfg.window
+    per_epoch = min(n_all, cfg.max_train_windows)
+
+    history: list[dict[str, float]] = []
+    best_nll, best_epoch, best_state = math.inf, 0, copy.deepcopy(model.state_dict())
+    for epoch in range(1, cfg.epochs + 1):
+        starts = rng.permutation(n_all)[:per_epoch]
+        x_np, t_np = make_windows(train, train_context, cfg.window, rng, cfg.censor_prob, starts=starts)
+        x, t = torch.from_numpy(x_np), torch.from_numpy(t_np)
+        total = 0.0
+        for lo in range(0, per_epoch, cfg.batch_size):
+            mu, sigma = model(x[lo : lo + cfg.batch_size])
+            loss = gaussian_nll(mu, sigma, t[lo : lo + cfg.batch_size])
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            total += loss.item() * len(mu)
+        train_nll = total / per_epoch
+        if not math.isfinite(train_nll):
+            raise FloatingPointError(f"predictor training diverged at epoch {epoch} (NLL {train_nll})")
+        val_metrics = evaluate_predictor(model, val, val_context, cfg.window)
+        record = {"epoch": epoch, "train_nll": train_nll}
+        record |= {"val_nll": val_metrics["nll"], "val_mae": val_metrics["mae"]}
+        history.append(record)
+        if progress is not None:
+            progress(dict(record))
+        if val_metrics["nll"] < best_nll:
+            best_nll, best_epoch, best_state = val_metrics["nll"], epoch, copy.deepcopy(model.state_dict())
+        elif epoch - best_epoch >= cfg.patience:
+            break
+
+    model.load_state_dict(best_state)
+    model.zero_grad(set_to_none=True)
+    final = evaluate_predictor(model, val, val_context, cfg.window)
+    report = PredictorReport(
+        epochs_run=len(history),
+        best_epoch=best_epoch,
+        history=tuple(history),
+        val_nll=final["nll"],
+        val_mae=final["mae"],
+        coverage_1sigma=final["coverage_1sigma"],
+        coverage_2sigma=final["coverage_2sigma"],
+    )
+    return model, report
