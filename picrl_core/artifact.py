@@ -1,0 +1,94 @@
+"""Model artifacts: a folder with weights in safetensors (never pickle) and JSON for the rest.
+
+    weights.safetensors   predictor.*, policy.*, value.* tensors
+    artifact.json         format version, config, scaling, training reports, sha256 of the weights
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+
+from picrl_core.config import PicRLConfig
+from picrl_core.policy import PolicyNetwork, ValueNetwork
+from picrl_core.predictor import GaussianLSTM
+
+FORMAT_VERSION = 1
+WEIGHTS = "weights.safetensors"
+MANIFEST = "artifact.json"
+
+
+class ArtifactError(ValueError):
+    """A model folder that is missing, incomplete, tampered with or from an incompatible version."""
+
+
+@dataclass
+class ModelArtifact:
+    """Everything needed to act: trained networks, the config they were trained with, the scaling."""
+
+    config: PicRLConfig
+    predictor: GaussianLSTM
+    policy: PolicyNetwork
+    value: ValueNetwork
+    scaling: dict[str, Any] = field(default_factory=dict)  # MinMaxScaler dicts of the series and context
+    reports: dict[str, Any] = field(default_factory=dict)  # training reports (phase 1 and 2), dataset info
+
+
+def save_artifact(artifact: ModelArtifact, folder: Path) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    tensors = {f"{part}.{name}": tensor.detach().contiguous().clone()
+               for part in ("predictor", "policy", "value")
+               for name, tensor in getattr(artifact, part).state_dict().items()}
+    save_file(tensors, str(folder / WEIGHTS))
+    manifest = {
+        "format_version": FORMAT_VERSION,
+        "weights_sha256": hashlib.sha256((folder / WEIGHTS).read_bytes()).hexdigest(),
+        "config": artifact.config.to_dict(),
+        "scaling": artifact.scaling,
+        "reports": artifact.reports,
+    }
+    (folder / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+    return folder
+
+
+def load_artifact(folder: Path) -> ModelArtifact:
+    """Load and verify a model folder; every failure is an :class:`ArtifactError` naming the cause."""
+    manifest_path, weights_path = folder / MANIFEST, folder / WEIGHTS
+    for path in (manifest_path, weights_path):
+        if not path.is_file():
+            raise ArtifactError(f"{folder} is not a picrl model: {path.name} is missing")
+    try:
+        manifest = json.loads(manifest_path.read_text())
+    except ValueError as exc:
+        raise ArtifactError(f"{manifest_path} is not valid JSON ({exc})") from exc
+    if manifest.get("format_version") != FORMAT_VERSION:
+        raise ArtifactError(f"{folder} has format version {manifest.get('format_version')!r}; "
+                            f"this picrl reads version {FORMAT_VERSION}")
+    digest = hashlib.sha256(weights_path.read_bytes()).hexdigest()
+    if digest != manifest.get("weights_sha256"):
+        raise ArtifactError(f"{weights_path} does not match the checksum in {MANIFEST}: truncated or modified")
+    try:
+        config = PicRLConfig.from_dict(manifest["config"])
+        tensors = load_file(str(weights_path))
+    except (KeyError, TypeError, ValueError, SafetensorError) as exc:
+        raise ArtifactError(f"{folder} cannot be read: {exc}") from exc
+    networks = {"predictor": GaussianLSTM(config.predictor), "policy": PolicyNetwork(config.policy),
+                "value": ValueNetwork(config.policy)}
+    for part, module in networks.items():
+        state = {name.split(".", 1)[1]: t for name, t in tensors.items() if name.startswith(f"{part}.")}
+        try:
+            module.load_state_dict(state)
+        except RuntimeError as exc:
+            raise ArtifactError(f"{folder}: the {part} weights do not fit the configured network: "
+                                f"{str(exc).splitlines()[0]}") from exc
+        if not all(torch.isfinite(t).all() for t in state.values()):
+            raise ArtifactError(f"{folder}: the {part} weights contain NaN or infinite values")
+        module.eval()
+    return ModelArtifact(config, networks["predictor"], networks["policy"], networks["value"],  # type: ignore[arg-type]
+                         manifest.get("scaling", {}), manifest.get("reports", {}))

@@ -1,0 +1,207 @@
+"""The one vectorised PIC-RL controller (Algorithm 1, Phase 3 "Predict / Plan / Act / Fast update").
+
+``step(state, y, c)`` takes a batch of per-service states and their censored feedback
+``(y_t, c_t) = (min(d_t, a_t), 1[d_t > a_t])`` for the action in force, and returns the new states
+(holding the decision for the next tick) plus the transitions for the replay buffer. It never sees
+the demand ``d_t``. The simulator, the embedded runner and the stream workers all call it, so the
+same inputs and policy give the same decisions everywhere.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+import numpy as np
+import torch
+
+from picrl_core.calibrator import calibrate
+from picrl_core.censored_estimator import estimate_censored_demand
+from picrl_core.config import PicRLConfig
+from picrl_core.features import state_features
+from picrl_core.noise import counter_normal
+from picrl_core.policy import N_OUTPUTS, PolicyNetwork, gaussian_log_prob, squash
+from picrl_core.predictor import GaussianLSTM, predict_gaussian
+from picrl_core.reward import step_reward
+
+
+@dataclass
+class ControllerState:
+    """Per-service state of a batch of B services (struct of arrays, fixed size per service).
+
+    The window fields hold the last W observations ``y``, censoring flags ``c`` and context rows,
+    oldest first. The decision fields describe the action pending for tick ``tick``.
+    """
+
+    keys: np.ndarray  # (B,) uint64 service keys (exploration noise is keyed on them)
+    tick: np.ndarray  # (B,) int64 tick the pending action applies to
+    observations: np.ndarray  # (B, W) float32
+    censored: np.ndarray  # (B, W) bool
+    context: np.ndarray  # (B, W, C) float32 (C may be 0)
+    margin: np.ndarray  # (B,) float64, fast calibrator variable m_t
+    bias: np.ndarray  # (B,) float64, slow calibrator variable b_t
+    censor_streak: np.ndarray  # (B,) int64 consecutive censored steps
+    over_streak: np.ndarray  # (B,) int64 consecutive over-provisioned steps
+    action: np.ndarray  # (B,) float64 a_t in [0, 1]
+    mu: np.ndarray  # (B,) float64 predicted demand mean for tick
+    sigma: np.ndarray  # (B,) float64 predicted demand std for tick
+    eta: np.ndarray  # (B,) float64 calibrator step multiplier chosen for tick
+    k: np.ndarray  # (B,) float64 risk-buffer coefficient chosen for tick
+    pre: np.ndarray  # (B, 2) float32 pre-squash policy sample (for replay log-probs)
+    log_prob: np.ndarray  # (B,) float32 behaviour log-probability of ``pre``
+    features: np.ndarray  # (B, F) float32 state s_t the decision was made from
+
+    def __len__(self) -> int:
+        return int(self.keys.shape[0])
+
+    def take(self, index: np.ndarray | slice) -> "ControllerState":
+        """The sub-batch of services at ``index`` (copies)."""
+        return ControllerState(**{f.name: getattr(self, f.name)[index].copy() for f in fields(self)})
+
+    @staticmethod
+    def concat(states: list["ControllerState"]) -> "ControllerState":
+        return ControllerState(**{f.name: np.concatenate([getattr(s, f.name) for s in states])
+                                  for f in fields(ControllerState)})
+
+
+@dataclass
+class Transition:
+    """``(s_t, action params, r_t, s_{t+1})`` per service, as stored in the replay buffer."""
+
+    features: np.ndarray  # (B, F) float32 s_t
+    pre: np.ndarray  # (B, 2) float32 pre-squash (eta, k) sample
+    log_prob: np.ndarray  # (B,) float32 behaviour log-probability
+    reward: np.ndarray  # (B,) float64 surrogate when censored, true cost otherwise
+    next_features: np.ndarray  # (B, F) float32 s_{t+1}
+    censored: np.ndarray  # (B,) bool
+    action: np.ndarray  # (B,) float64 a_t
+
+
+class PicRLController:
+    """Predict -> plan -> act, and the fast calibrator update, for any number of services at once."""
+
+    def __init__(self, predictor: GaussianLSTM, policy: PolicyNetwork, config: PicRLConfig, *,
+                 explore: bool | None = None, seed: int | None = None) -> None:
+        self.predictor = predictor.eval()
+        self.policy = policy.eval()
+        self.config = config
+        self.explore = config.online.explore if explore is None else explore
+        self.seed = config.seed if seed is None else seed
+        self.window = config.predictor.window
+        self.context_channels = config.predictor.context_channels
+
+    def set_policy(self, policy: PolicyNetwork) -> None:
+        """Hot-swap the acting policy (slow-loop update or a new published version)."""
+        self.policy = policy.eval()
+
+    def initial_state(self, keys: np.ndarray, history: np.ndarray, history_context: np.ndarray | None = None,
+                      start_tick: int | np.ndarray = 0) -> ControllerState:
+        """Cold start from uncensored history ``(B, H)`` (H >= 1) and its context ``(B, H, C)``.
+
+        The window takes the last W history values; a shorter history is padded on the left by
+        repeating its first value. Margin, bias and streaks start at zero (Algorithm 1, line 17).
+        """
+        history = np.asarray(history, dtype=np.float32)
+        if history.ndim != 2 or history.shape[1] < 1:
+            raise ValueError(f"history must have shape (services, steps >= 1); got {history.shape}")
+        n = history.shape[0]
+        context = self._check_context(history_context, history.shape, "history_context")
+        observations, context = _last_window(history, context, self.window)
+        zeros = np.zeros(n)
+        return self._decide(
+            keys=np.asarray(keys, dtype=np.uint64).reshape(n),
+            tick=np.broadcast_to(np.asarray(start_tick, dtype=np.int64), (n,)).copy(),
+            observations=observations, censored=np.zeros_like(observations, dtype=bool), context=context,
+            margin=zeros, bias=zeros.copy(), censor_streak=np.zeros(n, np.int64), over_streak=np.zeros(n, np.int64),
+        )
+
+    def step(self, state: ControllerState, y: np.ndarray, censored: np.ndarray,
+             context: np.ndarray | None = None) -> tuple[ControllerState, Transition]:
+        """Consume feedback ``(y_t, c_t)`` (and this tick's context ``(B, C)``) for the pending
+        actions; return the states with the decisions for the next tick, and the transitions."""
+        y = np.asarray(y, dtype=np.float64).reshape(len(state))
+        censored = np.asarray(censored, dtype=bool).reshape(len(state))
+        a = state.action
+        over = ~censored & (a > y)
+        censor_streak = np.where(censored, state.censor_streak + 1, 0)
+        over_streak = np.where(over, state.over_streak + 1, 0)
+        cfg = self.config
+        reward = step_reward(a, y, censored, state.mu, state.sigma, censor_streak, cfg.cost, cfg.reward)
+        margin, bias = calibrate(state.margin, state.bias, state.eta, censored, over, cfg.calibrator)
+        row_context = self._check_context(None if context is None else np.asarray(context)[:, None, :],
+                                          (len(state), 1), "context")
+        new = self._decide(
+            keys=state.keys, tick=state.tick + 1,
+            observations=_shift(state.observations, y.astype(np.float32)),
+            censored=_shift(state.censored, censored),
+            context=_shift(state.context, row_context[:, 0, :]),
+            margin=margin, bias=bias, censor_streak=censor_streak, over_streak=over_streak,
+        )
+        transition = Transition(features=state.features, pre=state.pre, log_prob=state.log_prob, reward=reward,
+                                next_features=new.features, censored=censored, action=a)
+        return new, transition
+
+    def _check_context(self, context: np.ndarray | None, shape: tuple[int, int], name: str) -> np.ndarray:
+        """Context as ``(B, H, C)`` float32; an empty ``C = 0`` array when the model has no context."""
+        channels = self.context_channels
+        if context is None:
+            if channels:
+                raise ValueError(f"{name} is required: the predictor was trained with {channels} context channel(s)")
+            return np.zeros((*shape, 0), dtype=np.float32)
+        context = np.asarray(context, dtype=np.float32)
+        if context.shape != (*shape, channels):
+            raise ValueError(f"{name} must have shape {(*shape, channels)}; got {context.shape}")
+        return context
+
+    def _decide(self, *, keys: np.ndarray, tick: np.ndarray, observations: np.ndarray, censored: np.ndarray,
+                context: np.ndarray, margin: np.ndarray, bias: np.ndarray, censor_streak: np.ndarray,
+                over_streak: np.ndarray) -> ControllerState:
+        """Predict (mu, sigma), build s_t, plan (eta, k) and act: a = clip(mu + k*sigma + m + b, 0, 1)."""
+        cfg = self.config
+        windows = np.concatenate([observations[:, :, None], censored[:, :, None].astype(np.float32), context], axis=2)
+        mu, sigma = predict_gaussian(self.predictor, windows)
+        if not cfg.ablation.use_uncertainty:  # A1: no probabilistic output, sigma at its floor
+            sigma = np.full_like(sigma, cfg.predictor.sigma_min)
+        recent = slice(-cfg.estimator.window, None)
+        estimate = estimate_censored_demand(observations[:, recent].astype(np.float64), censored[:, recent],
+                                            censor_streak, cfg.estimator, cfg.reward)
+        features = state_features(
+            margin=margin, bias=bias, observations=observations[:, recent], censored=censored[:, recent],
+            censor_streak=censor_streak, over_streak=over_streak, tick=tick, mu=mu, sigma=sigma,
+            estimate=estimate, n_max=cfg.reward.n_max, horizon=cfg.policy.horizon,
+        )
+        pre, log_prob = self._plan(features, keys, tick)
+        eta, k = squash(pre, cfg.policy)
+        buffer = k * sigma if cfg.ablation.use_k_sigma else 0.0
+        action = np.clip(mu + buffer + margin + bias, 0.0, 1.0)
+        return ControllerState(
+            keys=keys, tick=tick, observations=observations, censored=censored, context=context,
+            margin=margin, bias=bias, censor_streak=censor_streak, over_streak=over_streak,
+            action=action, mu=mu, sigma=sigma, eta=eta, k=k, pre=pre, log_prob=log_prob, features=features,
+        )
+
+    def _plan(self, features: np.ndarray, keys: np.ndarray, tick: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Policy output in pre-squash space: the Gaussian mean, plus counter-based noise when exploring."""
+        if features.shape[0] == 0:
+            return np.zeros((0, N_OUTPUTS), np.float32), np.zeros(0, np.float32)
+        with torch.inference_mode():
+            mean, std = self.policy(torch.from_numpy(features))
+            if self.explore:
+                noise = torch.from_numpy(counter_normal(self.seed, keys, tick, N_OUTPUTS).astype(np.float32))
+                pre = mean + std * noise
+            else:
+                pre = mean
+            log_prob = gaussian_log_prob(mean, std, pre)
+        return pre.numpy().copy(), log_prob.numpy().copy()
+
+
+def _shift(window: np.ndarray, newest: np.ndarray) -> np.ndarray:
+    """Drop the oldest entry of each window row and append ``newest`` (axis 1)."""
+    return np.concatenate([window[:, 1:], newest[:, None, ...]], axis=1)
+
+
+def _last_window(history: np.ndarray, context: np.ndarray, window: int) -> tuple[np.ndarray, np.ndarray]:
+    """The last ``window`` steps of history and context, left-padded by repeating the first step."""
+    missing = window - history.shape[1]
+    if missing > 0:
+        history = np.concatenate([np.repeat(history[:, :1], missing, axis=1), history], axis=1)
+        context = np.concatenate([np.repeat(context[:, :1], missing, axis=1), context], axis=1)
+    return history[:, -window:].copy(), context[:, -window:].copy()

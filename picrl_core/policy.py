@@ -1,0 +1,74 @@
+"""Policy and value networks of Sec. 3.2.1: ``(eta_t, k_t) = pi_phi(s_t)`` and ``V_psi(s_t)``.
+
+The policy is a diagonal Gaussian over two pre-squash variables; a sigmoid maps them into the
+paper's ranges ``eta in [0.5, 3]`` (calibrator step multiplier) and ``k in [0, 2]`` (risk-buffer
+coefficient). Acting deterministically uses the Gaussian mean; exploring adds ``std * noise``.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+from torch import nn
+
+from picrl_core.config import PolicyConfig
+from picrl_core.features import FEATURE_NAMES
+
+N_FEATURES = len(FEATURE_NAMES)
+N_OUTPUTS = 2  # (eta, k)
+
+
+def _mlp(inputs: int, hidden: int, outputs: int) -> nn.Sequential:
+    return nn.Sequential(nn.Linear(inputs, hidden), nn.Tanh(), nn.Linear(hidden, hidden), nn.Tanh(),
+                         nn.Linear(hidden, outputs))
+
+
+class PolicyNetwork(nn.Module):
+    """``pi_phi(s)``: Gaussian mean from an MLP over the state features, state-independent log-std."""
+
+    def __init__(self, cfg: PolicyConfig) -> None:
+        super().__init__()
+        self.body = _mlp(N_FEATURES, cfg.hidden, N_OUTPUTS)
+        self.log_std = nn.Parameter(torch.full((N_OUTPUTS,), cfg.init_log_std))
+        with torch.no_grad():  # start near the middle of both ranges with a small output layer
+            last = self.body[-1]
+            assert isinstance(last, nn.Linear)
+            last.weight.mul_(0.1)
+            last.bias.zero_()
+
+    def forward(self, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Mean and std of the pre-squash Gaussian, each ``(B, 2)``."""
+        mean = self.body(features)
+        std = self.log_std.clamp(-5.0, 1.0).exp().expand_as(mean)
+        return mean, std
+
+
+class ValueNetwork(nn.Module):
+    """``V_psi(s)``: the critic, a baseline for the policy gradient."""
+
+    def __init__(self, cfg: PolicyConfig) -> None:
+        super().__init__()
+        self.body = _mlp(N_FEATURES, cfg.hidden, 1)
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        return self.body(features).squeeze(-1)
+
+
+def gaussian_log_prob(mean: torch.Tensor, std: torch.Tensor, pre: torch.Tensor) -> torch.Tensor:
+    """Log density of the pre-squash sample under the diagonal Gaussian, summed over (eta, k)."""
+    z = (pre - mean) / std
+    return (-0.5 * z.pow(2) - std.log() - 0.5 * math.log(2.0 * math.pi)).sum(-1)
+
+
+def gaussian_kl(mean_p: torch.Tensor, std_p: torch.Tensor, mean_q: torch.Tensor, std_q: torch.Tensor) -> torch.Tensor:
+    """``KL(N_p || N_q)`` of diagonal Gaussians, summed over dimensions (closed form)."""
+    return (torch.log(std_q / std_p) + (std_p.pow(2) + (mean_p - mean_q).pow(2)) / (2.0 * std_q.pow(2)) - 0.5).sum(-1)
+
+
+def squash(pre: np.ndarray, cfg: PolicyConfig) -> tuple[np.ndarray, np.ndarray]:
+    """Map pre-squash samples ``(B, 2)`` to ``eta in [eta_low, eta_high]`` and ``k in [k_low, k_high]``."""
+    gate = 1.0 / (1.0 + np.exp(-pre.astype(np.float64)))
+    eta = cfg.eta_low + (cfg.eta_high - cfg.eta_low) * gate[:, 0]
+    k = cfg.k_low + (cfg.k_high - cfg.k_low) * gate[:, 1]
+    return eta, k
