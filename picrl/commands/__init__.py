@@ -1,4 +1,4 @@
 """Sub-commands of the ``picrl`` CLI, in the order ``picrl --help`` lists them."""
-from picrl.commands import kafka
+from picrl.commands import evaluate, kafka, train
 
-COMMANDS = [kafka]
+COMMANDS = [train, evaluate, kafka]

@@ -1,0 +1,92 @@
+"""Shared CLI plumbing for commands that read a trace: ``--dataset NAME`` or ``--trace FILE --column``."""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from picrl.datasets import DATASETS, Trace, load_csv, load_dataset
+from picrl.kafka.local_broker import default_cache
+from picrl.progress import PhaseBars
+from picrl_core.artifact import ModelArtifact, load_artifact, save_artifact
+from picrl_core.config import PicRLConfig
+from picrl_core.pipeline import train_offline
+from picrl_core.series import PreparedSeries, prepare_series
+
+
+def add_trace_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("trace (one of --dataset or --trace)")
+    source = group.add_mutually_exclusive_group(required=True)
+    source.add_argument("--dataset", choices=sorted(DATASETS),
+                        help="a bundled Alibaba trace: " + "; ".join(f"{k}: {v}" for k, v in sorted(DATASETS.items())))
+    source.add_argument("--trace", type=Path, help="a CSV file (plain or .gz) with a demand column")
+    group.add_argument("--column", help="demand column of --trace")
+    group.add_argument("--time-column", help="time column of --trace (seconds or ISO 8601); rows are sorted by it")
+    group.add_argument("--context-columns", nargs="*", default=(), metavar="NAME",
+                       help="extra predictor inputs from --trace (e.g. a duty-cycle column)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of every random choice (default 0)")
+    parser.add_argument("--quick", action="store_true",
+                        help="small budgets (few epochs / iterations) for a fast look; results are weaker")
+    parser.add_argument("--threads", type=int, default=2, help="torch CPU threads (default 2)")
+
+
+def load_trace(args: argparse.Namespace) -> Trace:
+    if args.dataset:
+        return load_dataset(args.dataset)
+    if not args.column:
+        raise ValueError("--trace needs --column NAME (the demand column)")
+    return load_csv(args.trace, args.column, time_column=args.time_column, context_columns=args.context_columns)
+
+
+def prepare(trace: Trace) -> PreparedSeries:
+    return prepare_series(trace.values, trace.name, trace.context, trace.context_names)
+
+
+def config_from_args(args: argparse.Namespace) -> PicRLConfig:
+    torch.set_num_threads(max(1, args.threads))
+    config = PicRLConfig(seed=args.seed)
+    if args.quick:
+        config = replace(config, predictor=replace(config.predictor, epochs=6, max_train_windows=4000),
+                         pretrain=replace(config.pretrain, iterations=20, chunks=32))
+    return config
+
+
+def cache_key(trace: Trace, config: PicRLConfig) -> str:
+    """Digest of the trace content and the config: a cached model is reused only for both unchanged."""
+    digest = hashlib.sha256()
+    digest.update(np.ascontiguousarray(trace.values).tobytes())
+    if trace.context is not None:
+        digest.update(np.ascontiguousarray(trace.context).tobytes())
+    digest.update(json.dumps(config.to_dict(), sort_keys=True).encode())
+    return digest.hexdigest()[:16]
+
+
+def train_with_progress(series: PreparedSeries, config: PicRLConfig) -> ModelArtifact:
+    """Phases 1 and 2 with a progress bar each."""
+    with PhaseBars() as bars:
+        return train_offline(
+            series, config,
+            phase1_progress=bars.phase(config.predictor.epochs, "phase 1: predictor", "epoch",
+                                       ("train_nll", "val_nll", "val_mae")),
+            phase2_progress=bars.phase(config.pretrain.iterations, "phase 2: actor-critic", "iter",
+                                       ("value_loss", "mean_reward", "censor_rate")))
+
+
+def cached_model(trace: Trace, series: PreparedSeries, config: PicRLConfig, cache: Path | None = None) -> tuple[ModelArtifact, Path, bool]:
+    """The model for this trace and config from the cache, training (and caching) it when absent.
+    Returns (artifact, its folder, whether it was trained now)."""
+    folder = (cache or default_cache()) / "models" / f"{_slug(trace.name)}-{cache_key(trace, config)}"
+    if (folder / "artifact.json").exists():
+        return load_artifact(folder), folder, False
+    artifact = train_with_progress(series, config)
+    save_artifact(artifact, folder)
+    return artifact, folder, True
+
+
+def _slug(name: str) -> str:
+    return "".join(ch if ch.isalnum() or ch in "-_" else "-" for ch in name)[:40]

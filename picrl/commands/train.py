@@ -1,0 +1,49 @@
+"""``picrl train``: Phases 1 and 2 on a trace's training split, written as a model artifact."""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+from picrl.commands.source import add_trace_arguments, config_from_args, load_trace, prepare, train_with_progress
+from picrl.reports.figures import plot_training
+from picrl_core.artifact import save_artifact
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser(
+        "train", help="train the predictor (phase 1) and pretrain the policy (phase 2) on a trace",
+        description="Split the trace chronologically 60/20/20, scale it with min-max fitted on the training part, "
+                    "train the Gaussian LSTM predictor by NLL (early stopping on validation NLL), then pretrain the "
+                    "policy and value networks by actor-critic on simulator rollouts of the training split. Writes "
+                    "a model folder (weights.safetensors + artifact.json) and training.png to --out.")
+    add_trace_arguments(parser)
+    parser.add_argument("--out", type=Path, required=True, help="folder for the model artifact and figures")
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    trace = load_trace(args)
+    series = prepare(trace)
+    for note in series.notes:
+        print(f"note: {note}")
+    started = time.monotonic()
+    artifact = train_with_progress(series, config_from_args(args))
+    seconds = time.monotonic() - started
+    artifact.reports["train_seconds"] = seconds
+    save_artifact(artifact, args.out)
+    plot_training(artifact.reports, args.out / "training.png")
+    p1, p2 = artifact.reports["phase1"], artifact.reports["phase2"]
+    summary = {
+        "series": trace.name, "train_seconds": round(seconds, 1),
+        "phase1": {k: p1[k] for k in ("epochs_run", "best_epoch", "val_nll", "val_mae", "coverage_1sigma", "coverage_2sigma")},
+        "phase2_value_loss_first_last": [p2["value_loss"][0], p2["value_loss"][-1]] if p2["value_loss"] else [],
+    }
+    (args.out / "training.json").write_text(json.dumps(summary, indent=2) + "\n")
+    print(f"phase 1: validation MAE {p1['val_mae']:.4f}, NLL {p1['val_nll']:.3f}, coverage "
+          f"mu+-sigma {p1['coverage_1sigma']:.0%}, mu+-2sigma {p1['coverage_2sigma']:.0%} (epochs {p1['epochs_run']})")
+    if p2["value_loss"]:
+        print(f"phase 2: value loss {p2['value_loss'][0]:.4f} -> {p2['value_loss'][-1]:.4f} over {p2['iterations']} iterations")
+    print(f"model written to {args.out} in {seconds:.0f} s")
+    return 0
