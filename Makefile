@@ -15,9 +15,9 @@ $(VENV)/.installed: pyproject.toml
 
 setup: $(VENV)/.installed
 
-## the main job
+## the main job: PIC-RL trained on the GenAI-Mem trace and evaluated online on its test split
 up: setup
-	$(PICRL) up
+	$(PICRL) evaluate --dataset genai-mem --out runs/genai-mem
 
 ## the whole test suite (starts its own Kafka broker unless KAFKA_BOOTSTRAP_SERVERS is set)
 test: setup
