@@ -1,0 +1,86 @@
+"""The asymmetric provisioning cost, Eq. (1), and the evaluation metrics built on it (Sec. 2, 4.1.4).
+
+Metric functions take ``actions`` and ``demand`` as ``(T,)`` (one service) or ``(T, N)`` (``N``
+services side by side, time on axis 0). A ``(T, N)`` episode is pooled: MAE, shortage rate and the
+masses treat every ``(t, service)`` decision as one step, regret sums over all of them, and
+:func:`cumulative_regret` accumulates the per-tick cost summed over services.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from picrl_core.config import CostConfig
+
+
+class EpisodeShapeError(ValueError):
+    """Actions and demand that do not form one episode: different shapes, empty, not 1-D/2-D."""
+
+
+def asymmetric_cost(a: ArrayLike, d: ArrayLike, cost: CostConfig) -> np.ndarray:
+    """Eq. (1): ``l(a, d) = c_under (d - a)_+ + c_over (a - d)_+``, elementwise (broadcasting)."""
+    gap = np.asarray(d, dtype=np.float64) - np.asarray(a, dtype=np.float64)
+    return cost.c_under * np.maximum(gap, 0.0) + cost.c_over * np.maximum(-gap, 0.0)
+
+
+@dataclass(frozen=True)
+class EpisodeMetrics:
+    """What one evaluated episode is reported by (pooled over services for ``(T, N)`` input).
+
+    ``mae``: mean ``|a - d|``; ``regret``: Eq. (2), the summed cost; ``shortage_rate``: share of
+    steps with ``d > a`` (censored steps); ``under_mass``/``over_mass``: summed ``(d - a)_+`` and
+    ``(a - d)_+``; ``action_variance``: variance of the actions over time (population variance,
+    averaged over services for ``(T, N)``, so level differences between services do not count);
+    ``steps``: number of pooled decisions (``T`` or ``T * N``).
+    """
+
+    mae: float
+    regret: float
+    shortage_rate: float
+    under_mass: float
+    over_mass: float
+    action_variance: float
+    steps: int
+
+    def to_dict(self) -> dict[str, float | int]:
+        return asdict(self)
+
+
+def _episode_arrays(actions: ArrayLike, demand: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
+    a = np.asarray(actions, dtype=np.float64)
+    d = np.asarray(demand, dtype=np.float64)
+    if a.shape != d.shape:
+        raise EpisodeShapeError(f"actions have shape {a.shape} but demand has shape {d.shape}")
+    if a.ndim not in (1, 2) or a.size == 0:
+        raise EpisodeShapeError(
+            f"an episode is a non-empty (T,) or (T, N) array; got shape {a.shape}")
+    return a, d
+
+
+def episode_metrics(actions: ArrayLike, demand: ArrayLike, cost: CostConfig) -> EpisodeMetrics:
+    """Metrics of one episode of actions ``a_t`` against the true demand ``d_t`` (Sec. 4.1.4)."""
+    a, d = _episode_arrays(actions, demand)
+    gap = d - a
+    return EpisodeMetrics(
+        mae=float(np.mean(np.abs(gap))),
+        regret=float(np.sum(asymmetric_cost(a, d, cost))),
+        shortage_rate=float(np.mean(gap > 0.0)),
+        under_mass=float(np.sum(np.maximum(gap, 0.0))),
+        over_mass=float(np.sum(np.maximum(-gap, 0.0))),
+        action_variance=float(np.mean(np.var(a, axis=0))),
+        steps=int(a.size),
+    )
+
+
+def cumulative_regret(actions: ArrayLike, demand: ArrayLike, cost: CostConfig) -> np.ndarray:
+    """``(T,)`` running Eq. (2): ``sum_{s <= t} l(a_s, d_s)`` (summed over services for ``(T, N)``).
+
+    The last entry equals :func:`episode_metrics`'s ``regret``.
+    """
+    a, d = _episode_arrays(actions, demand)
+    per_tick = asymmetric_cost(a, d, cost)
+    if per_tick.ndim == 2:
+        per_tick = per_tick.sum(axis=1)
+    return np.cumsum(per_tick)
