@@ -7,7 +7,8 @@
    std, pessimism factor and uncertainty measure.
 
 Counts are divided by ``N_max`` (the pessimism cap) and progress by the policy horizon so every
-feature is of order one.
+feature is of order one; the estimator's mean (an unbounded MLE when almost everything is censored)
+is clipped to ``[-1, 2]``.
 """
 from __future__ import annotations
 
@@ -33,6 +34,6 @@ def state_features(*, margin: np.ndarray, bias: np.ndarray, observations: np.nda
         margin, bias, censored.mean(axis=1),
         censor_streak / n_max, over_streak / n_max,
         observations.mean(axis=1), observations.std(axis=1), np.minimum(tick / horizon, 1.0),
-        mu, sigma, estimate.mean, estimate.std, estimate.pessimism - 1.0, estimate.uncertainty,
+        mu, sigma, np.clip(estimate.mean, -1.0, 2.0), estimate.std, estimate.pessimism - 1.0, estimate.uncertainty,
     )
     return np.stack([np.asarray(c, dtype=np.float32) for c in columns], axis=1)

@@ -32,6 +32,9 @@ def add_trace_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="seed of every random choice (default 0)")
     parser.add_argument("--quick", action="store_true",
                         help="small budgets (few epochs / iterations) for a fast look; results are weaker")
+    parser.add_argument("--config", type=Path, default=None, metavar="FILE",
+                        help='JSON file overriding hyper-parameters of picrl_core/config.py, e.g. '
+                             '{"pretrain": {"iterations": 50}, "cost": {"c_under": 4}}')
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads (default 2)")
 
 
@@ -49,7 +52,13 @@ def prepare(trace: Trace) -> PreparedSeries:
 
 def config_from_args(args: argparse.Namespace) -> PicRLConfig:
     torch.set_num_threads(max(1, args.threads))
-    config = PicRLConfig(seed=args.seed)
+    overrides = {}
+    if args.config is not None:
+        try:
+            overrides = json.loads(args.config.read_text())
+        except ValueError as exc:
+            raise ValueError(f"--config {args.config} is not valid JSON: {exc}") from exc
+    config = replace(PicRLConfig.from_dict(overrides), seed=args.seed)
     if args.quick:
         config = replace(config, predictor=replace(config.predictor, epochs=6, max_train_windows=4000),
                          pretrain=replace(config.pretrain, iterations=20, chunks=32))
