@@ -71,24 +71,21 @@ def run_online(artifact: ModelArtifact, demand: np.ndarray, history: np.ndarray,
     policy = copy.deepcopy(artifact.policy)
     controller = PicRLController(artifact.predictor, policy, config)
     updates: list[SlowUpdateStats] = []
-    hook = None
-    if slow_updates:
-        learner = SlowPolicyLearner(policy, artifact.value, config)
+    learner = SlowPolicyLearner(policy, artifact.value, config) if slow_updates else None
+    if learner is not None:
         controller.set_policy(learner.acting)
-        buffer = ReplayBuffer(config.online.buffer_size, N_FEATURES)
-        since_update = 0
+    buffer = ReplayBuffer(config.online.buffer_size, N_FEATURES)
+    since_update = 0
 
-        def hook(t: int, _: ControllerState, transition: Transition) -> None:
-            nonlocal since_update
+    def hook(t: int, _: ControllerState, transition: Transition) -> None:
+        nonlocal since_update
+        if learner is not None:
             buffer.add(transition)
             since_update += transition.reward.shape[0]
             if since_update >= config.online.n_update and len(buffer) >= min(config.online.batch_size, 32):
                 updates.append(learner.update(buffer))
                 since_update = 0
-            if progress is not None:
-                progress(t)
-    elif progress is not None:
-        def hook(t: int, _: ControllerState, __: Transition) -> None:
+        if progress is not None:
             progress(t)
 
     trajectory = simulate(controller, demand, history, context=context, history_context=history_context,

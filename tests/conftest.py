@@ -11,10 +11,21 @@ import os
 from typing import Iterator
 
 import pytest
+import torch
 
 from picrl.kafka import BrokerError, LocalKafka
 
 KAFKA_IMAGE = "confluentinc/cp-kafka:7.9.0"  # Apache Kafka 3.9, like the provisioned broker
+
+
+@pytest.fixture(scope="session", autouse=True)
+def single_torch_thread() -> Iterator[None]:
+    """One torch thread for the whole suite: these machines have 2 cores and the broker, the workers
+    and pytest compete for them; OpenMP threads spinning on a busy core made runs 10x slower."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
 
 
 def _docker_answers() -> bool:

@@ -35,7 +35,8 @@ def add_trace_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", type=Path, default=None, metavar="FILE",
                         help='JSON file overriding hyper-parameters of picrl_core/config.py, e.g. '
                              '{"pretrain": {"iterations": 50}, "cost": {"c_under": 4}}')
-    parser.add_argument("--threads", type=int, default=2, help="torch CPU threads (default 2)")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch CPU threads (default 1: the networks are small, and extra threads mostly spin)")
 
 
 def load_trace(args: argparse.Namespace) -> Trace:

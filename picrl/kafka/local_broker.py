@@ -288,7 +288,7 @@ class LocalKafka:
                               f"free it, or pick another port (`picrl kafka start --port N` with a new --home)")
         log4j = resources.files("picrl.kafka").joinpath("log4j.properties")
         cmd = [
-            java, f"-Xms128m", f"-Xmx{self.heap_mb}m", "-XX:+UseG1GC", "-Djava.awt.headless=true",
+            java, "-Xms128m", f"-Xmx{self.heap_mb}m", "-XX:+UseG1GC", "-Djava.awt.headless=true",
             f"-Dlog4j.configuration=file:{log4j}", f"-Dkafka.logs.dir={self.home / 'logs'}",
             "-cp", f"{libs}/*", "kafka.Kafka", str(self.home / "server.properties"),
         ]

@@ -1,0 +1,219 @@
+"""The vectorised PIC-RL controller and the closed-loop simulator (picrl_core.controller, .simulator)."""
+from __future__ import annotations
+
+import inspect
+from dataclasses import fields, replace
+
+import numpy as np
+import pytest
+import torch
+
+from picrl_core.config import PicRLConfig
+from picrl_core.controller import ControllerState, PicRLController
+from picrl_core.costs import asymmetric_cost
+from picrl_core.policy import PolicyNetwork
+from picrl_core.predictor import GaussianLSTM
+from picrl_core.reward import surrogate_reward
+from picrl_core.simulator import Trajectory, censor, simulate
+from picrl_core.synthetic import diurnal
+
+T = 80  # closed-loop ticks per test run
+
+
+def _segment(series: np.ndarray, window: int, start: int = 2000) -> tuple[np.ndarray, np.ndarray]:
+    """Single-service ``(demand (T, 1), history (1, W))`` from the held-out end of the fixture series."""
+    return series[start:start + T, None], series[None, start - window:start]
+
+
+def _many(window: int, services: int = 5) -> tuple[np.ndarray, np.ndarray]:
+    """``services`` different diurnal series: demand ``(T, N)`` and history ``(N, W)``."""
+    cols = [diurnal(window + T, period=48, base=0.35 + 0.05 * i, amplitude=0.2, noise=0.04, seed=100 + i)
+            for i in range(services)]
+    stacked = np.stack(cols, axis=1)
+    return stacked[window:], stacked[:window].T.copy()
+
+
+def _run(predictor: GaussianLSTM, policy: PolicyNetwork, config: PicRLConfig, demand: np.ndarray,
+         history: np.ndarray, *, explore: bool = True, seed: int | None = None,
+         keys: np.ndarray | None = None) -> Trajectory:
+    controller = PicRLController(predictor, policy, config, explore=explore, seed=seed)
+    return simulate(controller, demand, history, keys=keys)
+
+
+def test_action_formula_and_parameter_ranges(tiny_predictor: GaussianLSTM, tiny_policy: PolicyNetwork,
+                                             tiny_config: PicRLConfig, diurnal_series: np.ndarray) -> None:
+    traj = _run(tiny_predictor, tiny_policy, tiny_config, *_segment(diurnal_series, tiny_config.predictor.window))
+    expected = np.clip(traj.mu + traj.k * traj.sigma + traj.margin + traj.bias, 0.0, 1.0)
+    np.testing.assert_allclose(traj.action, expected, rtol=0, atol=1e-12)
+    assert np.all((traj.eta >= 0.5) & (traj.eta <= 3.0))
+    assert np.all((traj.k >= 0.0) & (traj.k <= 2.0))
+    assert np.all(traj.sigma > 0)
+    assert traj.censored.any() and (~traj.censored).any()  # both feedback kinds were exercised
+    observed, censored = censor(traj.demand, traj.action)
+    np.testing.assert_array_equal(traj.observed, observed)
+    np.testing.assert_array_equal(traj.censored, censored)
+
+
+@pytest.mark.parametrize("bias, eta, k", [(60.0, 3.0, 2.0), (-60.0, 0.5, 0.0)])
+def test_saturated_policy_hits_the_range_ends(tiny_predictor: GaussianLSTM, tiny_policy: PolicyNetwork,
+                                              tiny_config: PicRLConfig, diurnal_series: np.ndarray, bias: float,
+                                              eta: float, k: float) -> None:
+    with torch.no_grad():
+        tiny_policy.body[-1].bias.fill_(bias)
+    traj = _run(tiny_predictor, tiny_policy, tiny_config, *_segment(diurnal_series, tiny_config.predictor.window))
+    np.testing.assert_allclose(traj.eta, eta, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(traj.k, k, rtol=0, atol=1e-12)
+
+
+def test_actions_are_clipped_to_the_unit_interval(tiny_predictor: GaussianLSTM, tiny_policy: PolicyNetwork,
+                                                  tiny_config: PicRLConfig) -> None:
+    controller = PicRLController(tiny_predictor, tiny_policy, tiny_config, explore=False)
+    low = controller.initial_state(np.array([0, 1], np.uint64), np.zeros((2, 8)))
+    high = low.take(slice(None))
+    for _ in range(200):  # always over-provisioned against zero demand: margin and bias go negative
+        low, _ = controller.step(low, np.zeros(2), np.zeros(2, bool))
+    raw = low.mu + low.k * low.sigma + low.margin + low.bias
+    assert np.all(raw < 0) and np.all(low.action == 0.0)
+    for _ in range(200):  # always short: y = a, margin and bias go up to their limits
+        high, _ = controller.step(high, high.action, np.ones(2, bool))
+    raw = high.mu + high.k * high.sigma + high.margin + high.bias
+    assert np.all(raw > 1) and np.all(high.action == 1.0)
+
+
+def test_controller_cannot_see_demand(tiny_predictor: GaussianLSTM, tiny_policy: PolicyNetwork,
+                                      tiny_config: PicRLConfig, diurnal_series: np.ndarray) -> None:
+    assert set(inspect.signature(PicRLController.step).parameters) == {"self", "state", "y", "censored", "context"}
+    demand, history = _segment(diurnal_series, tiny_config.predictor.window)
+    first = _run(tiny_predictor, tiny_policy, tiny_config, demand, history)
+    assert first.censored.sum() >= 5
+    # larger demand exactly where the first run was short: the feedback (y, c) is the same
+    hidden = np.where(first.censored, first.demand + 0.3 + first.demand * 2.0, first.demand)
+    second = _run(tiny_predictor, tiny_policy, tiny_config, hidden, history)
+    np.testing.assert_array_equal(second.censored, first.censored)
+    np.testing.assert_array_equal(second.observed, first.observed)
+    np.testing.assert_array_equal(second.action, first.action)
+    np.testing.assert_array_equal(second.reward, first.reward)
+
+
+def test_same_seed_same_actions_and_seeds_change_exploration(tiny_predictor: GaussianLSTM,
+                                                             tiny_policy: PolicyNetwork, tiny_config: PicRLConfig,
+                                                             diurnal_series: np.ndarray) -> None:
+    segment = _segment(diurnal_series, tiny_config.predictor.window)
+    a = _run(tiny_predictor, tiny_policy, tiny_config, *segment, seed=3)
+    b = _run(tiny_predictor, tiny_policy, tiny_config, *segment, seed=3)
+    np.testing.assert_array_equal(a.action, b.action)
+    other = _run(tiny_predictor, tiny_policy, tiny_config, *segment, seed=4)
+    assert not np.allclose(other.k, a.k)
+    assert np.mean(np.abs(other.action - a.action)) > 1e-3
+    greedy = [_run(tiny_predictor, tiny_policy, tiny_config, *segment, seed=s, explore=False) for s in (3, 4)]
+    np.testing.assert_array_equal(greedy[0].action, greedy[1].action)  # no noise: the seed is irrelevant
+
+
+@pytest.mark.parametrize("explore", [True, False])
+def test_batch_equals_single_service_runs(tiny_predictor: GaussianLSTM, tiny_policy: PolicyNetwork,
+                                          tiny_config: PicRLConfig, explore: bool) -> None:
+    demand, history = _many(tiny_config.predictor.window)
+    batch = _run(tiny_predictor, tiny_policy, tiny_config, demand, history, explore=explore,
+                 keys=np.arange(5, dtype=np.uint64))
+    for i in range(5):
+        single = _run(tiny_predictor, tiny_policy, tiny_config, demand[:, i:i + 1], history[i:i + 1],
+                      explore=explore, keys=np.array([i], dtype=np.uint64))
+        for f in fields(Trajectory):
+            np.testing.assert_allclose(getattr(single, f.name), getattr(batch.column(i), f.name), rtol=0, atol=1e-6,
+                                       err_msg=f"{f.name} of service {i}")
+    assert not np.allclose(batch.action[:, 0], batch.action[:, 1])  # the services really differ
+
+
+def test_ablation_without_k_sigma_drops_the_buffer(tiny_predictor: GaussianLSTM, tiny_policy: PolicyNetwork,
+                                                   tiny_config: PicRLConfig, diurnal_series: np.ndarray) -> None:
+    config = replace(tiny_config, ablation=replace(tiny_config.ablation, use_k_sigma=False))
+    traj = _run(tiny_predictor, tiny_policy, config, *_segment(diurnal_series, config.predictor.window))
+    np.testing.assert_allclose(traj.action, np.clip(traj.mu + traj.margin + traj.bias, 0.0, 1.0), rtol=0, atol=1e-12)
+    assert np.all(traj.k * traj.sigma > 1e-4)  # the buffer it dropped was not zero anyway
+
+
+def test_ablation_without_uncertainty_pins_sigma(tiny_predictor: GaussianLSTM, tiny_policy: PolicyNetwork,
+                                                 tiny_config: PicRLConfig, diurnal_series: np.ndarray) -> None:
+    config = replace(tiny_config, ablation=replace(tiny_config.ablation, use_uncertainty=False))
+    traj = _run(tiny_predictor, tiny_policy, config, *_segment(diurnal_series, config.predictor.window))
+    np.testing.assert_array_equal(traj.sigma, np.full_like(traj.sigma, config.predictor.sigma_min))
+    full = _run(tiny_predictor, tiny_policy, tiny_config, *_segment(diurnal_series, config.predictor.window))
+    assert np.all(full.sigma > 10 * config.predictor.sigma_min)
+
+
+def test_transition_rewards_are_surrogate_when_censored_and_cost_otherwise(tiny_predictor: GaussianLSTM,
+                                                                           tiny_policy: PolicyNetwork,
+                                                                           tiny_config: PicRLConfig,
+                                                                           diurnal_series: np.ndarray) -> None:
+    traj = _run(tiny_predictor, tiny_policy, tiny_config, *_segment(diurnal_series, tiny_config.predictor.window))
+    c = traj.censored[:, 0]
+    assert c.sum() >= 5 and np.any(c[1:] & c[:-1])  # includes censoring streaks longer than one
+    streak = np.zeros(T, np.int64)
+    for t in range(T):
+        streak[t] = (streak[t - 1] + 1 if t else 1) if c[t] else 0
+    a, mu, sigma = traj.action[:, 0], traj.mu[:, 0], traj.sigma[:, 0]
+    expected = -asymmetric_cost(a, traj.demand[:, 0], tiny_config.cost)
+    expected[c] = surrogate_reward(a[c], mu[c], sigma[c], streak[c], tiny_config.cost, tiny_config.reward)
+    np.testing.assert_allclose(traj.reward[:, 0], expected, rtol=1e-12, atol=1e-15)
+
+
+def _states_equal(a: ControllerState, b: ControllerState) -> None:
+    for f in fields(ControllerState):
+        np.testing.assert_array_equal(getattr(a, f.name), getattr(b, f.name), err_msg=f.name)
+        assert getattr(a, f.name).dtype == getattr(b, f.name).dtype, f.name
+
+
+def test_state_take_and_concat_round_trip(tiny_predictor: GaussianLSTM, tiny_policy: PolicyNetwork,
+                                          tiny_config: PicRLConfig) -> None:
+    demand, history = _many(tiny_config.predictor.window)
+    controller = PicRLController(tiny_predictor, tiny_policy, tiny_config)
+    state = controller.initial_state(np.arange(5, dtype=np.uint64), history)
+    for t in range(3):
+        state, _ = controller.step(state, *censor(demand[t], state.action))
+    assert len(state) == 5
+    _states_equal(ControllerState.concat([state.take(slice(0, 2)), state.take(slice(2, 5))]), state)
+    order = np.array([3, 0, 4, 1, 2])
+    _states_equal(ControllerState.concat([state.take(order[:2]), state.take(order[2:])]), state.take(order))
+    part = state.take(np.array([1]))
+    part.margin[0] = 123.0
+    part.observations[0, 0] = -1.0
+    assert state.margin[1] != 123.0 and state.observations[1, 0] != -1.0  # take copies
+    # stepping a sub-batch gives the same decisions as stepping the whole batch
+    y, c = censor(demand[3], state.action)
+    whole, _ = controller.step(state, y, c)
+    alone, _ = controller.step(state.take(order[:2]), y[order[:2]], c[order[:2]])
+    np.testing.assert_allclose(alone.action, whole.action[order[:2]], rtol=0, atol=1e-6)
+
+
+def test_bad_shapes_raise_value_error(tiny_predictor: GaussianLSTM, tiny_policy: PolicyNetwork,
+                                      tiny_config: PicRLConfig) -> None:
+    controller = PicRLController(tiny_predictor, tiny_policy, tiny_config)
+    keys = np.arange(2, dtype=np.uint64)
+    with pytest.raises(ValueError, match="history must have shape"):
+        controller.initial_state(keys, np.zeros(8))
+    with pytest.raises(ValueError, match="history must have shape"):
+        controller.initial_state(keys, np.zeros((2, 0)))
+    with pytest.raises(ValueError, match="context"):  # this predictor has no context channels
+        controller.initial_state(keys, np.zeros((2, 8)), np.zeros((2, 8, 1)))
+    state = controller.initial_state(keys, np.full((2, 3), 0.4))  # short history is padded
+    assert state.observations.shape == (2, 8)
+    with pytest.raises(ValueError, match="context"):
+        controller.step(state, np.zeros(2), np.zeros(2, bool), context=np.zeros((2, 1)))
+    with pytest.raises(ValueError, match="demand must have shape"):
+        simulate(controller, np.zeros(10), np.zeros((1, 8)))
+
+    with_context = replace(tiny_config, predictor=replace(tiny_config.predictor, context_channels=2))
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        ctx_controller = PicRLController(GaussianLSTM(with_context.predictor), tiny_policy, with_context)
+    with pytest.raises(ValueError, match="history_context is required"):
+        ctx_controller.initial_state(keys, np.zeros((2, 8)))
+    with pytest.raises(ValueError, match=r"history_context must have shape \(2, 8, 2\)"):
+        ctx_controller.initial_state(keys, np.zeros((2, 8)), np.zeros((2, 8, 3)))
+    state = ctx_controller.initial_state(keys, np.zeros((2, 8)), np.zeros((2, 8, 2)))
+    with pytest.raises(ValueError, match="context is required"):
+        ctx_controller.step(state, np.zeros(2), np.zeros(2, bool))
+    with pytest.raises(ValueError, match=r"context must have shape \(2, 1, 2\)"):
+        ctx_controller.step(state, np.zeros(2), np.zeros(2, bool), context=np.zeros((2, 3)))
+    stepped, _ = ctx_controller.step(state, np.zeros(2), np.zeros(2, bool), context=np.ones((2, 2)))
+    np.testing.assert_array_equal(stepped.context[:, -1], np.ones((2, 2)))
