@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from picrl.commands.source import add_trace_arguments, cached_model, config_from_args, load_trace, prepare
+from picrl.commands.source import add_trace_arguments, cached_model, config_from_args, load_series
 from picrl.reports.figures import plot_phase3, plot_training
 from picrl_core.artifact import load_artifact
 from picrl_core.pipeline import evaluation_inputs, run_online
@@ -33,10 +33,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    trace = load_trace(args)
-    series = prepare(trace)
-    for note in series.notes:
-        print(f"note: {note}")
+    trace, series = load_series(args)
     config = config_from_args(args)
     if args.model:
         artifact, origin = load_artifact(args.model), f"model {args.model}"

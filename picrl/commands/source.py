@@ -47,8 +47,13 @@ def load_trace(args: argparse.Namespace) -> Trace:
     return load_csv(args.trace, args.column, time_column=args.time_column, context_columns=args.context_columns)
 
 
-def prepare(trace: Trace) -> PreparedSeries:
-    return prepare_series(trace.values, trace.name, trace.context, trace.context_names)
+def load_series(args: argparse.Namespace) -> tuple[Trace, PreparedSeries]:
+    """The trace named by the arguments, split and scaled; notes on filled gaps or clipping are printed."""
+    trace = load_trace(args)
+    series = prepare_series(trace.values, trace.name, trace.context, trace.context_names)
+    for note in series.notes:
+        print(f"note: {note}")
+    return trace, series
 
 
 def config_from_args(args: argparse.Namespace) -> PicRLConfig:

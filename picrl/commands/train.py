@@ -6,7 +6,7 @@ import json
 import time
 from pathlib import Path
 
-from picrl.commands.source import add_trace_arguments, config_from_args, load_trace, prepare, train_with_progress
+from picrl.commands.source import add_trace_arguments, config_from_args, load_series, train_with_progress
 from picrl.reports.figures import plot_training
 from picrl_core.artifact import save_artifact
 
@@ -24,10 +24,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    trace = load_trace(args)
-    series = prepare(trace)
-    for note in series.notes:
-        print(f"note: {note}")
+    trace, series = load_series(args)
     started = time.monotonic()
     artifact = train_with_progress(series, config_from_args(args))
     seconds = time.monotonic() - started
