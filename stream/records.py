@@ -1,0 +1,437 @@
+"""Versioned wire records of picrl's Kafka topics, and the strict decoder that guards them.
+
+Every value is one JSON object (orjson, never pickle) carrying ``"schema": SCHEMA_VERSION`` and
+``"type": <record name>``; ``bytes`` fields travel base64-encoded. Topics carry raw bytes and the
+workers decode them here, so that bad input becomes a :class:`DecodeError` with a stable
+machine-readable ``reason`` (routed to ``picrl.deadletter``) instead of a crashed worker.
+
+A usage event is the PIC observation of the paper (section 2): after provisioning ``a_t`` the
+cluster reports ``y_t = min(d_t, a_t)`` and ``c_t = 1[d_t > a_t]``, so ``y_t <= a_t`` always and
+``y_t = a_t`` whenever ``c_t = 1``; events breaking either are physically impossible and refused.
+
+Reasons (the closed set :data:`DECODE_REASONS`):
+
+    malformed_json            not bytes, not UTF-8, not JSON (NaN/Infinity literals, overflowing numbers)
+    not_an_object             JSON, but not an object
+    unknown_schema_version    ``schema`` is not exactly the integer SCHEMA_VERSION
+    wrong_record_type         ``type`` names another record
+    missing_field             a field without a default is absent
+    unknown_field             a key this schema does not define
+    wrong_type                a value of the wrong JSON type (bool is never a number, "nan" is not a number)
+    non_finite                NaN or +-inf in a number field (in-process values)
+    out_of_range              a number below its minimum, an integer beyond signed 64 bits
+    negative_usage            usage below zero
+    bad_tick                  tick negative or beyond signed 64 bits
+    bad_service_id            service id empty, longer than MAX_ID_LENGTH, or with control/format characters
+    bad_policy_name           policy name, same rules as a service id
+    bad_base64                a bytes field that is not valid base64
+    bad_parent                a policy version whose parent is not older than itself
+    length_mismatch           transition features and next_features of different lengths
+    usage_above_capacity      uncensored usage above the capacity in force (beyond a relative 1e-9)
+    censored_usage_mismatch   censored usage that differs from the capacity by more than a relative 1e-6
+"""
+from __future__ import annotations
+
+import base64
+import math
+import unicodedata
+from collections.abc import Callable, Mapping
+from dataclasses import MISSING, dataclass, fields
+from functools import cache
+from typing import Any, ClassVar, Literal, NoReturn, Self, TypeVar, get_args
+
+import numpy as np
+import orjson
+
+SCHEMA_VERSION = 1
+MAX_ID_LENGTH = 200
+USAGE_ABOVE_CAPACITY_RTOL = 1e-9
+CENSORED_USAGE_RTOL = 1e-6
+_INT64_MAX = 2**63 - 1
+_SHOWN_CHARS = 80
+_FORBIDDEN_ID_CATEGORIES = frozenset({"Cc", "Cf", "Cs"})  # control, format (e.g. bidi overrides), surrogate
+
+DecodeReason = Literal[
+    "malformed_json", "not_an_object", "unknown_schema_version", "wrong_record_type", "missing_field",
+    "unknown_field", "wrong_type", "non_finite", "out_of_range", "negative_usage", "bad_tick",
+    "bad_service_id", "bad_policy_name", "bad_base64", "bad_parent", "length_mismatch",
+    "usage_above_capacity", "censored_usage_mismatch",
+]
+DECODE_REASONS: frozenset[str] = frozenset(get_args(DecodeReason))
+
+
+class DecodeError(ValueError):
+    """A message value that is not a valid record: ``reason`` is a code from :data:`DECODE_REASONS`,
+    ``detail`` names the offending field and value for a human."""
+
+    def __init__(self, reason: DecodeReason, detail: str) -> None:
+        if reason not in DECODE_REASONS:
+            raise ValueError(f"{reason!r} is not a decode reason; known: {sorted(DECODE_REASONS)}")
+        super().__init__(reason, detail)
+        self.reason: DecodeReason = reason
+        self.detail = detail
+
+    def __str__(self) -> str:
+        return f"{self.reason}: {self.detail}"
+
+
+def _show(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= _SHOWN_CHARS else text[:_SHOWN_CHARS - 3] + "..."
+
+
+def _fail(reason: DecodeReason, name: str, expected: str, value: Any) -> NoReturn:
+    raise DecodeError(reason, f"{name}: expected {expected}, got {_show(value)}")
+
+
+# ---------------------------------------------------------------- field specs
+# A field spec turns one JSON value into the Python value the record holds (or raises DecodeError);
+# it also accepts the numpy scalars and 1-D arrays the controller produces, so records built from
+# controller outputs encode without manual conversion.
+
+Decoder = Callable[[str, Any], Any]
+
+
+@dataclass(frozen=True, slots=True)
+class _Field:
+    decode: Decoder
+    encode: Callable[[str, Any], Any] = lambda _name, value: value
+
+
+def _as_float(name: str, value: Any) -> float:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+        _fail("wrong_type", name, "a number", value)
+    try:
+        number = float(value)
+    except OverflowError:
+        _fail("non_finite", name, "a finite number", value)
+    if not math.isfinite(number):
+        _fail("non_finite", name, "a finite number", value)
+    return number
+
+
+def _number(minimum: float | None = None, reason: DecodeReason = "out_of_range") -> _Field:
+    def decode(name: str, value: Any) -> float:
+        number = _as_float(name, value)
+        if minimum is not None and number < minimum:
+            _fail(reason, name, f"a number >= {minimum:g}", value)
+        return number
+    return _Field(decode)
+
+
+def _integer(minimum: int = 0, reason: DecodeReason = "out_of_range") -> _Field:
+    def decode(name: str, value: Any) -> int:
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+            _fail("wrong_type", name, "an integer", value)
+        number = int(value)
+        if not minimum <= number <= _INT64_MAX:
+            _fail(reason, name, f"an integer in [{minimum}, 2**63 - 1]", value)
+        return number
+    return _Field(decode)
+
+
+def _decode_flag(name: str, value: Any) -> bool:
+    if not isinstance(value, (bool, np.bool_)):
+        _fail("wrong_type", name, "true or false", value)
+    return bool(value)
+
+
+def _decode_text(name: str, value: Any) -> str:
+    if not isinstance(value, str):
+        _fail("wrong_type", name, "a string", value)
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            _fail("wrong_type", name, "valid Unicode text (no lone surrogates)", value)
+    return value
+
+
+def _identifier(reason: DecodeReason) -> _Field:
+    def decode(name: str, value: Any) -> str:
+        text = _decode_text(name, value)
+        if not 0 < len(text) <= MAX_ID_LENGTH:
+            _fail(reason, name, f"1 to {MAX_ID_LENGTH} characters", value)
+        if any(unicodedata.category(char) in _FORBIDDEN_ID_CATEGORIES for char in text):
+            _fail(reason, name, "no control or format characters", value)
+        return text
+    return _Field(decode)
+
+
+def _numbers(length: int | None = None) -> _Field:
+    expected = "a list of numbers" if length is None else f"a list of {length} numbers"
+
+    def decode(name: str, value: Any) -> tuple[float, ...]:
+        if isinstance(value, np.ndarray):
+            if value.ndim != 1:
+                _fail("wrong_type", name, expected, value)
+        elif not isinstance(value, (list, tuple)):
+            _fail("wrong_type", name, expected, value)
+        if length is not None and len(value) != length:
+            _fail("wrong_type", name, expected, value)
+        return tuple(_as_float(f"{name}[{index}]", item) for index, item in enumerate(value))
+    return _Field(decode)
+
+
+def _decode_channels(name: str, value: Any) -> dict[str, float] | None:
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        _fail("wrong_type", name, "an object of numbers or null", value)
+    return {_decode_text(f"{name} key", key): _as_float(f"{name}[{key!r}]", item) for key, item in value.items()}
+
+
+def _optional(spec: _Field) -> _Field:
+    return _Field(lambda name, value: None if value is None else spec.decode(name, value))
+
+
+def _decode_blob(name: str, value: Any) -> bytes:
+    if not isinstance(value, str):
+        _fail("wrong_type", name, "a base64 string", value)
+    try:
+        return base64.b64decode(value, validate=True)
+    except ValueError:  # binascii.Error, or non-ASCII text
+        _fail("bad_base64", name, "valid base64", value)
+
+
+def _encode_blob(name: str, value: Any) -> str:
+    if not isinstance(value, (bytes, bytearray, memoryview)):
+        _fail("wrong_type", name, "bytes", value)
+    return base64.b64encode(value).decode("ascii")
+
+
+_TICK = _integer(reason="bad_tick")
+_COUNT = _integer()
+_FINITE = _number()
+_NON_NEGATIVE = _number(minimum=0.0)
+_TIMESTAMP = _NON_NEGATIVE  # epoch seconds
+_FLAG = _Field(_decode_flag)
+_TEXT = _Field(_decode_text)
+_SERVICE = _identifier("bad_service_id")
+_BLOB = _Field(_decode_blob, _encode_blob)
+
+
+# ---------------------------------------------------------------- the generic record
+
+R = TypeVar("R", bound="_Record")
+
+
+class _Record:
+    """Shared wire behaviour; subclasses are frozen slotted dataclasses declaring ``_TYPE`` and one
+    ``_FIELDS`` spec per dataclass field, in the same order."""
+
+    __slots__ = ()
+    _TYPE: ClassVar[str]
+    _FIELDS: ClassVar[dict[str, _Field]]
+
+    def _check(self) -> None:
+        """Invariants across fields (none by default); raises DecodeError."""
+
+    def _payload(self) -> dict[str, Any]:
+        payload: dict[str, Any] = {"schema": SCHEMA_VERSION, "type": self._TYPE}
+        for name, spec in self._FIELDS.items():
+            payload[name] = spec.encode(name, getattr(self, name))
+        return payload
+
+    def to_bytes(self) -> bytes:
+        """The orjson value for the topic. A record its own decoder would refuse (NaN, negative usage...)
+        raises the same DecodeError here: a worker never emits what another would dead-letter."""
+        return orjson.dumps(type(self).from_dict(self._payload())._payload())
+
+    @classmethod
+    def from_dict(cls, obj: Any) -> Self:
+        """Validate one parsed JSON object (with its ``schema`` and ``type`` keys) into a record."""
+        if not isinstance(obj, Mapping):
+            _fail("not_an_object", "value", "a JSON object", obj)
+        for key in ("schema", "type"):
+            if key not in obj:
+                raise DecodeError("missing_field", f"{key}: required, absent")
+        schema = obj["schema"]
+        if type(schema) is not int or schema != SCHEMA_VERSION:
+            _fail("unknown_schema_version", "schema", f"version {SCHEMA_VERSION}", schema)
+        if obj["type"] != cls._TYPE:
+            _fail("wrong_record_type", "type", repr(cls._TYPE), obj["type"])
+        optional = _optional_fields(cls)
+        unknown = sorted(map(repr, obj.keys() - cls._FIELDS.keys() - {"schema", "type"}))
+        if unknown:
+            raise DecodeError("unknown_field", f"{cls._TYPE} has no field {', '.join(unknown)}")
+        missing = [name for name in cls._FIELDS if name not in obj and name not in optional]
+        if missing:
+            raise DecodeError("missing_field", f"{', '.join(missing)}: required, absent")
+        record = cls(**{name: spec.decode(name, obj[name]) for name, spec in cls._FIELDS.items() if name in obj})
+        record._check()
+        return record
+
+
+@cache
+def _optional_fields(cls: type[_Record]) -> frozenset[str]:
+    """Fields with a dataclass default (may be absent on the wire); checks the specs match the fields."""
+    declared = fields(cls)  # type: ignore[arg-type]
+    if [field.name for field in declared] != list(cls._FIELDS):
+        raise TypeError(f"{cls.__name__}._FIELDS does not list its dataclass fields in order")
+    return frozenset(field.name for field in declared if field.default is not MISSING)
+
+
+def _decode(raw: bytes, cls: type[R]) -> R:
+    if not isinstance(raw, (bytes, bytearray, memoryview)):
+        _fail("malformed_json", "value", "bytes (a tombstone has no record)", raw)
+    try:
+        obj = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise DecodeError("malformed_json", f"value: {exc}") from None
+    return cls.from_dict(obj)
+
+
+# ---------------------------------------------------------------- records
+
+
+@dataclass(frozen=True, slots=True)
+class UsageEvent(_Record):
+    """``picrl.usage``: observed usage ``y_t = min(d_t, a_t)`` and ``c_t = 1[d_t > a_t]`` (paper section 2)
+    in the service's native unit, with the capacity ``a_t`` in force during ``tick``."""
+
+    service: str
+    tick: int
+    usage: float
+    censored: bool
+    capacity: float
+    context: dict[str, float] | None = None  # extra channels, e.g. {"duty_cycle": 0.4}
+    produced_at: float = 0.0  # producer clock, epoch seconds
+
+    _TYPE: ClassVar[str] = "usage"
+    _FIELDS: ClassVar[dict[str, _Field]] = {
+        "service": _SERVICE, "tick": _TICK, "usage": _number(minimum=0.0, reason="negative_usage"),
+        "censored": _FLAG, "capacity": _NON_NEGATIVE, "context": _Field(_decode_channels),
+        "produced_at": _TIMESTAMP,
+    }
+
+    def _check(self) -> None:
+        if not self.censored and self.usage > self.capacity * (1 + USAGE_ABOVE_CAPACITY_RTOL):
+            raise DecodeError("usage_above_capacity", f"usage: {self.usage!r} exceeds capacity {self.capacity!r} "
+                                                      "and censored is false")
+        if self.censored and abs(self.usage - self.capacity) > CENSORED_USAGE_RTOL * self.capacity:
+            raise DecodeError("censored_usage_mismatch", f"usage: {self.usage!r} is censored, so it must equal "
+                                                         f"capacity {self.capacity!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class Action(_Record):
+    """``picrl.actions``: the capacity decided for ``tick`` (native unit and normalised) and its breakdown:
+    prediction ``mu``, ``sigma``, policy outputs ``k``, ``eta``, calibrator ``margin`` and ``bias``."""
+
+    service: str
+    tick: int
+    capacity: float
+    capacity_norm: float
+    mu: float
+    sigma: float
+    k: float
+    eta: float
+    margin: float
+    bias: float
+    policy_version: int
+    censor_streak: int
+    advisory: bool
+    decided_at: float
+    source_produced_at: float
+
+    _TYPE: ClassVar[str] = "action"
+    _FIELDS: ClassVar[dict[str, _Field]] = {
+        "service": _SERVICE, "tick": _TICK, "capacity": _NON_NEGATIVE, "capacity_norm": _FINITE,
+        "mu": _FINITE, "sigma": _NON_NEGATIVE, "k": _FINITE, "eta": _FINITE, "margin": _FINITE,
+        "bias": _FINITE, "policy_version": _COUNT, "censor_streak": _COUNT, "advisory": _FLAG,
+        "decided_at": _TIMESTAMP, "source_produced_at": _TIMESTAMP,
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class TransitionRecord(_Record):
+    """``picrl.replay``: one transition for the slow trainer (state features, pre-squash ``(eta, k)``
+    sample and its behaviour log-probability, reward, next state, censoring, applied action)."""
+
+    service: str
+    tick: int
+    features: tuple[float, ...]
+    pre: tuple[float, float]
+    log_prob: float
+    reward: float
+    next_features: tuple[float, ...]
+    censored: bool
+    action: float
+    policy_version: int
+
+    _TYPE: ClassVar[str] = "transition"
+    _FIELDS: ClassVar[dict[str, _Field]] = {
+        "service": _SERVICE, "tick": _TICK, "features": _numbers(), "pre": _numbers(2), "log_prob": _FINITE,
+        "reward": _FINITE, "next_features": _numbers(), "censored": _FLAG, "action": _FINITE,
+        "policy_version": _COUNT,
+    }
+
+    def _check(self) -> None:
+        if len(self.features) != len(self.next_features):
+            raise DecodeError("length_mismatch", f"next_features: {len(self.next_features)} numbers, "
+                                                 f"features has {len(self.features)}")
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyVersion(_Record):
+    """``picrl.policy`` (compacted, key = ``name``): policy weights as safetensors bytes plus lineage."""
+
+    name: str
+    version: int
+    parent: int | None
+    kl_to_parent: float
+    validation_score: float
+    created_at: float
+    weights: bytes
+    accepted_by_trainer: bool = True
+
+    _TYPE: ClassVar[str] = "policy"
+    _FIELDS: ClassVar[dict[str, _Field]] = {
+        "name": _identifier("bad_policy_name"), "version": _COUNT, "parent": _optional(_COUNT),
+        "kl_to_parent": _NON_NEGATIVE, "validation_score": _FINITE, "created_at": _TIMESTAMP,
+        "weights": _BLOB, "accepted_by_trainer": _FLAG,
+    }
+
+    def _check(self) -> None:
+        if self.parent is not None and self.parent >= self.version:
+            raise DecodeError("bad_parent", f"parent: {self.parent} is not older than version {self.version}")
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter(_Record):
+    """``picrl.deadletter``: a message that could not be used, verbatim, with the reason it was refused."""
+
+    reason: str
+    detail: str
+    topic: str
+    partition: int
+    offset: int
+    raw: bytes
+    failed_at: float
+
+    _TYPE: ClassVar[str] = "deadletter"
+    _FIELDS: ClassVar[dict[str, _Field]] = {
+        "reason": _TEXT, "detail": _TEXT, "topic": _TEXT, "partition": _COUNT, "offset": _COUNT,
+        "raw": _BLOB, "failed_at": _TIMESTAMP,
+    }
+
+
+def decode_usage(raw: bytes) -> UsageEvent:
+    return _decode(raw, UsageEvent)
+
+
+def decode_action(raw: bytes) -> Action:
+    return _decode(raw, Action)
+
+
+def decode_transition(raw: bytes) -> TransitionRecord:
+    return _decode(raw, TransitionRecord)
+
+
+def decode_policy(raw: bytes) -> PolicyVersion:
+    return _decode(raw, PolicyVersion)
+
+
+def decode_dead_letter(raw: bytes) -> DeadLetter:
+    return _decode(raw, DeadLetter)
