@@ -5,4 +5,4 @@ from picrl.kafka.local_broker import BrokerError
 from picrl_core.series import UnusableSeriesError
 
 # Expected failures a user can act on: bad input, missing tools, an unreachable broker.
-UserError = (BrokerError, UnusableSeriesError, FileNotFoundError, ValueError)
+UserError = (BrokerError, UnusableSeriesError, FileNotFoundError, ValueError, ConnectionError)

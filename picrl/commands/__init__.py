@@ -1,4 +1,4 @@
 """Sub-commands of the ``picrl`` CLI, in the order ``picrl --help`` lists them."""
-from picrl.commands import evaluate, kafka, train
+from picrl.commands import evaluate, kafka, topics, train
 
-COMMANDS = [train, evaluate, kafka]
+COMMANDS = [train, evaluate, kafka, topics]

@@ -1,0 +1,85 @@
+"""picrl's Kafka topics: names, partition counts and the retention/compaction each one needs.
+
+| topic              | key          | partitions | kept                                            |
+|--------------------|--------------|------------|-------------------------------------------------|
+| ``<p>.usage``      | service id   | N          | 7 days (telemetry replays and recovery)          |
+| ``<p>.actions``    | service id   | N          | 7 days (schedulers and audits read it)           |
+| ``<p>.replay``     | service id   | N          | bounded: 1 day and 256 MiB per partition         |
+| ``<p>.policy``     | policy name  | 1          | compacted: the newest version of each policy     |
+| ``<p>.deadletter`` | service id   | N          | 14 days and 64 MiB per partition                 |
+
+Usage, actions, replay and dead letters share one partition count so that a service's events,
+decisions and transitions live on the same partition number (Faust tables need the changelog
+partitions to match the source topic's).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+DAY_MS = 86_400_000
+MIB = 1 << 20
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    """One topic: its name, partition count and topic-level configs."""
+
+    name: str
+    partitions: int
+    config: dict[str, str] = field(default_factory=dict)
+    purpose: str = ""
+
+
+class TopicMismatchError(ValueError):
+    """An existing topic differs from what picrl needs (e.g. fewer partitions)."""
+
+
+def topic_specs(prefix: str = "picrl", partitions: int = 8) -> list[TopicSpec]:
+    """The five topics of a picrl deployment (see the module table)."""
+    if partitions < 1:
+        raise ValueError(f"partitions must be >= 1; got {partitions}")
+    delete = {"cleanup.policy": "delete"}
+    return [
+        TopicSpec(f"{prefix}.usage", partitions, {**delete, "retention.ms": str(7 * DAY_MS)},
+                  "per-tick censored usage events, keyed by service"),
+        TopicSpec(f"{prefix}.actions", partitions, {**delete, "retention.ms": str(7 * DAY_MS)},
+                  "provisioning decisions with their breakdown, keyed by service"),
+        TopicSpec(f"{prefix}.replay", partitions,
+                  {**delete, "retention.ms": str(DAY_MS), "retention.bytes": str(256 * MIB)},
+                  "transitions for the slow policy trainer (bounded)"),
+        TopicSpec(f"{prefix}.policy", 1,
+                  {"cleanup.policy": "compact", "min.compaction.lag.ms": "0", "segment.ms": str(3_600_000),
+                   "max.message.bytes": str(8 * MIB)},
+                  "versioned policy weights, compacted per policy name"),
+        TopicSpec(f"{prefix}.deadletter", partitions,
+                  {**delete, "retention.ms": str(14 * DAY_MS), "retention.bytes": str(64 * MIB)},
+                  "rejected input with a machine-readable reason"),
+    ]
+
+
+async def ensure_topics(bootstrap: str, specs: list[TopicSpec]) -> dict[str, str]:
+    """Create the missing topics; check existing ones have enough partitions.
+
+    Returns ``{name: "created" | "exists"}``; raises :class:`TopicMismatchError` when an existing
+    topic has fewer partitions than its spec (adding partitions would move keys between them).
+    """
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, client_id="picrl-topics")
+    await admin.start()
+    try:
+        existing = set(await admin.list_topics())
+        missing = [s for s in specs if s.name not in existing]
+        if missing:
+            await admin.create_topics([NewTopic(s.name, s.partitions, 1, topic_configs=s.config) for s in missing])
+        present = [s for s in specs if s.name in existing]
+        if present:
+            described = {t["topic"]: len(t["partitions"]) for t in await admin.describe_topics([s.name for s in present])}
+            for spec in present:
+                if described.get(spec.name, 0) < spec.partitions:
+                    raise TopicMismatchError(
+                        f"topic {spec.name} exists with {described.get(spec.name, 0)} partition(s) but picrl needs "
+                        f"{spec.partitions}; recreate it, or run with --partitions {described.get(spec.name, 0)}")
+    finally:
+        await admin.close()
+    return {s.name: ("created" if s in missing else "exists") for s in specs}

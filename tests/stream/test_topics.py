@@ -1,0 +1,58 @@
+"""picrl's topics on the real broker: created with their partitions, retention and compaction."""
+from __future__ import annotations
+
+import asyncio
+import uuid
+from pathlib import Path
+
+import pytest
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+
+from picrl.cli import main
+from stream.topics import TopicMismatchError, ensure_topics, topic_specs
+
+
+async def _describe(bootstrap: str, names: list[str]) -> tuple[dict[str, int], dict[str, dict[str, str]]]:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        partitions = {t["topic"]: len(t["partitions"]) for t in await admin.describe_topics(names)}
+        responses = await admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, n) for n in names])
+        configs = {resource[3]: {entry[0]: entry[1] for entry in resource[4]}
+                   for response in responses for resource in response.resources}
+    finally:
+        await admin.close()
+    return partitions, configs
+
+
+def test_topics_get_partitions_retention_and_compaction(kafka_bootstrap: str, capsys: pytest.CaptureFixture[str]) -> None:
+    prefix = f"t{uuid.uuid4().hex[:8]}"
+    assert main(["topics", "create", "--bootstrap", kafka_bootstrap, "--prefix", prefix, "--partitions", "3"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("created") == 5
+    names = [s.name for s in topic_specs(prefix, 3)]
+    partitions, configs = asyncio.run(_describe(kafka_bootstrap, names))
+    assert partitions == {f"{prefix}.usage": 3, f"{prefix}.actions": 3, f"{prefix}.replay": 3,
+                          f"{prefix}.policy": 1, f"{prefix}.deadletter": 3}
+    assert configs[f"{prefix}.policy"]["cleanup.policy"] == "compact"
+    assert configs[f"{prefix}.replay"]["cleanup.policy"] == "delete"
+    assert configs[f"{prefix}.replay"]["retention.bytes"] == str(256 << 20)
+    assert configs[f"{prefix}.deadletter"]["retention.ms"] == str(14 * 86_400_000)
+
+    assert main(["topics", "create", "--bootstrap", kafka_bootstrap, "--prefix", prefix, "--partitions", "3"]) == 0
+    assert capsys.readouterr().out.count("exists") == 5
+    with pytest.raises(TopicMismatchError, match=rf"{prefix}\.usage exists with 3 partition\(s\) but picrl needs 6"):
+        asyncio.run(ensure_topics(kafka_bootstrap, topic_specs(prefix, 6)))
+
+
+def test_no_broker_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                    capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("PICRL_KAFKA_HOME", str(tmp_path))
+    assert main(["topics", "create"]) == 2
+    assert "no local broker is running: start one with `picrl kafka start`" in capsys.readouterr().err
+
+
+def test_partitions_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="partitions must be >= 1"):
+        topic_specs("x", 0)
