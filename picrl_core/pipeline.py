@@ -72,14 +72,14 @@ def run_online(artifact: ModelArtifact, demand: np.ndarray, history: np.ndarray,
     controller = PicRLController(artifact.predictor, policy, config)
     updates: list[SlowUpdateStats] = []
     learner = SlowPolicyLearner(policy, artifact.value, config) if slow_updates else None
+    buffer = ReplayBuffer(config.online.buffer_size, N_FEATURES) if learner is not None else None
     if learner is not None:
         controller.set_policy(learner.acting)
-    buffer = ReplayBuffer(config.online.buffer_size, N_FEATURES)
     since_update = 0
 
     def hook(t: int, _: ControllerState, transition: Transition) -> None:
         nonlocal since_update
-        if learner is not None:
+        if learner is not None and buffer is not None:
             buffer.add(transition)
             since_update += transition.reward.shape[0]
             if since_update >= config.online.n_update and len(buffer) >= min(config.online.batch_size, 32):

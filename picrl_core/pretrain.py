@@ -35,8 +35,8 @@ class PretrainReport:
 
 
 def _chunks(series: np.ndarray, starts: np.ndarray, length: int) -> np.ndarray:
-    """``series[start : start + length]`` for each start, stacked as ``(length, len(starts), ...)``."""
-    return np.swapaxes(series[starts[:, None] + np.arange(length)[None, :]], 0, 1)
+    """``series[start : start + length]`` for each start, stacked as ``(len(starts), length, ...)``."""
+    return series[starts[:, None] + np.arange(length)[None, :]]
 
 
 def gae(rewards: torch.Tensor, values: torch.Tensor, next_values: torch.Tensor, discount: float,
@@ -80,9 +80,10 @@ def pretrain_policy(predictor: GaussianLSTM, train: np.ndarray, config: PicRLCon
         def collect(_: int, __: ControllerState, transition: Transition) -> None:
             steps.append(transition)
 
-        context = None if train_context is None else _chunks(train_context, starts, length)
-        history_context = None if train_context is None else np.swapaxes(_chunks(train_context, history_starts, window), 0, 1)
-        simulate(controller, _chunks(train, starts, length), np.swapaxes(_chunks(train, history_starts, window), 0, 1),
+        # the simulator takes demand/context time-major (T, B, ...) and history service-major (B, H, ...)
+        context = None if train_context is None else np.swapaxes(_chunks(train_context, starts, length), 0, 1)
+        history_context = None if train_context is None else _chunks(train_context, history_starts, window)
+        simulate(controller, np.swapaxes(_chunks(train, starts, length), 0, 1), _chunks(train, history_starts, window),
                  context=context, history_context=history_context,
                  keys=np.arange(cfg.chunks, dtype=np.uint64) + np.uint64(iteration * cfg.chunks), on_step=collect)
         features = torch.from_numpy(np.stack([s.features for s in steps]))
