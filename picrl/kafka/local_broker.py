@@ -202,6 +202,15 @@ def _read_ports(props: Path) -> tuple[int, int]:
     return int(port.group(1)), int(ctrl.group(1))
 
 
+def new_cluster_id() -> str:
+    """A random Kafka cluster id (base64url UUID). Like Kafka's own ``Uuid.randomUuid`` it never
+    starts with '-', which the storage tool's argument parser would read as an option."""
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
+
+
 class LocalKafka:
     """Start, stop and inspect the project-provisioned broker living in ``home``."""
 
@@ -262,7 +271,7 @@ class LocalKafka:
         self.home.mkdir(parents=True, exist_ok=True)
         shutil.rmtree(data, ignore_errors=True)
         props.write_text(server_properties(port, controller_port, data))
-        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        cluster_id = new_cluster_id()
         proc = subprocess.run(
             [java, "-cp", f"{libs}/*", "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(props)],
             capture_output=True, text=True, timeout=120,

@@ -6,6 +6,7 @@ import json
 import shutil
 import socket
 import stat
+import uuid
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,7 @@ from aiokafka import AIOKafkaProducer
 
 from picrl.cli import main
 from picrl.kafka import BrokerError, LocalKafka
-from picrl.kafka.local_broker import default_cache, server_properties
+from picrl.kafka.local_broker import default_cache, new_cluster_id, server_properties
 from picrl.kafka.probe import answers_metadata
 from tests.support.kafka import consume, create_topics, unique
 
@@ -26,6 +27,14 @@ def test_single_node_config_lets_transactions_and_groups_start(tmp_path: Path) -
     assert props["process.roles"] == "broker,controller"
     assert props["listeners"] == "PLAINTEXT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093"
     assert props["log.dirs"] == str(tmp_path)
+
+
+def test_cluster_id_never_starts_with_a_dash(monkeypatch: pytest.MonkeyPatch) -> None:
+    # 0xF8 encodes to a leading '-' in base64url; the storage tool would parse it as an option.
+    drawn = iter([uuid.UUID(bytes=bytes([0xF8]) + bytes(15)), uuid.UUID(bytes=bytes([0x10]) + bytes(15))])
+    monkeypatch.setattr(uuid, "uuid4", lambda: next(drawn))
+    cluster_id = new_cluster_id()
+    assert not cluster_id.startswith("-") and cluster_id.startswith("E")
 
 
 def test_missing_java_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
