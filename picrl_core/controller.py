@@ -13,6 +13,7 @@ from dataclasses import dataclass, fields
 import numpy as np
 import torch
 
+from picrl_core.batching import in_fixed_chunks
 from picrl_core.calibrator import calibrate
 from picrl_core.censored_estimator import estimate_censored_demand
 from picrl_core.config import PicRLConfig
@@ -182,13 +183,15 @@ class PicRLController:
         """Policy output in pre-squash space: the Gaussian mean, plus counter-based noise when exploring."""
         if features.shape[0] == 0:
             return np.zeros((0, N_OUTPUTS), np.float32), np.zeros(0, np.float32)
+        noise = counter_normal(self.seed, keys, tick, N_OUTPUTS).astype(np.float32) if self.explore else None
+
+        def forward(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+            mean, std = self.policy(torch.from_numpy(rows))
+            return mean.numpy(), std.numpy()
+
         with torch.inference_mode():
-            mean, std = self.policy(torch.from_numpy(features))
-            if self.explore:
-                noise = torch.from_numpy(counter_normal(self.seed, keys, tick, N_OUTPUTS).astype(np.float32))
-                pre = mean + std * noise
-            else:
-                pre = mean
+            mean, std = (torch.from_numpy(out) for out in in_fixed_chunks(forward, features))
+            pre = mean if noise is None else mean + std * torch.from_numpy(noise)
             log_prob = gaussian_log_prob(mean, std, pre)
         return pre.numpy().copy(), log_prob.numpy().copy()
 

@@ -17,14 +17,15 @@ import numpy as np
 import torch
 from numpy.lib.stride_tricks import sliding_window_view
 
+from picrl_core.batching import in_fixed_chunks
 from picrl_core.config import PredictorConfig
 
 # Std of the per-step noise of the synthetic provisioning threshold, drawn per window from this range.
 _CENSOR_NOISE_RANGE = (0.01, 0.1)
 # Predicted std at initialisation (demand lives in [0, 1]); keeps the first NLL gradients moderate.
 _INITIAL_SIGMA = 0.1
-# Rows per forward pass in inference: bounds the memory of the LSTM's per-step outputs.
-_INFERENCE_CHUNK = 65_536
+# Windows built at once when evaluating a whole series: bounds the memory of the window copies.
+_EVALUATION_BLOCK = 65_536
 # Seed of the (uncensored, so in fact randomness-free) validation windows.
 _VALIDATION_SEED = 0
 
@@ -159,7 +160,8 @@ def make_windows(
 
 
 def predict_gaussian(model: GaussianLSTM, windows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Batched inference: ``windows`` (B, W, 2 + C) -> ``(mu, sigma)`` as float64 (B,), any B >= 0."""
+    """Batched inference: ``windows`` (B, W, 2 + C) -> ``(mu, sigma)`` as float64 (B,), any B >= 0.
+    Batch-invariant: a row's result does not depend on the other rows (see ``picrl_core.batching``)."""
     windows = np.asarray(windows)
     if windows.ndim != 3 or windows.shape[2] != model.input_size:
         raise PredictorInputError(
@@ -168,14 +170,14 @@ def predict_gaussian(model: GaussianLSTM, windows: np.ndarray) -> tuple[np.ndarr
     if windows.shape[0] == 0:
         return np.empty(0), np.empty(0)
     device = next(model.parameters()).device
-    mus, sigmas = [], []
+
+    def forward(chunk: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        mu, sigma = model(torch.from_numpy(chunk.astype(np.float32, copy=False)).to(device))
+        return mu.cpu().numpy(), sigma.cpu().numpy()
+
     with torch.inference_mode():
-        for lo in range(0, windows.shape[0], _INFERENCE_CHUNK):
-            chunk = np.ascontiguousarray(windows[lo : lo + _INFERENCE_CHUNK], dtype=np.float32)
-            mu, sigma = model(torch.from_numpy(chunk).to(device))
-            mus.append(mu.cpu().numpy())
-            sigmas.append(sigma.cpu().numpy())
-    return np.concatenate(mus).astype(np.float64), np.concatenate(sigmas).astype(np.float64)
+        mu, sigma = in_fixed_chunks(forward, windows)
+    return mu.astype(np.float64), sigma.astype(np.float64)
 
 
 def evaluate_predictor(
@@ -188,8 +190,8 @@ def evaluate_predictor(
     rng = np.random.default_rng(_VALIDATION_SEED)
     n_all = len(series) - window
     mu, sigma, target = [], [], []
-    for lo in range(0, n_all, _INFERENCE_CHUNK):
-        starts = np.arange(lo, min(lo + _INFERENCE_CHUNK, n_all))
+    for lo in range(0, n_all, _EVALUATION_BLOCK):
+        starts = np.arange(lo, min(lo + _EVALUATION_BLOCK, n_all))
         x, t = make_windows(series, context, window, rng, 0.0, starts=starts)
         m, s = predict_gaussian(model, x)
         mu.append(m)

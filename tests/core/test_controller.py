@@ -217,3 +217,24 @@ def test_bad_shapes_raise_value_error(tiny_predictor: GaussianLSTM, tiny_policy:
         ctx_controller.step(state, np.zeros(2), np.zeros(2, bool), context=np.zeros((2, 3)))
     stepped, _ = ctx_controller.step(state, np.zeros(2), np.zeros(2, bool), context=np.ones((2, 2)))
     np.testing.assert_array_equal(stepped.context[:, -1], np.ones((2, 2)))
+
+
+def test_decisions_do_not_depend_on_batch_composition(tiny_config: PicRLConfig) -> None:
+    """A stream worker steps a service in whatever batch it arrives in; its decision must be the
+    simulator's to the bit (networks run in fixed-size chunks, see picrl_core.batching)."""
+    torch.manual_seed(0)
+    controller = PicRLController(GaussianLSTM(tiny_config.predictor), PolicyNetwork(tiny_config.policy), tiny_config)
+    rng = np.random.default_rng(3)
+    n = 37
+    history = rng.uniform(0.2, 0.8, (n, 40))
+    keys = np.arange(n, dtype=np.uint64)
+    together = controller.initial_state(keys, history)
+    alone = [controller.initial_state(keys[i:i + 1], history[i:i + 1]) for i in range(n)]
+    for _ in range(12):
+        demand = rng.uniform(0.0, 1.0, n)
+        y, censored = np.minimum(demand, together.action), demand > together.action
+        together, _ = controller.step(together, y, censored)
+        alone = [controller.step(s, y[i:i + 1], censored[i:i + 1])[0] for i, s in enumerate(alone)]
+        joined = ControllerState.concat(alone)
+        for name in ("action", "mu", "sigma", "eta", "k", "log_prob"):
+            assert np.array_equal(getattr(joined, name), getattr(together, name)), name
