@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load, load_file, save, save_file
 
 from picrl_core.config import PicRLConfig
 from picrl_core.policy import PolicyNetwork, ValueNetwork
@@ -92,3 +92,25 @@ def load_artifact(folder: Path) -> ModelArtifact:
         module.eval()
     return ModelArtifact(config, networks["predictor"], networks["policy"], networks["value"],  # type: ignore[arg-type]
                          manifest.get("scaling", {}), manifest.get("reports", {}))
+
+
+def policy_to_bytes(policy: PolicyNetwork) -> bytes:
+    """The policy's weights as safetensors bytes (what travels on the policy topic)."""
+    return save({name: t.detach().contiguous().clone() for name, t in policy.state_dict().items()})
+
+
+def policy_from_bytes(weights: bytes, config: PicRLConfig) -> PolicyNetwork:
+    """A policy network of ``config``'s shape from safetensors bytes; :class:`ArtifactError` when the
+    bytes are not safetensors, do not fit the network, or hold NaN/inf."""
+    try:
+        tensors = load(weights)
+    except (SafetensorError, ValueError, TypeError) as exc:
+        raise ArtifactError(f"policy weights are not readable safetensors: {exc}") from exc
+    policy = PolicyNetwork(config.policy)
+    try:
+        policy.load_state_dict(tensors)
+    except RuntimeError as exc:
+        raise ArtifactError(f"policy weights do not fit the configured network: {str(exc).splitlines()[0]}") from exc
+    if not all(torch.isfinite(t).all() for t in tensors.values()):
+        raise ArtifactError("policy weights contain NaN or infinite values")
+    return policy.eval()

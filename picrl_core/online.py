@@ -9,6 +9,7 @@ trainer worker.
 from __future__ import annotations
 
 import copy
+import math
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -19,6 +20,7 @@ from picrl_core.controller import Transition
 from picrl_core.policy import PolicyNetwork, ValueNetwork, gaussian_kl, gaussian_log_prob
 
 _RATIO_CLIP = 0.2
+_SCORE_WEIGHT_CAP = 10.0
 
 
 class ReplayBuffer:
@@ -58,7 +60,13 @@ class ReplayBuffer:
         self.added += count
 
     def sample(self, batch_size: int, rng: np.random.Generator) -> dict[str, torch.Tensor]:
-        index = rng.integers(0, self._size, size=min(batch_size, self._size))
+        return self._rows(rng.integers(0, self._size, size=min(batch_size, self._size)))
+
+    def contents(self) -> dict[str, torch.Tensor]:
+        """Every transition held, as tensors (for validation)."""
+        return self._rows(np.arange(self._size))
+
+    def _rows(self, index: np.ndarray) -> dict[str, torch.Tensor]:
         return {name: torch.from_numpy(getattr(self, f"_{name}")[index])
                 for name in ("features", "next_features", "pre", "log_prob", "reward")}
 
@@ -127,3 +135,17 @@ class SlowPolicyLearner:
             kl_to_parent = float(gaussian_kl(new_mean, new_std, old_mean, old_std).mean())
         self.updates += 1
         return SlowUpdateStats(self.updates, buffer.added, kl_to_parent, actor_loss.item(), value_loss.item())
+
+
+def off_policy_score(policy: PolicyNetwork, batch: dict[str, torch.Tensor]) -> float:
+    """Validation score of ``policy`` on held-out replayed transitions: the self-normalised
+    importance-sampling estimate of its mean one-step reward (higher is better),
+    ``sum_i w_i r_i / sum_i w_i`` with ``w_i = pi(pre_i | s_i) / b(pre_i | s_i)`` capped at 10,
+    ``b`` the behaviour policy that acted. Policies are compared on the same transitions."""
+    if batch["reward"].numel() == 0:
+        raise ValueError("no held-out transitions to score the policy on")
+    with torch.no_grad():
+        mean, std = policy(batch["features"])
+        log_ratio = gaussian_log_prob(mean, std, batch["pre"]) - batch["log_prob"]
+        weights = log_ratio.clamp(max=math.log(_SCORE_WEIGHT_CAP)).exp()
+        return float((weights * batch["reward"]).sum() / weights.sum().clamp(min=1e-12))

@@ -43,7 +43,8 @@ def train_offline(series: PreparedSeries, config: PicRLConfig, *, phase1_progres
                                                      train_context=series.train_ctx, progress=phase2_progress)
     return ModelArtifact(
         config=config, predictor=predictor, policy=policy, value=value,
-        scaling={"series": series.scaler.to_dict(), "context": [s.to_dict() for s in series.context_scalers]},
+        scaling={"series": series.scaler.to_dict(), "context": [s.to_dict() for s in series.context_scalers],
+                 "context_names": list(series.context_names)},
         reports={"series": series.name, "notes": list(series.notes), "phase1": predictor_report.to_dict(),
                  "phase2": pretrain_report.to_dict()},
     )

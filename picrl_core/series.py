@@ -12,6 +12,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from picrl_core.scaling import from_unit, to_unit
+
 
 class UnusableSeriesError(ValueError):
     """A series (or context channel) that cannot be used: too short, constant, gaps too long..."""
@@ -142,10 +144,10 @@ class MinMaxScaler:
         return cls(low, high)
 
     def transform(self, x: np.ndarray) -> np.ndarray:
-        return np.clip((np.asarray(x, dtype=np.float64) - self.low) / (self.high - self.low), 0.0, 1.0)
+        return to_unit(x, self.low, self.high)
 
     def inverse(self, x: np.ndarray) -> np.ndarray:
-        return np.asarray(x, dtype=np.float64) * (self.high - self.low) + self.low
+        return from_unit(x, self.low, self.high)
 
     def to_dict(self) -> dict[str, float]:
         return {"low": self.low, "high": self.high}
@@ -174,6 +176,7 @@ class PreparedSeries:
     scaler: MinMaxScaler
     context_scalers: tuple[MinMaxScaler, ...]
     notes: tuple[str, ...]
+    context_names: tuple[str, ...] = ()
 
 
 def prepare_series(values: np.ndarray, name: str, context: np.ndarray | None = None,
@@ -198,7 +201,7 @@ def prepare_series(values: np.ndarray, name: str, context: np.ndarray | None = N
                     for j, c in enumerate(context_names))
     scaled = np.column_stack([s.transform(ctx[:, j]) for j, s in enumerate(scalers)])
     return PreparedSeries(name, train, val, test, *(scaled[p] for p in parts), scaler, scalers,
-                          tuple(notes + ctx_notes))
+                          tuple(notes + ctx_notes), tuple(context_names))
 
 
 def _clipping_notes(values: np.ndarray, parts: tuple[slice, slice, slice], scaler: "MinMaxScaler") -> list[str]:

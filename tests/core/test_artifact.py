@@ -15,7 +15,8 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from picrl_core import artifact as artifact_module
-from picrl_core.artifact import MANIFEST, WEIGHTS, ArtifactError, ModelArtifact, load_artifact, save_artifact
+from picrl_core.artifact import (MANIFEST, WEIGHTS, ArtifactError, ModelArtifact, load_artifact, policy_from_bytes,
+                                 policy_to_bytes, save_artifact)
 from picrl_core.config import PicRLConfig
 from picrl_core.controller import PicRLController
 from picrl_core.policy import PolicyNetwork, ValueNetwork
@@ -157,3 +158,19 @@ def test_loading_never_unpickles(saved: tuple[ModelArtifact, Path], monkeypatch:
         monkeypatch.setattr(target, name, forbidden)
     _, folder = saved
     load_artifact(folder)  # still loads with every unpickling entry point disabled
+
+
+def test_policy_bytes_round_trip_and_refuse_bad_weights(tiny_config: PicRLConfig, tiny_policy: PolicyNetwork) -> None:
+    restored = policy_from_bytes(policy_to_bytes(tiny_policy), tiny_config)
+    for (name, a), (_, b) in zip(tiny_policy.state_dict().items(), restored.state_dict().items()):
+        assert torch.equal(a, b), name
+    with pytest.raises(ArtifactError, match="not readable safetensors"):
+        policy_from_bytes(b"not safetensors", tiny_config)
+    wider = PolicyNetwork(replace(tiny_config.policy, hidden=tiny_config.policy.hidden + 1))
+    with pytest.raises(ArtifactError, match="do not fit"):
+        policy_from_bytes(policy_to_bytes(wider), tiny_config)
+    broken = PolicyNetwork(tiny_config.policy)
+    with torch.no_grad():
+        broken.log_std.fill_(float("nan"))
+    with pytest.raises(ArtifactError, match="NaN or infinite"):
+        policy_from_bytes(policy_to_bytes(broken), tiny_config)

@@ -10,7 +10,7 @@ import torch
 
 from picrl_core.config import PicRLConfig
 from picrl_core.controller import Transition
-from picrl_core.online import ReplayBuffer, SlowPolicyLearner
+from picrl_core.online import ReplayBuffer, SlowPolicyLearner, off_policy_score
 from picrl_core.policy import N_FEATURES, PolicyNetwork, ValueNetwork, gaussian_log_prob
 from picrl_core.predictor import GaussianLSTM
 from picrl_core.pretrain import PretrainReport, gae, pretrain_policy
@@ -219,3 +219,16 @@ def test_kl_penalty_keeps_the_update_close_to_the_parent(tiny_config: PicRLConfi
         kl_free = free[0].update(free[2]).kl_to_parent
         kl_tied = tied[0].update(tied[2]).kl_to_parent
         assert kl_tied < 0.1 * kl_free
+
+
+def test_off_policy_score_prefers_the_policy_that_acts_where_reward_is_high(tiny_config: PicRLConfig) -> None:
+    learner, policy, buffer = _learner_setup(_online(tiny_config))
+    batch = buffer.contents()
+    assert batch["reward"].shape == (512,)
+    behaviour = off_policy_score(policy, batch)  # the behaviour policy itself: weights 1, plain mean
+    assert behaviour == pytest.approx(float(batch["reward"].mean()), rel=1e-5)
+    for _ in range(15):
+        learner.update(buffer)
+    assert off_policy_score(learner.acting, batch) > behaviour
+    with pytest.raises(ValueError, match="no held-out"):
+        off_policy_score(policy, ReplayBuffer(4, N_FEATURES).contents())

@@ -1,0 +1,38 @@
+"""Min-max scaling between a service's native unit and the controller's ``[0, 1]`` (Sec. 4.1.1).
+
+The paper scales each series with the minimum and maximum of its training part and clips to
+``[0, 1]``; actions live in ``[0, 1]`` too. These vectorised forms take one ``(low, high)`` per
+service, so a stream worker can scale a batch of services with different ranges at once.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+# A range narrower than this fraction of its magnitude (or than 1e-9 absolute) is widened to it.
+_MIN_RELATIVE_SPAN = 1e-3
+
+
+def to_unit(x: np.ndarray, low: np.ndarray | float, high: np.ndarray | float) -> np.ndarray:
+    """``clip((x - low) / (high - low), 0, 1)``."""
+    return np.clip((np.asarray(x, dtype=np.float64) - low) / (np.asarray(high) - low), 0.0, 1.0)
+
+
+def from_unit(a: np.ndarray, low: np.ndarray | float, high: np.ndarray | float) -> np.ndarray:
+    """The native value of ``a`` in ``[0, 1]``: ``a * (high - low) + low``."""
+    return np.asarray(a, dtype=np.float64) * (np.asarray(high) - low) + low
+
+
+def window_range(values: np.ndarray, headroom: float) -> tuple[np.ndarray, np.ndarray]:
+    """Per-service ``(low, high)`` from a first window of native values ``(B, W)``.
+
+    A window is short, so its range is widened by ``headroom`` times its span on each side (never
+    below zero: usage is non-negative); a flat window gets a span of 0.1% of its level.
+    """
+    values = np.asarray(values, dtype=np.float64)
+    if values.ndim != 2 or values.shape[1] < 1:
+        raise ValueError(f"values must have shape (services, steps >= 1); got {values.shape}")
+    if headroom < 0:
+        raise ValueError(f"headroom must be >= 0; got {headroom}")
+    low, high = values.min(axis=1), values.max(axis=1)
+    span = np.maximum(high - low, np.maximum(_MIN_RELATIVE_SPAN * np.abs(high), 1e-9))
+    return np.maximum(low - headroom * span, 0.0), high + headroom * span
