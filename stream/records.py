@@ -181,6 +181,14 @@ def _decode_channels(name: str, value: Any) -> dict[str, float] | None:
     return {_decode_text(f"{name} key", key): _as_float(f"{name}[{key!r}]", item) for key, item in value.items()}
 
 
+def _choice(*allowed: str) -> _Field:
+    def decode(name: str, value: Any) -> str:
+        if value not in allowed or not isinstance(value, str):
+            _fail("wrong_type", name, "one of " + ", ".join(map(repr, allowed)), value)
+        return value
+    return _Field(decode)
+
+
 def _optional(spec: _Field) -> _Field:
     return _Field(lambda name, value: None if value is None else spec.decode(name, value))
 
@@ -317,7 +325,10 @@ class UsageEvent(_Record):
 @dataclass(frozen=True, slots=True)
 class Action(_Record):
     """``picrl.actions``: the capacity decided for ``tick`` (native unit and normalised) and its breakdown:
-    prediction ``mu``, ``sigma``, policy outputs ``k``, ``eta``, calibrator ``margin`` and ``bias``."""
+    prediction ``mu``, ``sigma``, policy outputs ``k``, ``eta``, calibrator ``margin`` and ``bias``.
+
+    ``phase`` is ``"warmup"`` while the worker is still collecting a new service's first window (it then
+    holds the capacity in force, raising it after a shortage) and ``"control"`` once PIC-RL decides."""
 
     service: str
     tick: int
@@ -334,20 +345,23 @@ class Action(_Record):
     advisory: bool
     decided_at: float
     source_produced_at: float
+    phase: str = "control"
 
     _TYPE: ClassVar[str] = "action"
     _FIELDS: ClassVar[dict[str, _Field]] = {
         "service": _SERVICE, "tick": _TICK, "capacity": _NON_NEGATIVE, "capacity_norm": _FINITE,
         "mu": _FINITE, "sigma": _NON_NEGATIVE, "k": _FINITE, "eta": _FINITE, "margin": _FINITE,
         "bias": _FINITE, "policy_version": _COUNT, "censor_streak": _COUNT, "advisory": _FLAG,
-        "decided_at": _TIMESTAMP, "source_produced_at": _TIMESTAMP,
+        "decided_at": _TIMESTAMP, "source_produced_at": _TIMESTAMP, "phase": _choice("warmup", "control"),
     }
 
 
 @dataclass(frozen=True, slots=True)
 class TransitionRecord(_Record):
     """``picrl.replay``: one transition for the slow trainer (state features, pre-squash ``(eta, k)``
-    sample and its behaviour log-probability, reward, next state, censoring, applied action)."""
+    sample and its behaviour log-probability, reward, next state, censoring, applied action), with what
+    the reward was computed from: the normalised observation ``y``, the prediction ``(mu, sigma)`` the
+    action was based on and the censoring streak after this tick (Eq. 9 when censored, Eq. 10 otherwise)."""
 
     service: str
     tick: int
@@ -359,12 +373,17 @@ class TransitionRecord(_Record):
     censored: bool
     action: float
     policy_version: int
+    observed: float = 0.0
+    mu: float = 0.0
+    sigma: float = 0.0
+    censor_streak: int = 0
 
     _TYPE: ClassVar[str] = "transition"
     _FIELDS: ClassVar[dict[str, _Field]] = {
         "service": _SERVICE, "tick": _TICK, "features": _numbers(), "pre": _numbers(2), "log_prob": _FINITE,
         "reward": _FINITE, "next_features": _numbers(), "censored": _FLAG, "action": _FINITE,
-        "policy_version": _COUNT,
+        "policy_version": _COUNT, "observed": _FINITE, "mu": _FINITE, "sigma": _NON_NEGATIVE,
+        "censor_streak": _COUNT,
     }
 
     def _check(self) -> None:
@@ -375,7 +394,9 @@ class TransitionRecord(_Record):
 
 @dataclass(frozen=True, slots=True)
 class PolicyVersion(_Record):
-    """``picrl.policy`` (compacted, key = ``name``): policy weights as safetensors bytes plus lineage."""
+    """``picrl.policy`` (compacted, key = ``name``): policy weights as safetensors bytes plus lineage:
+    the parent version, ``KL(new || parent)`` on replayed states, and the off-policy validation scores
+    of the new policy and of its parent on the same held-out transitions (higher is better)."""
 
     name: str
     version: int
@@ -385,12 +406,13 @@ class PolicyVersion(_Record):
     created_at: float
     weights: bytes
     accepted_by_trainer: bool = True
+    parent_score: float | None = None  # the parent's validation score on the same held-out transitions
 
     _TYPE: ClassVar[str] = "policy"
     _FIELDS: ClassVar[dict[str, _Field]] = {
         "name": _identifier("bad_policy_name"), "version": _COUNT, "parent": _optional(_COUNT),
         "kl_to_parent": _NON_NEGATIVE, "validation_score": _FINITE, "created_at": _TIMESTAMP,
-        "weights": _BLOB, "accepted_by_trainer": _FLAG,
+        "weights": _BLOB, "accepted_by_trainer": _FLAG, "parent_score": _optional(_FINITE),
     }
 
     def _check(self) -> None:

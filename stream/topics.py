@@ -32,6 +32,33 @@ class TopicSpec:
     purpose: str = ""
 
 
+@dataclass(frozen=True)
+class TopicNames:
+    """The topic names of one deployment (``<prefix>.usage`` ...)."""
+
+    prefix: str = "picrl"
+
+    @property
+    def usage(self) -> str:
+        return f"{self.prefix}.usage"
+
+    @property
+    def actions(self) -> str:
+        return f"{self.prefix}.actions"
+
+    @property
+    def replay(self) -> str:
+        return f"{self.prefix}.replay"
+
+    @property
+    def policy(self) -> str:
+        return f"{self.prefix}.policy"
+
+    @property
+    def deadletter(self) -> str:
+        return f"{self.prefix}.deadletter"
+
+
 class TopicMismatchError(ValueError):
     """An existing topic differs from what picrl needs (e.g. fewer partitions)."""
 
@@ -41,19 +68,20 @@ def topic_specs(prefix: str = "picrl", partitions: int = 8) -> list[TopicSpec]:
     if partitions < 1:
         raise ValueError(f"partitions must be >= 1; got {partitions}")
     delete = {"cleanup.policy": "delete"}
+    names = TopicNames(prefix)
     return [
-        TopicSpec(f"{prefix}.usage", partitions, {**delete, "retention.ms": str(7 * DAY_MS)},
+        TopicSpec(names.usage, partitions, {**delete, "retention.ms": str(7 * DAY_MS)},
                   "per-tick censored usage events, keyed by service"),
-        TopicSpec(f"{prefix}.actions", partitions, {**delete, "retention.ms": str(7 * DAY_MS)},
+        TopicSpec(names.actions, partitions, {**delete, "retention.ms": str(7 * DAY_MS)},
                   "provisioning decisions with their breakdown, keyed by service"),
-        TopicSpec(f"{prefix}.replay", partitions,
+        TopicSpec(names.replay, partitions,
                   {**delete, "retention.ms": str(DAY_MS), "retention.bytes": str(256 * MIB)},
                   "transitions for the slow policy trainer (bounded)"),
-        TopicSpec(f"{prefix}.policy", 1,
+        TopicSpec(names.policy, 1,
                   {"cleanup.policy": "compact", "min.compaction.lag.ms": "0", "segment.ms": str(3_600_000),
                    "max.message.bytes": str(8 * MIB)},
                   "versioned policy weights, compacted per policy name"),
-        TopicSpec(f"{prefix}.deadletter", partitions,
+        TopicSpec(names.deadletter, partitions,
                   {**delete, "retention.ms": str(14 * DAY_MS), "retention.bytes": str(64 * MIB)},
                   "rejected input with a machine-readable reason"),
     ]

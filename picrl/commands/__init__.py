@@ -1,4 +1,4 @@
 """Sub-commands of the ``picrl`` CLI, in the order ``picrl --help`` lists them."""
-from picrl.commands import evaluate, kafka, topics, train
+from picrl.commands import evaluate, kafka, produce, topics, train, trainer, worker
 
-COMMANDS = [train, evaluate, kafka, topics]
+COMMANDS = [train, evaluate, kafka, topics, worker, trainer, produce]

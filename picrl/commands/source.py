@@ -19,9 +19,13 @@ from picrl_core.pipeline import train_offline
 from picrl_core.series import PreparedSeries, prepare_series
 
 
-def add_trace_arguments(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("trace (one of --dataset or --trace)")
+def add_trace_source(parser: argparse.ArgumentParser, *, pods: bool = False) -> None:
+    """``--dataset NAME`` or ``--trace FILE --column NAME`` (or, with ``pods``, ``--pods``)."""
+    group = parser.add_argument_group("trace (one of --dataset, --trace" + (" or --pods)" if pods else ")"))
     source = group.add_mutually_exclusive_group(required=True)
+    if pods:
+        source.add_argument("--pods", action="store_true",
+                            help="the 91 per-pod GenAI GPU-memory series (bundled): each service its own series")
     source.add_argument("--dataset", choices=sorted(DATASETS),
                         help="a bundled Alibaba trace: " + "; ".join(f"{k}: {v}" for k, v in sorted(DATASETS.items())))
     source.add_argument("--trace", type=Path, help="a CSV file (plain or .gz) with a demand column")
@@ -29,6 +33,11 @@ def add_trace_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--time-column", help="time column of --trace (seconds or ISO 8601); rows are sorted by it")
     group.add_argument("--context-columns", nargs="*", default=(), metavar="NAME",
                        help="extra predictor inputs from --trace (e.g. a duty-cycle column)")
+
+
+def add_trace_arguments(parser: argparse.ArgumentParser) -> None:
+    """The trace plus the training options (seed, budgets, config file, threads)."""
+    add_trace_source(parser)
     parser.add_argument("--seed", type=int, default=0, help="seed of every random choice (default 0)")
     parser.add_argument("--quick", action="store_true",
                         help="small budgets (few epochs / iterations) for a fast look; results are weaker")

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 
-from picrl.kafka import BrokerError, LocalKafka
+from picrl.commands.bus import add_bus_arguments, bootstrap_or_local
 from stream.topics import ensure_topics, topic_specs
 
 
@@ -16,21 +16,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "with fewer partitions than asked is an error. Without --bootstrap the local broker "
                     "(`picrl kafka start`) is used.")
     parser.add_argument("action", choices=["create"], help="what to do")
-    parser.add_argument("--bootstrap", metavar="HOST:PORT", help="a Kafka cluster (default: the local broker)")
-    parser.add_argument("--prefix", default="picrl", help="topic name prefix (default picrl)")
-    parser.add_argument("--partitions", type=int, default=8,
-                        help="partitions of the keyed topics; scale-out is one worker per few partitions (default 8)")
+    add_bus_arguments(parser)
     parser.set_defaults(handler=run)
-
-
-def bootstrap_or_local(bootstrap: str | None) -> str:
-    """The given bootstrap address, else the running local broker's."""
-    if bootstrap:
-        return bootstrap
-    info = LocalKafka().status()
-    if info is None:
-        raise BrokerError("no --bootstrap given and no local broker is running: start one with `picrl kafka start`")
-    return info.bootstrap
 
 
 def run(args: argparse.Namespace) -> int:

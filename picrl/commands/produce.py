@@ -1,0 +1,119 @@
+"""``picrl produce replay|closed-loop``: put usage telemetry on the bus from a trace."""
+from __future__ import annotations
+
+import argparse
+import asyncio
+from pathlib import Path
+
+from tqdm import tqdm
+
+from picrl.commands.bus import add_bus_arguments, bootstrap_or_local
+from picrl.commands.source import add_trace_source, load_trace
+from picrl.datasets import load_pod_fleet
+from picrl.reports.closed_loop import COLUMNS, write_report
+from producers.closed_loop import ClosedLoopEnvironment, ClosedLoopRecord, TickSummary
+from producers.replay import replay_usage
+from producers.workload import Workload, copies_of, fleet_of
+from stream.topics import TopicNames
+
+TEST_FRACTION = 0.2  # the chronological test split: the part a trained model never saw
+
+
+def _add_workload_arguments(parser: argparse.ArgumentParser, ticks_default: int | None) -> None:
+    add_trace_source(parser, pods=True)
+    parser.add_argument("--services", type=int, default=4, help="number of services (default 4)")
+    parser.add_argument("--ticks", type=int, default=ticks_default,
+                        help="ticks per service" + (f" (default {ticks_default})" if ticks_default else
+                                                    " (default: the whole trace part)"))
+    parser.add_argument("--part", choices=("test", "all"), default="test",
+                        help="trace part to play: the last 20%% (the test split, default) or all of it")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the services' shifts and scales (default 0)")
+    add_bus_arguments(parser, partitions=False)
+
+
+def workload_from_args(args: argparse.Namespace) -> Workload:
+    """N services from the trace: shifted/scaled copies, or the first N pods with ``--pods``."""
+    if getattr(args, "pods", False):
+        fleet = load_pod_fleet()
+        length = min(t.values.size for t in fleet)
+        start = 0 if args.part == "all" else int(length * (1 - TEST_FRACTION))
+        return fleet_of(fleet, args.services, args.ticks or length - start, start=start)
+    trace = load_trace(args)
+    start = 0 if args.part == "all" else int(trace.values.size * (1 - TEST_FRACTION))
+    return copies_of(trace, args.services, args.ticks or trace.values.size - start, start=start, seed=args.seed)
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser("produce", help="produce usage telemetry from a trace (open-loop replay or closed loop)",
+                            description="Put usage events on <prefix>.usage from a trace, for N services.")
+    kinds = parser.add_subparsers(dest="kind", metavar="KIND", required=True)
+    replay = kinds.add_parser(
+        "replay", help="replay usage as a cluster on static allocations would report it",
+        description="Open loop: each service runs on a fixed capacity of --capacity-headroom times its peak and "
+                    "reports min(demand, capacity) and the censored flag every tick, paced to --rate events/s. "
+                    "Service 0 is the trace; the others are copies shifted in time and scaled (or pods, --pods).")
+    _add_workload_arguments(replay, None)
+    replay.add_argument("--rate", type=float, required=True, help="events per second, all services together")
+    replay.add_argument("--capacity-headroom", type=float, default=1.0,
+                        help="static capacity as a multiple of each service's peak (below 1 censors the peaks)")
+    replay.set_defaults(handler=run_replay)
+    loop = kinds.add_parser(
+        "closed-loop", help="the counterfactual environment: reveal min(d, a) for the capacities workers decide",
+        description="Closed loop over Kafka: each tick reveal every service's min(demand, capacity in force) and "
+                    "the censored flag on <prefix>.usage, then wait for the workers' actions for the next tick on "
+                    "<prefix>.actions (read_committed) and put them in force. Needs running workers. Writes "
+                    "metrics.json, ticks.csv and closed_loop.png to --out.")
+    _add_workload_arguments(loop, 300)
+    loop.add_argument("--interval", type=float, default=0.0, help="seconds to pause between ticks (default 0)")
+    loop.add_argument("--initial-headroom", type=float, default=1.1,
+                      help="capacity before picrl's first decision, as a multiple of each service's peak (default 1.1)")
+    loop.add_argument("--action-timeout", type=float, default=60.0,
+                      help="seconds to wait for a tick's actions before giving up (default 60)")
+    loop.add_argument("--out", type=Path, required=True, help="folder for metrics.json, ticks.csv, closed_loop.png")
+    loop.set_defaults(handler=run_closed_loop)
+
+
+def run_replay(args: argparse.Namespace) -> int:
+    bootstrap = bootstrap_or_local(args.bootstrap)
+    workload = workload_from_args(args)
+    with tqdm(total=workload.ticks, desc="replay", unit="tick", dynamic_ncols=True) as bar:
+        sent = asyncio.run(replay_usage(bootstrap, TopicNames(args.prefix), workload, rate=args.rate,
+                                        capacity_headroom=args.capacity_headroom, on_tick=lambda _: bar.update(1)))
+    print(f"sent {sent} usage events for {len(workload.services)} services to {args.prefix}.usage")
+    return 0
+
+
+def print_summary(summary: dict, out: Path) -> None:
+    metrics = summary["metrics"]
+    print(f"\n{summary['services']} services, {summary['ticks']} ticks ({summary['control_ticks']} under PIC-RL) in "
+          f"{summary['seconds']:.0f} s; censoring rate {summary['censoring_rate']:.1%}; policy versions "
+          f"{summary['policy_versions']}; duplicate actions {summary['duplicate_actions']}")
+    if metrics:
+        print("| " + " | ".join(COLUMNS) + " |")
+        print("|" + "---|" * len(COLUMNS))
+        print("| " + " | ".join(f"{metrics[c]:.4g}" for c in COLUMNS) + " |")
+    print(f"written: {out / 'metrics.json'}, {out / 'ticks.csv'}, {out / 'closed_loop.png'}")
+
+
+def play_closed_loop(bootstrap: str, prefix: str, workload: Workload, *, interval: float = 0.0,
+                     initial_headroom: float = 1.1, action_timeout: float = 60.0) -> ClosedLoopRecord:
+    """Run the environment with a live progress bar (ticks, censoring rate, policy version)."""
+    with tqdm(total=workload.ticks, desc="closed loop", unit="tick", dynamic_ncols=True) as bar:
+        def progress(summary: TickSummary) -> None:
+            bar.set_postfix(censored=f"{summary.censoring_rate:.1%}", policy=summary.policy_version,
+                            picrl=f"{summary.control_services}/{len(workload.services)}")
+            bar.update(1)
+
+        env = ClosedLoopEnvironment(bootstrap, TopicNames(prefix), workload, initial_headroom=initial_headroom,
+                                    interval=interval, action_timeout=action_timeout, on_tick=progress)
+        return asyncio.run(env.run())
+
+
+def run_closed_loop(args: argparse.Namespace) -> int:
+    bootstrap = bootstrap_or_local(args.bootstrap)
+    workload = workload_from_args(args)
+    record = play_closed_loop(bootstrap, args.prefix, workload, interval=args.interval,
+                              initial_headroom=args.initial_headroom, action_timeout=args.action_timeout)
+    summary = write_report(record, args.out, f"closed loop over Kafka: {len(workload.services)} services")
+    print_summary(summary, args.out)
+    return 0

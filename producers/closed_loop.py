@@ -1,0 +1,166 @@
+"""The counterfactual environment of Sec. 4.1.2 played over Kafka.
+
+Each tick ``t`` it reveals, for every service, ``y_t = min(d_t, a_t)`` and ``c_t = 1[d_t > a_t]`` on the
+usage topic, where ``a_t`` is the capacity the workers decided for tick ``t`` (read from the actions
+topic with ``read_committed``); then it waits for the decisions for tick ``t + 1``. Demand comes
+from a :class:`~producers.workload.Workload` and never leaves this process. Before picrl's first
+decision each service runs on a static allocation of ``initial_headroom`` times its peak demand
+(a cluster over-provisioned before autoscaling).
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+from producers.workload import Workload
+from stream.records import Action, DecodeError, UsageEvent, decode_action
+from stream.topics import TopicNames
+
+_BREAKDOWN = ("capacity_norm", "mu", "sigma", "k", "eta", "margin", "bias")
+
+
+class NoActionError(RuntimeError):
+    """The workers did not decide for some services in time."""
+
+
+@dataclass
+class ClosedLoopRecord:
+    """Everything that happened, each array ``(T, N)``: tick ``t`` ran with ``capacity[t]``."""
+
+    workload: Workload
+    capacity: np.ndarray
+    usage: np.ndarray
+    censored: np.ndarray
+    control: np.ndarray  # bool: capacity[t] was a PIC-RL decision (not warm-up or the initial allocation)
+    policy_version: np.ndarray  # int, -1 where there was no action
+    breakdown: dict[str, np.ndarray] = field(default_factory=dict)
+    duplicate_actions: int = 0
+    seconds: float = 0.0
+
+
+@dataclass(frozen=True)
+class TickSummary:
+    """Progress after one tick (what ``picrl up`` shows)."""
+
+    tick: int
+    ticks: int
+    censoring_rate: float  # over the control ticks so far
+    policy_version: int
+    control_services: int
+
+
+async def topic_partitions(consumer: AIOKafkaConsumer, producer: AIOKafkaProducer, topic: str) -> list[TopicPartition]:
+    """Every partition of ``topic``; a clear error if it does not exist."""
+    if topic not in await consumer.topics():
+        raise NoActionError(f"topic {topic} does not exist: create the topics first (`picrl topics create`)")
+    return [TopicPartition(topic, p) for p in sorted(await producer.partitions_for(topic))]
+
+
+class ClosedLoopEnvironment:
+    """Plays ``workload`` against the workers listening on ``topics``."""
+
+    def __init__(self, bootstrap: str, topics: TopicNames, workload: Workload, *, initial_headroom: float = 1.1,
+                 interval: float = 0.0, action_timeout: float = 60.0,
+                 on_tick: Callable[[TickSummary], None] | None = None) -> None:
+        if initial_headroom < 1.0:
+            raise ValueError(f"initial headroom must be >= 1 (a static allocation above the peak); got {initial_headroom}")
+        self.bootstrap = bootstrap
+        self.topics = topics
+        self.workload = workload
+        self.initial_headroom = initial_headroom
+        self.interval = interval
+        self.action_timeout = action_timeout
+        self.on_tick = on_tick
+
+    async def run(self) -> ClosedLoopRecord:
+        w = self.workload
+        ticks, n = w.demand.shape
+        index = {service: j for j, service in enumerate(w.services)}
+        record = ClosedLoopRecord(
+            w, capacity=np.zeros((ticks, n)), usage=np.zeros((ticks, n)), censored=np.zeros((ticks, n), bool),
+            control=np.zeros((ticks, n), bool), policy_version=np.full((ticks, n), -1, np.int64),
+            breakdown={name: np.full((ticks, n), np.nan) for name in _BREAKDOWN})
+        record.capacity[0] = w.demand.max(axis=0) * self.initial_headroom
+        producer = AIOKafkaProducer(bootstrap_servers=self.bootstrap, enable_idempotence=True, linger_ms=1)
+        consumer = AIOKafkaConsumer(bootstrap_servers=self.bootstrap, enable_auto_commit=False,
+                                    isolation_level="read_committed")
+        await producer.start()
+        await consumer.start()
+        started = time.monotonic()
+        try:
+            partitions = await topic_partitions(consumer, producer, self.topics.actions)
+            consumer.assign(partitions)
+            await consumer.seek_to_end(*partitions)
+            for p in partitions:  # resolve the end offsets now, before any usage is sent
+                await consumer.position(p)
+            pending: dict[int, dict[int, Action]] = {}
+            for t in range(ticks):
+                await self._reveal(producer, record, t)
+                if t + 1 < ticks:
+                    await self._collect(consumer, record, pending, index, t + 1)
+                if self.interval:
+                    await asyncio.sleep(self.interval)
+        finally:
+            record.seconds = time.monotonic() - started
+            await consumer.stop()
+            await producer.stop()
+        return record
+
+    async def _reveal(self, producer: AIOKafkaProducer, record: ClosedLoopRecord, t: int) -> None:
+        w = self.workload
+        demand, capacity = w.demand[t], record.capacity[t]
+        usage = np.minimum(demand, capacity)
+        censored = demand > capacity
+        record.usage[t], record.censored[t] = usage, censored
+        now = time.time()
+        futures = []
+        for j, service in enumerate(w.services):
+            context = None if w.context is None else dict(zip(w.context_names, w.context[t, j].tolist()))
+            event = UsageEvent(service, t, float(usage[j]), bool(censored[j]), float(capacity[j]), context, now)
+            futures.append(await producer.send(self.topics.usage, event.to_bytes(), key=service.encode()))
+        await asyncio.gather(*futures)
+        if self.on_tick is not None:
+            control = record.control[:t + 1]
+            seen = record.policy_version[:t + 1]
+            self.on_tick(TickSummary(
+                t, w.ticks, float(record.censored[:t + 1][control].mean()) if control.any() else 0.0,
+                int(seen.max()), int(record.control[t].sum())))
+
+    async def _collect(self, consumer: AIOKafkaConsumer, record: ClosedLoopRecord,
+                       pending: dict[int, dict[int, Action]], index: dict[str, int], tick: int) -> None:
+        """Wait for every service's action for ``tick`` and put it in force."""
+        deadline = time.monotonic() + self.action_timeout
+        wanted = len(index)
+        while len(pending.get(tick, {})) < wanted:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                missing = sorted(set(index) - {self.workload.services[j] for j in pending.get(tick, {})})
+                raise NoActionError(
+                    f"no action for tick {tick} from {len(missing)} service(s) (e.g. {missing[:3]}) within "
+                    f"{self.action_timeout:.0f} s: is a picrl worker consuming {self.topics.usage}?")
+            batches = await consumer.getmany(timeout_ms=int(min(remaining, 0.5) * 1000))
+            for messages in batches.values():
+                for message in messages:
+                    try:
+                        action = decode_action(message.value)
+                    except DecodeError:
+                        continue
+                    j = index.get(action.service)
+                    if j is None or action.tick < tick:
+                        continue
+                    slot = pending.setdefault(action.tick, {})
+                    if j in slot:
+                        record.duplicate_actions += 1
+                        continue
+                    slot[j] = action
+        for j, action in pending.pop(tick).items():
+            record.capacity[tick, j] = action.capacity
+            record.control[tick, j] = action.phase == "control"
+            record.policy_version[tick, j] = action.policy_version
+            for name in _BREAKDOWN:
+                record.breakdown[name][tick, j] = getattr(action, name)

@@ -1,0 +1,297 @@
+"""From a batch of usage events to controller calls, and from controller outputs to records.
+
+This is the whole translation layer of a worker, free of Kafka so it can be tested alone: the
+Faust agent (``stream.worker``) decodes messages, hands them here with the services' stored rows,
+and sends back what comes out. All decisions come from :class:`picrl_core.PicRLController`.
+
+Per service the worker keeps one fixed-size row (:attr:`DecisionEngine.row_dtype`): the controller
+state (``picrl_core.state_codec``), the service's native range ``[low, high]``, the capacity it
+decided last, the tick it expects next and its warm-up buffer.
+
+Cold start (a service seen for the first time): the worker observes its first ``W`` ticks (the
+predictor window) before PIC-RL acts. During that warm-up it emits ``phase="warmup"`` actions that
+keep the capacity in force, raised by ``warmup_bump`` after a shortage so the window sees the real
+demand. After the ``W``-th tick the range is set (from the model artifact, or from the window
+widened by ``headroom`` on each side), the window becomes the controller's history (Algorithm 1,
+line 17) and the first PIC-RL decision is emitted for the next tick.
+"""
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal, get_args
+
+import numpy as np
+
+from picrl_core.artifact import ModelArtifact
+from picrl_core.controller import ControllerState, PicRLController, Transition
+from picrl_core.noise import service_key
+from picrl_core.policy import PolicyNetwork
+from picrl_core.scaling import from_unit, to_unit, window_range
+from picrl_core.series import MinMaxScaler
+from picrl_core.state_codec import StateCodec
+from stream.records import Action, TransitionRecord, UsageEvent
+
+# Why the worker refuses a well-formed event (on top of the decoder's reasons in stream.records).
+RefusalReason = Literal["duplicate_tick", "tick_out_of_range", "missing_context"]
+REFUSAL_REASONS: frozenset[str] = frozenset(get_args(RefusalReason))
+
+Scaling = Literal["window", "artifact"]
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    """How the worker scales services and treats their first ticks."""
+
+    scaling: Scaling = "window"  # per-service range from the first window, or the artifact's range for all
+    headroom: float = 0.5  # "window" scaling: range widened by this many spans on each side
+    warmup_bump: float = 0.5  # warm-up: capacity raised by this fraction after a shortage
+    max_tick_gap: int = 1_000  # a tick further ahead than this is refused (lost clock, bad producer)
+    advisory: bool = False  # label actions advisory (recommend mode)
+
+    def __post_init__(self) -> None:
+        if self.scaling not in get_args(Scaling):
+            raise ValueError(f"scaling must be one of {get_args(Scaling)}; got {self.scaling!r}")
+        if self.headroom < 0 or self.warmup_bump < 0 or self.max_tick_gap < 1:
+            raise ValueError("headroom and warmup_bump must be >= 0 and max_tick_gap >= 1")
+
+
+@dataclass(frozen=True)
+class Incoming:
+    """A decoded usage event and where it came from."""
+
+    event: UsageEvent
+    partition: int
+    offset: int
+
+
+@dataclass(frozen=True)
+class Refusal:
+    incoming: Incoming
+    reason: RefusalReason
+    detail: str
+
+
+@dataclass
+class BatchOutcome:
+    """What one batch produced: updated rows per service, records to send, events refused."""
+
+    rows: dict[str, bytes] = field(default_factory=dict)
+    actions: list[Action] = field(default_factory=list)
+    transitions: list[TransitionRecord] = field(default_factory=list)
+    refused: list[Refusal] = field(default_factory=list)
+    redelivered: int = 0  # events already applied (at-least-once redelivery), skipped silently
+
+
+class DecisionEngine:
+    """Applies batches of usage events to per-service rows with one vectorised controller."""
+
+    def __init__(self, artifact: ModelArtifact, settings: EngineSettings = EngineSettings(),
+                 policy_version: int = 0) -> None:
+        config = artifact.config
+        self.settings = settings
+        self.config = config
+        self.controller = PicRLController(artifact.predictor, copy.deepcopy(artifact.policy), config)
+        self.policy_version = policy_version
+        self.window = config.predictor.window
+        channels = config.predictor.context_channels
+        self.context_names: tuple[str, ...] = tuple(artifact.scaling.get("context_names", ()))
+        if len(self.context_names) != channels:
+            raise ValueError(f"the model has {channels} context channel(s) but names {list(self.context_names)}; "
+                             "retrain it with this picrl version")
+        scalers = [MinMaxScaler.from_dict(s) for s in artifact.scaling.get("context", [])]
+        self._context_low = np.array([s.low for s in scalers], dtype=np.float64)
+        self._context_high = np.array([s.high for s in scalers], dtype=np.float64)
+        series = artifact.scaling.get("series")
+        if settings.scaling == "artifact" and not series:
+            raise ValueError("scaling 'artifact' needs a model whose artifact records its series range")
+        self._series = MinMaxScaler.from_dict(series) if series else None
+        self.codec = StateCodec(self.window, channels)
+        self.row_dtype = np.dtype([
+            ("core", self.codec.dtype), ("low", "<f8"), ("high", "<f8"), ("capacity", "<f8"),
+            ("expected_tick", "<i8"), ("policy_version", "<i8"), ("last_offset", "<i8"),
+            ("warm_count", "<i8"), ("warm_usage", "<f8", (self.window,)),
+            ("warm_context", "<f8", (self.window, channels)),
+        ])
+
+    @property
+    def row_bytes(self) -> int:
+        return self.row_dtype.itemsize
+
+    def set_policy(self, policy: PolicyNetwork, version: int) -> None:
+        """Act with ``policy`` (stamped ``version``) from the next decision on."""
+        self.controller.set_policy(policy)
+        self.policy_version = version
+
+    def decode_row(self, raw: bytes) -> np.ndarray:
+        """A stored row (bytes) as a one-element structured array; ValueError when it is not one."""
+        if len(raw) != self.row_bytes:
+            raise ValueError(f"stored state has {len(raw)} bytes, this model's rows have {self.row_bytes}")
+        return np.frombuffer(raw, dtype=self.row_dtype).copy()
+
+    def process(self, batch: Sequence[Incoming], stored: Mapping[str, bytes | None]) -> BatchOutcome:
+        """Apply ``batch`` (in arrival order) to the services' ``stored`` rows (None: first seen)."""
+        outcome = BatchOutcome()
+        queues: dict[str, list[Incoming]] = {}
+        for item in batch:
+            queues.setdefault(item.event.service, []).append(item)
+        services = list(queues)
+        rows = np.zeros(len(services), dtype=self.row_dtype)
+        known = np.zeros(len(services), dtype=bool)
+        for i, service in enumerate(services):
+            raw = stored.get(service)
+            if raw is not None:
+                rows[i] = self.decode_row(raw)[0]
+                known[i] = True
+        now = time.time()
+        for round_ in range(max(map(len, queues.values()), default=0)):
+            present = [(i, queues[s][round_]) for i, s in enumerate(services) if round_ < len(queues[s])]
+            warming, controlled, ready = [], [], []
+            for i, item in present:
+                if not known[i]:
+                    self._start_warmup(rows[i:i + 1], item)
+                    known[i] = True
+                refusal = self._check(rows[i], item)
+                if refusal == "redelivered":
+                    outcome.redelivered += 1
+                elif refusal is not None:
+                    outcome.refused.append(refusal)
+                elif rows[i]["warm_count"] < self.window:
+                    warming.append((i, item))
+                else:
+                    controlled.append((i, item))
+            for i, item in warming:
+                if self._warm(rows[i:i + 1], item, outcome, now):
+                    ready.append((i, item))
+            if ready:
+                self._first_decisions(rows, ready, outcome, now)
+            if controlled:
+                self._step(rows, controlled, outcome, now)
+        outcome.rows = {service: rows[i:i + 1].tobytes() for i, service in enumerate(services)}
+        return outcome
+
+    # ------------------------------------------------------------------ per-event checks and warm-up
+
+    def _start_warmup(self, row: np.ndarray, item: Incoming) -> None:
+        row["core"]["keys"] = service_key(item.event.service)
+        row["expected_tick"] = item.event.tick
+        row["last_offset"] = -1
+        row["policy_version"] = self.policy_version
+
+    def _check(self, row: np.ndarray, item: Incoming) -> Refusal | Literal["redelivered"] | None:
+        event, expected = item.event, int(row["expected_tick"])
+        if event.tick < expected:
+            if item.offset <= row["last_offset"]:
+                return "redelivered"
+            return Refusal(item, "duplicate_tick", f"tick {event.tick} of {event.service!r} was already "
+                                                   f"applied; expected tick {expected}")
+        if event.tick > expected + self.settings.max_tick_gap:
+            return Refusal(item, "tick_out_of_range", f"tick {event.tick} of {event.service!r} is more than "
+                                                      f"{self.settings.max_tick_gap} ticks after {expected}")
+        missing = set(self.context_names) - set(event.context or {})  # extra channels are ignored
+        if missing:
+            return Refusal(item, "missing_context", f"context channel(s) {sorted(missing)} absent; the model reads "
+                                                    f"{list(self.context_names)}")
+        return None
+
+    def _context_vector(self, event: UsageEvent) -> np.ndarray:
+        context = event.context or {}
+        return np.array([context[name] for name in self.context_names], dtype=np.float64)
+
+    def _warm(self, row: np.ndarray, item: Incoming, outcome: BatchOutcome, now: float) -> bool:
+        """Record a warm-up tick; emit the hold action unless the window is now full (True)."""
+        event = item.event
+        count = int(row["warm_count"][0])
+        row["warm_usage"][0, count] = event.usage
+        row["warm_context"][0, count] = self._context_vector(event)
+        row["warm_count"] = count + 1
+        row["last_offset"] = item.offset
+        if count + 1 == self.window:
+            return True
+        capacity = event.capacity * (1.0 + self.settings.warmup_bump) if event.censored else event.capacity
+        row["capacity"] = capacity
+        row["expected_tick"] = event.tick + 1
+        outcome.actions.append(Action(
+            event.service, event.tick + 1, capacity, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, self.policy_version,
+            0, self.settings.advisory, now, event.produced_at, phase="warmup"))
+        return False
+
+    # ------------------------------------------------------------------ controller calls
+
+    def _ranges(self, warm_usage: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        if self.settings.scaling == "artifact":
+            assert self._series is not None
+            n = warm_usage.shape[0]
+            return np.full(n, self._series.low), np.full(n, self._series.high)
+        return window_range(warm_usage, self.settings.headroom)
+
+    def _scale_context(self, context: np.ndarray) -> np.ndarray:
+        return to_unit(context, self._context_low, self._context_high)
+
+    def _first_decisions(self, rows: np.ndarray, ready: list[tuple[int, Incoming]], outcome: BatchOutcome,
+                         now: float) -> None:
+        index = np.array([i for i, _ in ready])
+        sub = rows[index]
+        low, high = self._ranges(sub["warm_usage"])
+        history = to_unit(sub["warm_usage"], low[:, None], high[:, None])
+        history_context = self._scale_context(sub["warm_context"]) if self.context_names else None
+        ticks = np.array([item.event.tick for _, item in ready], dtype=np.int64)
+        state = self.controller.initial_state(sub["core"]["keys"], history, history_context, ticks + 1)
+        sub["low"], sub["high"] = low, high
+        self._store(sub, state, low, high, [item for _, item in ready])
+        rows[index] = sub
+        self._emit_actions(outcome, [item for _, item in ready], state, sub["capacity"], now)
+
+    def _step(self, rows: np.ndarray, controlled: list[tuple[int, Incoming]], outcome: BatchOutcome,
+              now: float) -> None:
+        index = np.array([i for i, _ in controlled])
+        items = [item for _, item in controlled]
+        sub = rows[index]
+        state = self.codec.unpack(sub["core"])
+        low, high = sub["low"], sub["high"]
+        capacity = np.array([item.event.capacity for item in items])
+        usage = np.array([item.event.usage for item in items])
+        censored = np.array([item.event.censored for item in items])
+        # The capacity in force is the one decided unless the scheduler applied another.
+        state.action = np.where(capacity == sub["capacity"], state.action, to_unit(capacity, low, high))
+        state.tick = np.array([item.event.tick for item in items], dtype=np.int64)  # a gap moves the clock
+        y = np.where(censored, state.action, to_unit(usage, low, high))  # censored: y_t = a_t exactly
+        context = (self._scale_context(np.stack([self._context_vector(item.event) for item in items]))
+                   if self.context_names else None)
+        new, transition = self.controller.step(state, y, censored, context)
+        behaviour_versions = sub["policy_version"].copy()
+        self._store(sub, new, low, high, items)
+        rows[index] = sub
+        self._emit_actions(outcome, items, new, sub["capacity"], now)
+        self._emit_transitions(outcome, items, state, new, transition, y, behaviour_versions)
+
+    def _store(self, sub: np.ndarray, state: ControllerState, low: np.ndarray, high: np.ndarray,
+               items: list[Incoming]) -> None:
+        sub["core"] = self.codec.pack(state)
+        sub["last_offset"] = [item.offset for item in items]
+        sub["capacity"] = from_unit(state.action, low, high)
+        sub["expected_tick"] = state.tick
+        sub["policy_version"] = self.policy_version
+
+    def _emit_actions(self, outcome: BatchOutcome, items: list[Incoming], state: ControllerState,
+                      capacity: np.ndarray, now: float) -> None:
+        advisory = self.settings.advisory
+        columns = zip(state.tick.tolist(), capacity.tolist(), state.action.tolist(), state.mu.tolist(),
+                      state.sigma.tolist(), state.k.tolist(), state.eta.tolist(), state.margin.tolist(),
+                      state.bias.tolist(), state.censor_streak.tolist())
+        for item, (tick, cap, norm, mu, sigma, k, eta, margin, bias, streak) in zip(items, columns):
+            outcome.actions.append(Action(item.event.service, tick, cap, norm, mu, sigma, k, eta, margin, bias,
+                                          self.policy_version, streak, advisory, now, item.event.produced_at))
+
+    def _emit_transitions(self, outcome: BatchOutcome, items: list[Incoming], before: ControllerState,
+                          after: ControllerState, transition: Transition, y: np.ndarray,
+                          versions: np.ndarray) -> None:
+        for j, item in enumerate(items):
+            outcome.transitions.append(TransitionRecord(
+                item.event.service, int(before.tick[j]), transition.features[j], transition.pre[j],
+                float(transition.log_prob[j]), float(transition.reward[j]), transition.next_features[j],
+                bool(transition.censored[j]), float(transition.action[j]), int(versions[j]),
+                observed=float(y[j]), mu=float(before.mu[j]), sigma=float(before.sigma[j]),
+                censor_streak=int(after.censor_streak[j])))

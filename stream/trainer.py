@@ -1,0 +1,196 @@
+"""The slow policy trainer (Algorithm 1, lines 31-35, as its own process).
+
+It consumes ``<prefix>.replay`` as a consumer group, keeps a bounded replay buffer, and every
+``update_every`` transitions runs one KL-regularised slow update (``picrl_core.online``). The new
+acting policy is scored off-policy on held-out transitions (every ``holdout_every``-th one never
+trains) next to its parent, and published on the compacted ``<prefix>.policy`` topic as the next
+version with its parent, KL to the parent and both scores. Offsets are committed after each
+publish, so a restarted trainer resumes where the last published version left off.
+
+On start it continues from the newest version of its policy on the topic; on an empty topic it
+first publishes the model artifact's policy as version 0.
+"""
+from __future__ import annotations
+
+import asyncio
+import copy
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+from picrl_core.artifact import ArtifactError, ModelArtifact, policy_from_bytes, policy_to_bytes
+from picrl_core.controller import Transition
+from picrl_core.noise import service_key
+from picrl_core.online import ReplayBuffer, SlowPolicyLearner, off_policy_score
+from picrl_core.policy import N_FEATURES, PolicyNetwork
+from stream.records import DecodeError, PolicyVersion, TransitionRecord, decode_policy, decode_transition
+from stream.topics import TopicNames
+
+log = logging.getLogger("picrl.trainer")
+
+
+@dataclass(frozen=True)
+class TrainerSettings:
+    bootstrap: str
+    prefix: str = "picrl"
+    policy_name: str = "default"
+    group_id: str = "picrl-trainer"
+    update_every: int | None = None  # transitions between slow updates (default: the model's N_update)
+    holdout_every: int = 10  # every n-th transition (by service and tick) is held out for validation
+    holdout_size: int = 2_048
+    max_updates: int | None = None  # stop after publishing this many versions (None: run until stopped)
+
+    def __post_init__(self) -> None:
+        if self.holdout_every < 2 or self.holdout_size < 1:
+            raise ValueError("holdout_every must be >= 2 and holdout_size >= 1")
+        if self.update_every is not None and self.update_every < 1:
+            raise ValueError("update_every must be >= 1")
+
+
+@dataclass(frozen=True)
+class Published:
+    """One version the trainer published."""
+
+    version: int
+    parent: int | None
+    kl_to_parent: float
+    validation_score: float
+    parent_score: float | None
+    transitions_seen: int
+
+
+def _as_transition(records: list[TransitionRecord]) -> Transition:
+    return Transition(
+        features=np.array([r.features for r in records], np.float32),
+        pre=np.array([r.pre for r in records], np.float32),
+        log_prob=np.array([r.log_prob for r in records], np.float32),
+        reward=np.array([r.reward for r in records], np.float64),
+        next_features=np.array([r.next_features for r in records], np.float32),
+        censored=np.array([r.censored for r in records], bool),
+        action=np.array([r.action for r in records], np.float64),
+    )
+
+
+class PolicyTrainer:
+    """Replay consumer, slow learner and policy publisher."""
+
+    def __init__(self, artifact: ModelArtifact, settings: TrainerSettings,
+                 on_publish: Callable[[Published], None] | None = None) -> None:
+        self.artifact = artifact
+        self.settings = settings
+        self.topics = TopicNames(settings.prefix)
+        self.on_publish = on_publish
+        config = artifact.config
+        self.update_every = settings.update_every or config.online.n_update
+        self.buffer = ReplayBuffer(config.online.buffer_size, N_FEATURES)
+        self.holdout = ReplayBuffer(settings.holdout_size, N_FEATURES)
+        self.published: list[Published] = []
+        self.refused = 0
+        self._stop = asyncio.Event()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    async def run(self) -> list[Published]:
+        """Train and publish until stopped or ``max_updates`` versions are out."""
+        settings = self.settings
+        producer = AIOKafkaProducer(bootstrap_servers=settings.bootstrap, enable_idempotence=True,
+                                    max_request_size=8 << 20)
+        await producer.start()
+        consumer = AIOKafkaConsumer(self.topics.replay, bootstrap_servers=settings.bootstrap,
+                                    group_id=settings.group_id, enable_auto_commit=False,
+                                    auto_offset_reset="earliest", isolation_level="read_committed")
+        try:
+            version, policy = await self._latest(producer)
+            learner = SlowPolicyLearner(policy, self.artifact.value, self.artifact.config)
+            await consumer.start()
+            since_update = 0
+            while not self._stop.is_set():
+                batches = await consumer.getmany(timeout_ms=500, max_records=2_000)
+                records = [record for messages in batches.values() for record in self._decode(messages)]
+                if records:
+                    held = [(service_key(r.service) + r.tick) % settings.holdout_every == 0 for r in records]
+                    train = [r for r, h in zip(records, held) if not h]
+                    validation = [r for r, h in zip(records, held) if h]
+                    if train:
+                        self.buffer.add(_as_transition(train))
+                        since_update += len(train)
+                    if validation:
+                        self.holdout.add(_as_transition(validation))
+                if since_update >= self.update_every and len(self.holdout) > 0:
+                    parent_policy = copy.deepcopy(learner.acting)
+                    stats = learner.update(self.buffer)
+                    held_out = self.holdout.contents()
+                    record = PolicyVersion(
+                        settings.policy_name, version + 1, version, stats.kl_to_parent,
+                        off_policy_score(learner.acting, held_out), time.time(), policy_to_bytes(learner.acting),
+                        parent_score=off_policy_score(parent_policy, held_out))
+                    await producer.send_and_wait(self.topics.policy, record.to_bytes(),
+                                                 key=settings.policy_name.encode())
+                    await consumer.commit()
+                    version += 1
+                    since_update = 0
+                    self._record(record, stats.transitions_seen)
+                    if settings.max_updates is not None and len(self.published) >= settings.max_updates:
+                        break
+        finally:
+            await consumer.stop()
+            await producer.stop()
+        return self.published
+
+    def _decode(self, messages: list) -> list[TransitionRecord]:
+        records = []
+        for message in messages:
+            try:
+                records.append(decode_transition(message.value))
+            except DecodeError as exc:
+                self.refused += 1
+                log.warning("replay message %s[%d]@%d refused: %s", message.topic, message.partition,
+                            message.offset, exc)
+        return records
+
+    def _record(self, record: PolicyVersion, seen: int) -> None:
+        published = Published(record.version, record.parent, record.kl_to_parent, record.validation_score,
+                              record.parent_score, seen)
+        self.published.append(published)
+        log.info("published policy %s version %d", record.name, record.version)
+        if self.on_publish is not None:
+            self.on_publish(published)
+
+    async def _latest(self, producer: AIOKafkaProducer) -> tuple[int, PolicyNetwork]:
+        """The newest readable version of our policy on the topic; publishes the artifact's as 0 if none."""
+        consumer = AIOKafkaConsumer(bootstrap_servers=self.settings.bootstrap, enable_auto_commit=False,
+                                    isolation_level="read_committed", auto_offset_reset="earliest",
+                                    max_partition_fetch_bytes=16 << 20, fetch_max_bytes=16 << 20)
+        await consumer.start()
+        newest: tuple[int, PolicyNetwork] | None = None
+        try:
+            partition = TopicPartition(self.topics.policy, 0)
+            consumer.assign([partition])
+            await consumer.seek_to_beginning(partition)
+            end = (await consumer.end_offsets([partition]))[partition]
+            while await consumer.position(partition) < end:
+                for message in (await consumer.getmany(partition, timeout_ms=1000)).get(partition, []):
+                    if message.key != self.settings.policy_name.encode():
+                        continue
+                    try:
+                        record = decode_policy(message.value)
+                        policy = policy_from_bytes(record.weights, self.artifact.config)
+                    except (DecodeError, ArtifactError) as exc:
+                        log.warning("skipping unreadable policy version at offset %d: %s", message.offset, exc)
+                        continue
+                    if newest is None or record.version > newest[0]:
+                        newest = (record.version, policy)
+        finally:
+            await consumer.stop()
+        if newest is not None:
+            log.info("continuing from policy %s version %d", self.settings.policy_name, newest[0])
+            return newest
+        root = PolicyVersion(self.settings.policy_name, 0, None, 0.0, 0.0, time.time(),
+                             policy_to_bytes(self.artifact.policy))
+        await producer.send_and_wait(self.topics.policy, root.to_bytes(), key=self.settings.policy_name.encode())
+        return 0, copy.deepcopy(self.artifact.policy)

@@ -1,0 +1,159 @@
+"""The worker's translation layer without Kafka: warm-up, decisions equal to the simulator's, refusals."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from picrl.datasets import Trace
+from picrl_core.artifact import ModelArtifact
+from picrl_core.reward import step_reward
+from producers.workload import Workload, copies_of
+from stream.decisions import DecisionEngine, EngineSettings, Incoming
+from stream.records import Action, UsageEvent
+from tests.stream.conftest import WINDOW
+from tests.support.reference import reference_run
+
+
+class Loop:
+    """The closed loop of producers.closed_loop, in process: capacities in force come from the engine."""
+
+    def __init__(self, engine: DecisionEngine, workload: Workload, one_event_per_batch: bool = False) -> None:
+        self.engine, self.workload, self.single = engine, workload, one_event_per_batch
+        self.rows: dict[str, bytes | None] = {}
+        self.offset = 0
+        ticks, n = workload.demand.shape
+        self.capacity = np.zeros((ticks + 1, n))
+        self.capacity[0] = workload.demand.max(axis=0) * 1.1
+        self.actions: dict[tuple[str, int], Action] = {}
+        self.transitions = []
+
+    def event(self, t: int, j: int) -> Incoming:
+        w = self.workload
+        d, a = w.demand[t, j], self.capacity[t, j]
+        context = None if w.context is None else dict(zip(w.context_names, w.context[t, j].tolist()))
+        self.offset += 1
+        return Incoming(UsageEvent(w.services[j], t, float(min(d, a)), bool(d > a), float(a), context), 0, self.offset)
+
+    def feed(self, batch: list[Incoming]) -> None:
+        outcome = self.engine.process(batch, {i.event.service: self.rows.get(i.event.service) for i in batch})
+        self.rows.update(outcome.rows)
+        assert not outcome.refused
+        for action in outcome.actions:
+            self.actions[action.service, action.tick] = action
+            self.capacity[action.tick, self.workload.services.index(action.service)] = action.capacity
+        self.transitions += outcome.transitions
+
+    def run(self) -> "Loop":
+        ticks, n = self.workload.demand.shape
+        for t in range(ticks):
+            batch = [self.event(t, j) for j in range(n)]
+            for part in ([[e] for e in batch] if self.single else [batch]):
+                self.feed(part)
+        return self
+
+    def normalised(self, field: str) -> np.ndarray:
+        ticks, _ = self.workload.demand.shape
+        return np.array([[getattr(self.actions[s, t], field) for s in self.workload.services]
+                         for t in range(WINDOW, ticks)])
+
+
+@pytest.fixture()
+def workload(native_trace: Trace) -> Workload:
+    return copies_of(native_trace, 4, WINDOW + 40, start=900, seed=3)
+
+
+@pytest.mark.parametrize("one_event_per_batch", [False, True])
+def test_decisions_equal_the_simulator_whatever_the_batching(tiny_artifact: ModelArtifact, workload: Workload,
+                                                             one_event_per_batch: bool) -> None:
+    loop = Loop(DecisionEngine(tiny_artifact, EngineSettings(headroom=0.5)), workload, one_event_per_batch).run()
+    reference = reference_run(tiny_artifact, workload.demand, workload.services, headroom=0.5)
+    assert np.array_equal(loop.normalised("capacity_norm"), reference.action)
+    assert np.array_equal(loop.normalised("mu"), reference.mu)
+    assert np.array_equal(loop.normalised("margin"), reference.margin)
+    # the replay transitions carry Eq. 9/10 rewards, equal to the simulator's
+    rewards = {(tr.service, tr.tick): tr for tr in loop.transitions}
+    for j, service in enumerate(workload.services):
+        for t in range(WINDOW, workload.ticks):
+            tr = rewards[service, t]
+            assert tr.reward == reference.reward[t - WINDOW, j]
+            cfg = tiny_artifact.config
+            assert tr.reward == step_reward(tr.action, tr.observed, tr.censored, tr.mu, tr.sigma, tr.censor_streak,
+                                            cfg.cost, cfg.reward)
+
+
+def test_warmup_holds_the_capacity_and_raises_it_after_a_shortage(tiny_artifact: ModelArtifact) -> None:
+    engine = DecisionEngine(tiny_artifact, EngineSettings(warmup_bump=0.5))
+    rows: dict[str, bytes | None] = {}
+    events = [UsageEvent("svc", 0, 5.0, False, 8.0), UsageEvent("svc", 1, 8.0, True, 8.0)]
+    capacities = []
+    for offset, event in enumerate(events):
+        outcome = engine.process([Incoming(event, 0, offset)], {"svc": rows.get("svc")})
+        rows.update(outcome.rows)
+        (action,) = outcome.actions
+        assert action.phase == "warmup" and action.tick == event.tick + 1
+        capacities.append(action.capacity)
+    assert capacities == [8.0, 12.0]
+    assert engine.row_bytes == len(rows["svc"]) < 2048
+
+
+def _warm(engine: DecisionEngine, service: str = "svc") -> dict[str, bytes | None]:
+    rows: dict[str, bytes | None] = {}
+    outcome = engine.process([Incoming(UsageEvent(service, t, 4.0 + t % 3, False, 10.0), 0, t) for t in range(WINDOW)],
+                             {service: None})
+    rows.update(outcome.rows)
+    assert outcome.actions[-1].phase == "control" and outcome.actions[-1].tick == WINDOW
+    return rows
+
+
+def test_duplicates_are_refused_and_redeliveries_skipped(tiny_artifact: ModelArtifact) -> None:
+    engine = DecisionEngine(tiny_artifact)
+    rows = _warm(engine)
+    again = engine.process([Incoming(UsageEvent("svc", 3, 5.0, False, 10.0), 0, 3)], rows)  # same offset: redelivery
+    assert again.redelivered == 1 and not again.refused and not again.actions
+    duplicate = engine.process([Incoming(UsageEvent("svc", 3, 5.0, False, 10.0), 0, 99)], rows)
+    assert [r.reason for r in duplicate.refused] == ["duplicate_tick"] and not duplicate.actions
+    assert duplicate.rows["svc"] == rows["svc"]  # nothing changed
+
+
+def test_far_future_tick_and_wrong_context_are_refused(tiny_artifact: ModelArtifact,
+                                                       tiny_context_artifact: ModelArtifact) -> None:
+    engine = DecisionEngine(tiny_artifact, EngineSettings(max_tick_gap=10))
+    rows = _warm(engine)
+    far = engine.process([Incoming(UsageEvent("svc", WINDOW + 11, 5.0, False, 10.0), 0, 50)], rows)
+    assert [r.reason for r in far.refused] == ["tick_out_of_range"]
+    gap = engine.process([Incoming(UsageEvent("svc", WINDOW + 10, 5.0, False, 10.0), 0, 51)], rows)
+    assert not gap.refused and gap.actions[0].tick == WINDOW + 11  # a gap within bounds moves the clock
+    with_context = DecisionEngine(tiny_context_artifact)
+    missing = with_context.process([Incoming(UsageEvent("svc", 0, 5.0, False, 10.0), 0, 0)], {"svc": None})
+    assert [r.reason for r in missing.refused] == ["missing_context"]
+    fine = with_context.process([Incoming(UsageEvent("svc", 0, 5.0, False, 10.0, {"duty_pct": 40.0}), 0, 1)],
+                                {"svc": None})
+    assert not fine.refused
+
+
+def test_a_capacity_applied_by_the_scheduler_replaces_the_decided_one(tiny_artifact: ModelArtifact) -> None:
+    engine = DecisionEngine(tiny_artifact)
+    rows = _warm(engine)
+    outcome = engine.process([Incoming(UsageEvent("svc", WINDOW, 3.0, True, 3.0), 0, 100)], rows)
+    (transition,) = outcome.transitions
+    row = engine.decode_row(rows["svc"])[0]
+    assert transition.action == pytest.approx((3.0 - row["low"]) / (row["high"] - row["low"]))
+    assert transition.observed == transition.action  # censored: y = a in force
+
+
+def test_context_services_match_the_simulator(tiny_context_artifact: ModelArtifact, native_trace: Trace) -> None:
+    workload = copies_of(native_trace, 3, WINDOW + 20, start=900, seed=4)
+    loop = Loop(DecisionEngine(tiny_context_artifact), workload).run()
+    reference = reference_run(tiny_context_artifact, workload.demand, workload.services, 0.5, workload.context)
+    assert np.array_equal(loop.normalised("capacity_norm"), reference.action)
+
+
+def test_artifact_scaling_uses_the_training_range(tiny_artifact: ModelArtifact) -> None:
+    engine = DecisionEngine(tiny_artifact, EngineSettings(scaling="artifact"))
+    row = engine.decode_row(_warm(engine)["svc"])[0]
+    series = tiny_artifact.scaling["series"]
+    assert (row["low"], row["high"]) == (series["low"], series["high"])
+    with pytest.raises(ValueError, match="scaling must be one of"):
+        replace(EngineSettings(), scaling="bogus")

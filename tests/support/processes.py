@@ -1,0 +1,41 @@
+"""Run picrl commands as child processes (as users run them), with their output kept for failures."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@contextmanager
+def picrl_process(args: list[str], log: Path) -> Iterator[subprocess.Popen]:
+    """``python -m picrl ARGS`` in the background, stopped with SIGTERM (then SIGKILL) on exit."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    with open(log, "wb") as out:
+        process = subprocess.Popen([sys.executable, "-m", "picrl", *args], stdout=out, stderr=subprocess.STDOUT,
+                                   cwd=REPO, env=env)
+        try:
+            yield process
+        finally:
+            stop(process)
+
+
+def stop(process: subprocess.Popen, timeout: float = 30.0) -> int:
+    """SIGTERM, wait, SIGKILL if needed; the exit code."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+    return process.returncode
+
+
+def tail(log: Path, lines: int = 40) -> str:
+    return "\n".join(log.read_text(errors="replace").splitlines()[-lines:]) if log.exists() else "(no log)"
