@@ -1,0 +1,115 @@
+"""The streaming service end to end on the real broker: worker and trainer as the processes users run,
+the closed-loop environment in process."""
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from picrl.datasets import Trace
+from picrl_core.artifact import ModelArtifact
+from picrl_core.reward import step_reward
+from producers.closed_loop import ClosedLoopEnvironment, ClosedLoopRecord
+from producers.workload import copies_of
+from stream.records import decode_policy, decode_transition
+from stream.topics import TopicNames, ensure_topics, topic_specs
+from tests.stream.conftest import WINDOW
+from tests.support.kafka import consume, unique
+from tests.support.processes import picrl_process, tail
+from tests.support.reference import reference_run
+
+PARTITIONS = 2
+
+
+def _play(bootstrap: str, prefix: str, workload, timeout: float = 120.0) -> ClosedLoopRecord:
+    return asyncio.run(ClosedLoopEnvironment(bootstrap, TopicNames(prefix), workload, action_timeout=timeout).run())
+
+
+def _worker_args(model: Path, bootstrap: str, prefix: str) -> list[str]:
+    return ["worker", "--model", str(model), "--bootstrap", bootstrap, "--prefix", prefix, "--partitions",
+            str(PARTITIONS), "--app-id", f"{prefix}-worker", "--log-level", "warning"]
+
+
+@pytest.fixture(scope="module")
+def fixed_policy_run(kafka_bootstrap: str, tiny_model_dir: Path, native_trace: Trace,
+                     tmp_path_factory: pytest.TempPathFactory) -> tuple[str, ClosedLoopRecord]:
+    """A worker without trainer (the artifact's policy throughout) driven by the closed loop."""
+    prefix = unique("e2e")
+    asyncio.run(ensure_topics(kafka_bootstrap, topic_specs(prefix, PARTITIONS)))
+    log = tmp_path_factory.mktemp("logs") / "worker.log"
+    workload = copies_of(native_trace, 3, WINDOW + 30, start=900, seed=7)
+    with picrl_process(_worker_args(tiny_model_dir, kafka_bootstrap, prefix), log) as worker:
+        try:
+            record = _play(kafka_bootstrap, prefix, workload)
+        except Exception as exc:
+            raise AssertionError(f"closed loop failed: {exc}\nworker log:\n{tail(log)}") from exc
+        assert worker.poll() is None, f"the worker exited:\n{tail(log)}"
+    return prefix, record
+
+
+def test_stream_actions_equal_the_embedded_runner_tick_for_tick(fixed_policy_run: tuple[str, ClosedLoopRecord],
+                                                                tiny_artifact: ModelArtifact) -> None:
+    _, record = fixed_policy_run
+    workload = record.workload
+    reference = reference_run(tiny_artifact, workload.demand, workload.services, headroom=0.5)
+    assert record.control[WINDOW:].all() and not record.control[:WINDOW].any()
+    assert np.array_equal(record.breakdown["capacity_norm"][WINDOW:], reference.action)
+    assert np.array_equal(record.censored[WINDOW:], reference.censored)
+    assert record.duplicate_actions == 0
+    assert (record.policy_version[1:] == 0).all()
+
+
+def test_replay_transitions_carry_the_paper_rewards(fixed_policy_run: tuple[str, ClosedLoopRecord],
+                                                    kafka_bootstrap: str, tiny_artifact: ModelArtifact) -> None:
+    prefix, record = fixed_policy_run
+    workload = record.workload
+    expected = len(workload.services) * (workload.ticks - WINDOW)
+    messages = asyncio.run(consume(kafka_bootstrap, TopicNames(prefix).replay, expected, timeout=30))
+    transitions = {(t.service, t.tick): t for t in (decode_transition(m.value) for m in messages)}
+    assert len(transitions) == expected == len(messages)
+    reference = reference_run(tiny_artifact, workload.demand, workload.services, headroom=0.5)
+    cfg = tiny_artifact.config
+    kinds = set()
+    for j, service in enumerate(workload.services):
+        for t in range(WINDOW, workload.ticks):
+            tr = transitions[service, t]
+            assert tr.censored == record.censored[t, j]
+            assert tr.reward == reference.reward[t - WINDOW, j]
+            if tr.censored:  # Eq. 9: inverse-Mills surrogate with pessimism; y = a
+                assert tr.observed == tr.action and tr.censor_streak >= 1
+                assert tr.reward == step_reward(tr.action, tr.observed, True, tr.mu, tr.sigma, tr.censor_streak,
+                                                cfg.cost, cfg.reward)
+            else:  # Eq. 10: the true asymmetric cost of the revealed demand
+                gap = tr.action - tr.observed
+                assert tr.reward == pytest.approx(-(cfg.cost.c_over * gap if gap > 0 else -cfg.cost.c_under * gap))
+            kinds.add(tr.censored)
+    assert kinds == {True, False}, "the run should contain censored and uncensored steps"
+
+
+def test_trainer_versions_reach_the_workers_actions(kafka_bootstrap: str, tiny_model_dir: Path, native_trace: Trace,
+                                                    tmp_path: Path) -> None:
+    prefix = unique("e2e-trainer")
+    asyncio.run(ensure_topics(kafka_bootstrap, topic_specs(prefix, PARTITIONS)))
+    workload = copies_of(native_trace, 4, WINDOW + 60, start=850, seed=9)
+    trainer_args = ["trainer", "--model", str(tiny_model_dir), "--bootstrap", kafka_bootstrap, "--prefix", prefix,
+                    "--partitions", str(PARTITIONS), "--update-every", "16", "--log-level", "warning"]
+    with picrl_process(_worker_args(tiny_model_dir, kafka_bootstrap, prefix), tmp_path / "worker.log"), \
+            picrl_process(trainer_args, tmp_path / "trainer.log") as trainer:
+        record = _play(kafka_bootstrap, prefix, workload)
+        assert trainer.poll() is None, f"the trainer exited:\n{tail(tmp_path / 'trainer.log')}"
+    versions = record.policy_version[WINDOW:]
+    assert versions.max() >= 1, f"no trained version reached the actions:\n{tail(tmp_path / 'trainer.log')}"
+    assert (np.diff(versions, axis=0) >= 0).all(), "a worker went back to an older version"
+    published = [decode_policy(m.value) for m in asyncio.run(consume(kafka_bootstrap, TopicNames(prefix).policy,
+                                                                      int(versions.max()) + 1, timeout=20))]
+    lineage = [(p.version, p.parent) for p in published]
+    assert lineage[0] == (0, None)
+    assert all(parent == version - 1 for version, parent in lineage[1:])
+    for p in published[1:]:
+        assert p.kl_to_parent >= 0 and np.isfinite(p.validation_score) and p.parent_score is not None
+    assert "version 1 (parent 0)" in (tmp_path / "trainer.log").read_text()
+    # the records' version stamps are on every action after the first trained version arrives
+    first = int(np.argmax(record.policy_version.max(axis=1) >= 1))
+    assert (record.policy_version[first + 2:] >= 1).all()
