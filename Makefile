@@ -15,9 +15,9 @@ $(VENV)/.installed: pyproject.toml
 
 setup: $(VENV)/.installed
 
-## the main job: PIC-RL trained on the GenAI-Mem trace and evaluated online on its test split
+## the main job: local Kafka, a stream worker, the trainer and the closed loop on GenAI-Mem's test split
 up: setup
-	$(PICRL) evaluate --dataset genai-mem --out runs/genai-mem
+	$(PICRL) up --out runs/up
 
 ## the whole test suite (starts its own Kafka broker unless KAFKA_BOOTSTRAP_SERVERS is set)
 test: setup

@@ -1,4 +1,4 @@
 """Sub-commands of the ``picrl`` CLI, in the order ``picrl --help`` lists them."""
-from picrl.commands import evaluate, kafka, produce, topics, train, trainer, worker
+from picrl.commands import evaluate, kafka, produce, topics, train, trainer, up, worker
 
-COMMANDS = [train, evaluate, kafka, topics, worker, trainer, produce]
+COMMANDS = [up, train, evaluate, kafka, topics, worker, trainer, produce]

@@ -36,8 +36,13 @@ def add_trace_source(parser: argparse.ArgumentParser, *, pods: bool = False) -> 
 
 
 def add_trace_arguments(parser: argparse.ArgumentParser) -> None:
-    """The trace plus the training options (seed, budgets, config file, threads)."""
+    """The trace plus the training options."""
     add_trace_source(parser)
+    add_training_options(parser)
+
+
+def add_training_options(parser: argparse.ArgumentParser) -> None:
+    """Seed, budgets, config file and threads of phases 1-2."""
     parser.add_argument("--seed", type=int, default=0, help="seed of every random choice (default 0)")
     parser.add_argument("--quick", action="store_true",
                         help="small budgets (few epochs / iterations) for a fast look; results are weaker")

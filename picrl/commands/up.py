@@ -1,0 +1,103 @@
+"""``picrl up``: the whole product on one machine — broker, topics, worker, trainer and a closed loop."""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+
+from picrl.commands.bus import bootstrap_or_local
+from picrl.commands.produce import TEST_FRACTION, play_closed_loop, print_summary
+from picrl.commands.source import add_training_options, cached_model, config_from_args
+from picrl.datasets import DATASETS, load_dataset
+from picrl.kafka import LocalKafka
+from picrl.reports.closed_loop import write_report
+from picrl_core.series import prepare_series
+from producers.workload import copies_of
+from stream.topics import ensure_topics, topic_specs
+
+PARTITIONS = 4
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser(
+        "up", help="run everything: local broker, topics, a worker, the trainer and a closed loop on a bundled trace",
+        description="The main job in one command. Starts the local Kafka broker (unless --bootstrap is given), "
+                    "trains the model on the trace's training split (cached after the first run), creates a fresh "
+                    "set of topics, starts a stream worker and the policy trainer as child processes and plays the "
+                    "closed-loop environment over Kafka on the trace's test split for --services shifted and scaled "
+                    "copies. Shows live progress (ticks, censoring rate, policy version), prints MAE and regret and "
+                    "writes metrics.json, ticks.csv, closed_loop.png and the processes' logs to --out. Everything "
+                    "it started is stopped on completion or Ctrl-C.")
+    parser.add_argument("--bootstrap", metavar="HOST:PORT", help="use this Kafka cluster instead of the local broker")
+    parser.add_argument("--dataset", choices=sorted(DATASETS), default="genai-mem", help="bundled trace (default genai-mem)")
+    parser.add_argument("--services", type=int, default=4, help="number of services (default 4)")
+    parser.add_argument("--ticks", type=int, default=240,
+                        help="ticks per service, warm-up included (default 240; GenAI-Mem's test split has 289)")
+    add_training_options(parser)
+    parser.add_argument("--out", type=Path, default=Path("runs/up"), help="output folder (default runs/up)")
+    parser.set_defaults(handler=run)
+
+
+@contextmanager
+def _broker(bootstrap: str | None) -> Iterator[str]:
+    """The given cluster, else the local broker (started now and stopped after, unless already running)."""
+    if bootstrap:
+        yield bootstrap
+        return
+    broker = LocalKafka(log=lambda line: print(f"kafka: {line}", flush=True))
+    if broker.status() is not None:
+        yield bootstrap_or_local(None)
+        return
+    info = broker.start()
+    print(f"kafka: local broker up at {info.bootstrap}", flush=True)
+    try:
+        yield info.bootstrap
+    finally:
+        broker.stop()
+        print("kafka: local broker stopped", flush=True)
+
+
+@contextmanager
+def _child(args: list[str], log: Path) -> Iterator[subprocess.Popen]:
+    with open(log, "wb") as out:
+        process = subprocess.Popen([sys.executable, "-m", "picrl", *args], stdout=out, stderr=subprocess.STDOUT)
+        try:
+            yield process
+        finally:
+            if process.poll() is None:
+                process.terminate()
+                try:
+                    process.wait(30)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait()
+
+
+def run(args: argparse.Namespace) -> int:
+    trace = load_dataset(args.dataset)
+    series = prepare_series(trace.values, trace.name, trace.context, trace.context_names)
+    _, model, trained = cached_model(trace, series, config_from_args(args))
+    print(f"model: {'trained and cached in' if trained else 'cached'} {model}", flush=True)
+    start = int(trace.values.size * (1 - TEST_FRACTION))
+    workload = copies_of(trace, args.services, args.ticks, start=start, seed=args.seed)
+    args.out.mkdir(parents=True, exist_ok=True)
+    prefix = f"picrl-up-{time.strftime('%Y%m%d-%H%M%S')}"
+    with ExitStack() as stack:
+        bootstrap = stack.enter_context(_broker(args.bootstrap))
+        asyncio.run(ensure_topics(bootstrap, topic_specs(prefix, PARTITIONS)))
+        common = ["--model", str(model), "--bootstrap", bootstrap, "--prefix", prefix, "--partitions", str(PARTITIONS)]
+        worker = stack.enter_context(_child(["worker", *common, "--app-id", f"{prefix}-worker"], args.out / "worker.log"))
+        trainer = stack.enter_context(_child(["trainer", *common], args.out / "trainer.log"))
+        print(f"topics {prefix}.*: worker pid {worker.pid}, trainer pid {trainer.pid} (logs in {args.out})", flush=True)
+        record = play_closed_loop(bootstrap, prefix, workload, action_timeout=120.0)
+        for name, process in (("worker", worker), ("trainer", trainer)):
+            if process.poll() is not None:
+                print(f"warning: the {name} exited early (code {process.returncode}); see {args.out / (name + '.log')}")
+    summary = write_report(record, args.out, f"picrl up: {args.services} copies of {trace.name} (test split) over Kafka")
+    print_summary(summary, args.out)
+    return 0
