@@ -35,7 +35,7 @@ from picrl_core.state_codec import StateCodec
 from stream.records import Action, TransitionRecord, UsageEvent
 
 # Why the worker refuses a well-formed event (on top of the decoder's reasons in stream.records).
-RefusalReason = Literal["duplicate_tick", "tick_out_of_range", "missing_context"]
+RefusalReason = Literal["duplicate_tick", "tick_out_of_range", "missing_context", "service_limit"]
 REFUSAL_REASONS: frozenset[str] = frozenset(get_args(RefusalReason))
 
 Scaling = Literal["window", "artifact"]
@@ -48,7 +48,8 @@ class EngineSettings:
     scaling: Scaling = "window"  # per-service range from the first window, or the artifact's range for all
     headroom: float = 0.5  # "window" scaling: range widened by this many spans on each side
     warmup_bump: float = 0.5  # warm-up: capacity raised by this fraction after a shortage
-    max_tick_gap: int = 1_000  # a tick further ahead than this is refused (lost clock, bad producer)
+    max_tick_gap: int = 1_000  # a tick further ahead or behind than this is refused (lost clock, bad producer)
+    max_services: int | None = None  # new services beyond this many are refused (None: no cap)
     advisory: bool = False  # label actions advisory (recommend mode)
 
     def __post_init__(self) -> None:
@@ -56,6 +57,8 @@ class EngineSettings:
             raise ValueError(f"scaling must be one of {get_args(Scaling)}; got {self.scaling!r}")
         if self.headroom < 0 or self.warmup_bump < 0 or self.max_tick_gap < 1:
             raise ValueError("headroom and warmup_bump must be >= 0 and max_tick_gap >= 1")
+        if self.max_services is not None and self.max_services < 1:
+            raise ValueError("max_services must be >= 1 (or None for no cap)")
 
 
 @dataclass(frozen=True)
@@ -131,8 +134,10 @@ class DecisionEngine:
             raise ValueError(f"stored state has {len(raw)} bytes, this model's rows have {self.row_bytes}")
         return np.frombuffer(raw, dtype=self.row_dtype).copy()
 
-    def process(self, batch: Sequence[Incoming], stored: Mapping[str, bytes | None]) -> BatchOutcome:
-        """Apply ``batch`` (in arrival order) to the services' ``stored`` rows (None: first seen)."""
+    def process(self, batch: Sequence[Incoming], stored: Mapping[str, bytes | None],
+                services_held: int = 0) -> BatchOutcome:
+        """Apply ``batch`` (in arrival order) to the services' ``stored`` rows (None: first seen);
+        ``services_held`` is how many services the worker already keeps (for ``max_services``)."""
         outcome = BatchOutcome()
         queues: dict[str, list[Incoming]] = {}
         for item in batch:
@@ -146,11 +151,17 @@ class DecisionEngine:
                 rows[i] = self.decode_row(raw)[0]
                 known[i] = True
         now = time.time()
+        room = None if self.settings.max_services is None else self.settings.max_services - services_held
         for round_ in range(max(map(len, queues.values()), default=0)):
             present = [(i, queues[s][round_]) for i, s in enumerate(services) if round_ < len(queues[s])]
             warming, controlled, ready = [], [], []
             for i, item in present:
                 if not known[i]:
+                    if room is not None and room <= 0:
+                        outcome.refused.append(Refusal(item, "service_limit", f"new service {item.event.service!r} "
+                                                       f"beyond the cap of {self.settings.max_services} services"))
+                        continue
+                    room = None if room is None else room - 1
                     self._start_warmup(rows[i:i + 1], item)
                     known[i] = True
                 refusal = self._check(rows[i], item)
@@ -169,7 +180,7 @@ class DecisionEngine:
                 self._first_decisions(rows, ready, outcome, now)
             if controlled:
                 self._step(rows, controlled, outcome, now)
-        outcome.rows = {service: rows[i:i + 1].tobytes() for i, service in enumerate(services)}
+        outcome.rows = {service: rows[i:i + 1].tobytes() for i, service in enumerate(services) if known[i]}
         return outcome
 
     # ------------------------------------------------------------------ per-event checks and warm-up
@@ -182,14 +193,14 @@ class DecisionEngine:
 
     def _check(self, row: np.ndarray, item: Incoming) -> Refusal | Literal["redelivered"] | None:
         event, expected = item.event, int(row["expected_tick"])
+        if event.tick < expected and item.offset <= row["last_offset"]:
+            return "redelivered"
+        if abs(event.tick - expected) > self.settings.max_tick_gap:
+            return Refusal(item, "tick_out_of_range", f"tick {event.tick} of {event.service!r} is more than "
+                                                      f"{self.settings.max_tick_gap} ticks from the expected {expected}")
         if event.tick < expected:
-            if item.offset <= row["last_offset"]:
-                return "redelivered"
             return Refusal(item, "duplicate_tick", f"tick {event.tick} of {event.service!r} was already "
                                                    f"applied; expected tick {expected}")
-        if event.tick > expected + self.settings.max_tick_gap:
-            return Refusal(item, "tick_out_of_range", f"tick {event.tick} of {event.service!r} is more than "
-                                                      f"{self.settings.max_tick_gap} ticks after {expected}")
         missing = set(self.context_names) - set(event.context or {})  # extra channels are ignored
         if missing:
             return Refusal(item, "missing_context", f"context channel(s) {sorted(missing)} absent; the model reads "

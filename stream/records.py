@@ -241,6 +241,10 @@ class _Record:
             payload[name] = spec.encode(name, getattr(self, name))
         return payload
 
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON object the record travels as (with ``schema`` and ``type``)."""
+        return self._payload()
+
     def to_bytes(self) -> bytes:
         """The orjson value for the topic. A record its own decoder would refuse (NaN, negative usage...)
         raises the same DecodeError here: a worker never emits what another would dead-letter."""
@@ -394,7 +398,7 @@ class TransitionRecord(_Record):
 
 @dataclass(frozen=True, slots=True)
 class PolicyVersion(_Record):
-    """``picrl.policy`` (compacted, key = ``name``): policy weights as safetensors bytes plus lineage:
+    """``picrl.policy`` (compacted, key = ``name@version``): policy weights as safetensors bytes plus lineage:
     the parent version, ``KL(new || parent)`` on replayed states, and the off-policy validation scores
     of the new policy and of its parent on the same held-out transitions (higher is better)."""
 
@@ -407,13 +411,21 @@ class PolicyVersion(_Record):
     weights: bytes
     accepted_by_trainer: bool = True
     parent_score: float | None = None  # the parent's validation score on the same held-out transitions
+    rollback_of: int | None = None  # set by `picrl policy rollback`: these are that version's weights
 
     _TYPE: ClassVar[str] = "policy"
     _FIELDS: ClassVar[dict[str, _Field]] = {
         "name": _identifier("bad_policy_name"), "version": _COUNT, "parent": _optional(_COUNT),
         "kl_to_parent": _NON_NEGATIVE, "validation_score": _FINITE, "created_at": _TIMESTAMP,
         "weights": _BLOB, "accepted_by_trainer": _FLAG, "parent_score": _optional(_FINITE),
+        "rollback_of": _optional(_COUNT),
     }
+
+    @property
+    def key(self) -> bytes:
+        """Message key on the policy topic: one per version, so compaction keeps every version
+        (the lineage and rollback targets) while dropping re-sent duplicates."""
+        return f"{self.name}@{self.version}".encode()
 
     def _check(self) -> None:
         if self.parent is not None and self.parent >= self.version:

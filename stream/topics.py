@@ -5,7 +5,7 @@
 | ``<p>.usage``      | service id   | N          | 7 days (telemetry replays and recovery)          |
 | ``<p>.actions``    | service id   | N          | 7 days (schedulers and audits read it)           |
 | ``<p>.replay``     | service id   | N          | bounded: 1 day and 256 MiB per partition         |
-| ``<p>.policy``     | policy name  | 1          | compacted: the newest version of each policy     |
+| ``<p>.policy``     | name@version | 1          | compacted: every version once (lineage, rollback) |
 | ``<p>.deadletter`` | service id   | N          | 14 days and 64 MiB per partition                 |
 
 Usage, actions, replay and dead letters share one partition count so that a service's events,

@@ -20,14 +20,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 from picrl_core.artifact import ArtifactError, ModelArtifact, policy_from_bytes, policy_to_bytes
 from picrl_core.controller import Transition
 from picrl_core.noise import service_key
 from picrl_core.online import ReplayBuffer, SlowPolicyLearner, off_policy_score
 from picrl_core.policy import N_FEATURES, PolicyNetwork
-from stream.records import DecodeError, PolicyVersion, TransitionRecord, decode_policy, decode_transition
+from stream.policy_follower import read_policy_versions
+from stream.records import DecodeError, PolicyVersion, TransitionRecord, decode_transition
 from stream.topics import TopicNames
 
 log = logging.getLogger("picrl.trainer")
@@ -79,11 +80,14 @@ class PolicyTrainer:
     """Replay consumer, slow learner and policy publisher."""
 
     def __init__(self, artifact: ModelArtifact, settings: TrainerSettings,
-                 on_publish: Callable[[Published], None] | None = None) -> None:
+                 on_publish: Callable[[Published], None] | None = None,
+                 on_resume: Callable[[dict[int, int | None]], None] | None = None) -> None:
         self.artifact = artifact
         self.settings = settings
         self.topics = TopicNames(settings.prefix)
         self.on_publish = on_publish
+        self.on_resume = on_resume
+        self.resumed_from: dict[int, int | None] | None = None  # committed replay offset per partition at start
         config = artifact.config
         self.update_every = settings.update_every or config.online.n_update
         self.buffer = ReplayBuffer(config.online.buffer_size, N_FEATURES)
@@ -111,6 +115,11 @@ class PolicyTrainer:
             since_update = 0
             while not self._stop.is_set():
                 batches = await consumer.getmany(timeout_ms=500, max_records=2_000)
+                if self.resumed_from is None and consumer.assignment():
+                    self.resumed_from = {tp.partition: await consumer.committed(tp)
+                                         for tp in sorted(consumer.assignment())}
+                    if self.on_resume is not None:
+                        self.on_resume(self.resumed_from)
                 records = [record for messages in batches.values() for record in self._decode(messages)]
                 if records:
                     held = [(service_key(r.service) + r.tick) % settings.holdout_every == 0 for r in records]
@@ -129,8 +138,7 @@ class PolicyTrainer:
                         settings.policy_name, version + 1, version, stats.kl_to_parent,
                         off_policy_score(learner.acting, held_out), time.time(), policy_to_bytes(learner.acting),
                         parent_score=off_policy_score(parent_policy, held_out))
-                    await producer.send_and_wait(self.topics.policy, record.to_bytes(),
-                                                 key=settings.policy_name.encode())
+                    await producer.send_and_wait(self.topics.policy, record.to_bytes(), key=record.key)
                     await consumer.commit()
                     version += 1
                     since_update = 0
@@ -163,34 +171,19 @@ class PolicyTrainer:
 
     async def _latest(self, producer: AIOKafkaProducer) -> tuple[int, PolicyNetwork]:
         """The newest readable version of our policy on the topic; publishes the artifact's as 0 if none."""
-        consumer = AIOKafkaConsumer(bootstrap_servers=self.settings.bootstrap, enable_auto_commit=False,
-                                    isolation_level="read_committed", auto_offset_reset="earliest",
-                                    max_partition_fetch_bytes=16 << 20, fetch_max_bytes=16 << 20)
-        await consumer.start()
+        name = self.settings.policy_name
         newest: tuple[int, PolicyNetwork] | None = None
-        try:
-            partition = TopicPartition(self.topics.policy, 0)
-            consumer.assign([partition])
-            await consumer.seek_to_beginning(partition)
-            end = (await consumer.end_offsets([partition]))[partition]
-            while await consumer.position(partition) < end:
-                for message in (await consumer.getmany(partition, timeout_ms=1000)).get(partition, []):
-                    if message.key != self.settings.policy_name.encode():
-                        continue
-                    try:
-                        record = decode_policy(message.value)
-                        policy = policy_from_bytes(record.weights, self.artifact.config)
-                    except (DecodeError, ArtifactError) as exc:
-                        log.warning("skipping unreadable policy version at offset %d: %s", message.offset, exc)
-                        continue
-                    if newest is None or record.version > newest[0]:
-                        newest = (record.version, policy)
-        finally:
-            await consumer.stop()
+        for record in await read_policy_versions(self.settings.bootstrap, self.topics.policy, name):
+            try:
+                policy = policy_from_bytes(record.weights, self.artifact.config)
+            except ArtifactError as exc:
+                log.warning("skipping unreadable policy %s version %d: %s", name, record.version, exc)
+                continue
+            if newest is None or record.version > newest[0]:
+                newest = (record.version, policy)
         if newest is not None:
-            log.info("continuing from policy %s version %d", self.settings.policy_name, newest[0])
+            log.info("continuing from policy %s version %d", name, newest[0])
             return newest
-        root = PolicyVersion(self.settings.policy_name, 0, None, 0.0, 0.0, time.time(),
-                             policy_to_bytes(self.artifact.policy))
-        await producer.send_and_wait(self.topics.policy, root.to_bytes(), key=self.settings.policy_name.encode())
+        root = PolicyVersion(name, 0, None, 0.0, 0.0, time.time(), policy_to_bytes(self.artifact.policy))
+        await producer.send_and_wait(self.topics.policy, root.to_bytes(), key=root.key)
         return 0, copy.deepcopy(self.artifact.policy)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import Counter
+from collections import OrderedDict, deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -26,14 +26,18 @@ from faust.types import EventT
 
 from picrl_core.artifact import ModelArtifact
 from picrl_core.policy import PolicyNetwork
-from stream.decisions import DecisionEngine, EngineSettings, Incoming
+from stream.decisions import BatchOutcome, DecisionEngine, EngineSettings, Incoming
+from stream.metrics import WorkerMetrics
 from stream.policy_follower import PolicyFollower, PolicyGate
-from stream.records import DeadLetter, DecodeError, decode_usage
+from stream.records import Action, DeadLetter, DecodeError, decode_usage
 from stream.topics import TopicNames
+from stream.views import add_views
 
 log = logging.getLogger("picrl.worker")
 
 GUARANTEES = ("exactly_once", "at_least_once")
+RECENT_DECISIONS = 10  # last decisions kept per service for /services/<id>
+RECENT_SERVICES = 10_000  # services whose recent decisions are kept (least recently seen dropped)
 
 
 @dataclass(frozen=True)
@@ -49,7 +53,9 @@ class WorkerSettings:
     batch_max: int = 1_000
     batch_within: float = 0.005  # seconds to wait for more events before deciding on a batch
     commit_interval: float = 0.1  # seconds between commits (= transactions under exactly_once)
-    web_port: int | None = None  # Faust's web server (None: off)
+    web_port: int | None = None  # web server: /metrics, /healthz, /services/<id> (None: off)
+    max_policy_kl: float = 0.5  # guardrail: refuse versions further than this from their parent
+    policy_score_margin: float = 0.05  # guardrail: refuse versions scoring this much below their parent
     engine: EngineSettings = field(default_factory=EngineSettings)
 
     def __post_init__(self) -> None:
@@ -59,18 +65,6 @@ class WorkerSettings:
             raise ValueError("batch_max and partitions must be >= 1, batch_within >= 0 and commit_interval > 0")
 
 
-@dataclass
-class WorkerCounters:
-    """What the worker has done since it started."""
-
-    events: int = 0
-    actions: int = 0
-    transitions: int = 0
-    redelivered: int = 0
-    batches: int = 0
-    dead_letters: Counter[str] = field(default_factory=Counter)
-
-
 class StreamWorker:
     """The Faust app, its table and agent, bound to one :class:`DecisionEngine`."""
 
@@ -78,9 +72,12 @@ class StreamWorker:
         self.settings = settings
         self.topics = TopicNames(settings.prefix)
         self.engine = DecisionEngine(artifact, settings.engine)
-        self.counters = WorkerCounters()
-        self.follower = PolicyFollower(settings.bootstrap, self.topics.policy,
-                                       PolicyGate(artifact.config, settings.policy_name), self._adopt)
+        self.metrics = WorkerMetrics()
+        self.recent: OrderedDict[str, deque[Action]] = OrderedDict()  # last decisions of recently seen services
+        gate = PolicyGate(artifact.config, settings.policy_name, max_kl=settings.max_policy_kl,
+                          score_margin=settings.policy_score_margin)
+        self.follower = PolicyFollower(settings.bootstrap, self.topics.policy, gate, self._adopt,
+                                       on_refuse=lambda reason: self.metrics.policy_refusals.labels(reason).inc())
         web = {"web_enabled": False} if settings.web_port is None else {"web_port": settings.web_port}
         self.app = faust.App(
             settings.app_id, broker=f"kafka://{settings.bootstrap}", store="memory://",
@@ -93,9 +90,12 @@ class StreamWorker:
                                      partitions=settings.partitions, use_partitioner=True)
         self.app.agent(self.usage, name="decide")(self._decide)
         self.app.task(self.follower.run)
+        if settings.web_port is not None:
+            add_views(self)
 
     def _adopt(self, policy: PolicyNetwork, version: int) -> None:
         self.engine.set_policy(policy, version)
+        self.metrics.adopted(version)
 
     async def _decide(self, stream: faust.StreamT) -> None:
         async for events in stream.take_events(self.settings.batch_max, within=self.settings.batch_within):
@@ -117,7 +117,7 @@ class StreamWorker:
                                            bytes(message.value or b""), now)))
         partition_of = {item.event.service: item.partition for item in incoming}
         stored = {service: self.states.get(service.encode()) for service in partition_of}
-        outcome = self.engine.process(incoming, stored)
+        outcome = self.engine.process(incoming, stored, services_held=len(self.states))
         for service, row in outcome.rows.items():
             self.states[service.encode()] = row
         for refusal in outcome.refused:
@@ -132,16 +132,42 @@ class StreamWorker:
         sends += [self._send(self.topics.deadletter, key, letter.to_bytes(), partition)
                   for partition, key, letter in letters]
         await asyncio.gather(*[await send for send in sends])
-        counters = self.counters
-        counters.batches += 1
-        counters.events += len(events)
-        counters.actions += len(outcome.actions)
-        counters.transitions += len(outcome.transitions)
-        counters.redelivered += outcome.redelivered
-        counters.dead_letters.update(letter.reason for _, _, letter in letters)
-        for _, _, letter in letters:
+        self._observe(events, incoming, outcome, [letter for _, _, letter in letters])
+
+    def _observe(self, events: Sequence[EventT], incoming: list[Incoming], outcome: BatchOutcome,
+                 letters: list[DeadLetter]) -> None:
+        """Metrics, recent decisions and logs of one handled batch."""
+        m = self.metrics
+        m.events.inc(len(events))
+        m.censored.inc(sum(item.event.censored for item in incoming))
+        m.transitions.inc(len(outcome.transitions))
+        m.redelivered.inc(outcome.redelivered)
+        m.services.set(len(self.states))
+        streaks = [a.censor_streak for a in outcome.actions]
+        if streaks:
+            m.streak_max.set(max(streaks))
+            m.in_streak.set(sum(s >= 3 for s in streaks))
+        for action in outcome.actions:
+            m.actions.labels(action.phase).inc()
+            if action.source_produced_at > 0:
+                m.latency.observe(max(0.0, action.decided_at - action.source_produced_at))
+            self._remember(action)
+        for event in events[-1:]:
+            tp = event.message.tp
+            highwater = self.app.consumer.highwater(tp)
+            if highwater is not None:
+                m.lag.labels(str(tp.partition)).set(max(0, highwater - event.message.offset - 1))
+        for letter in letters:
+            m.dead_letters.labels(letter.reason).inc()
             log.warning("dead letter (%s) from %s[%d]@%d: %s", letter.reason, letter.topic, letter.partition,
                         letter.offset, letter.detail)
+
+    def _remember(self, action: Action) -> None:
+        history = self.recent.pop(action.service, None) or deque(maxlen=RECENT_DECISIONS)
+        history.append(action)
+        self.recent[action.service] = history
+        if len(self.recent) > RECENT_SERVICES:
+            self.recent.popitem(last=False)
 
     async def _send(self, topic: str, key: bytes, value: bytes, source_partition: int) -> asyncio.Future:
         """Enqueue one output in the transaction of its source partition (exactly_once) and return

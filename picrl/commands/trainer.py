@@ -47,7 +47,9 @@ def run(args: argparse.Namespace) -> int:
     bootstrap = bootstrap_or_local(args.bootstrap)
     settings = TrainerSettings(bootstrap=bootstrap, prefix=args.prefix, policy_name=args.policy_name,
                                group_id=args.group_id, update_every=args.update_every, max_updates=args.max_updates)
-    trainer = PolicyTrainer(artifact, settings, on_publish=_print)
+    trainer = PolicyTrainer(artifact, settings, on_publish=_print,
+                            on_resume=lambda offsets: print(f"resuming replay at committed offsets {offsets} "
+                                                            "(None: from the beginning)", flush=True))
 
     async def main() -> None:
         await ensure_topics(bootstrap, topic_specs(args.prefix, args.partitions))

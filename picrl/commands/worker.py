@@ -40,7 +40,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--commit-interval", type=float, default=0.1,
                         help="seconds between commits (transactions under exactly_once; default 0.1)")
     parser.add_argument("--advisory", action="store_true", help="label every action advisory (recommend mode)")
-    parser.add_argument("--web-port", type=int, default=None, help="serve Faust's web endpoints on this port")
+    parser.add_argument("--max-services", type=int, default=None,
+                        help="refuse usage of new services beyond this many (dead letter service_limit)")
+    parser.add_argument("--max-tick-gap", type=int, default=1000,
+                        help="refuse ticks further than this from a service's expected tick (default 1000)")
+    parser.add_argument("--max-kl", type=float, default=0.5,
+                        help="policy guardrail: refuse versions whose KL to their parent exceeds this (default 0.5)")
+    parser.add_argument("--score-margin", type=float, default=0.05,
+                        help="policy guardrail: refuse versions scoring more than this below their parent (default 0.05)")
+    parser.add_argument("--web-port", type=int, default=None,
+                        help="serve /healthz, /metrics (Prometheus) and /services/<id> on this port")
     parser.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
     parser.set_defaults(handler=run)
 
@@ -54,7 +63,9 @@ def run(args: argparse.Namespace) -> int:
         bootstrap=bootstrap, prefix=args.prefix, app_id=args.app_id, partitions=args.partitions,
         guarantee=args.guarantee, policy_name=args.policy_name, batch_max=args.batch_max,
         batch_within=args.batch_within, commit_interval=args.commit_interval, web_port=args.web_port,
-        engine=EngineSettings(scaling=args.scaling, headroom=args.headroom, advisory=args.advisory))
+        max_policy_kl=args.max_kl, policy_score_margin=args.score_margin,
+        engine=EngineSettings(scaling=args.scaling, headroom=args.headroom, advisory=args.advisory,
+                              max_services=args.max_services, max_tick_gap=args.max_tick_gap))
     asyncio.run(ensure_topics(bootstrap, topic_specs(args.prefix, args.partitions)))
     worker = StreamWorker(settings, artifact)
     print(f"picrl worker {args.app_id}: {bootstrap}, topics {args.prefix}.*, {args.guarantee}, "

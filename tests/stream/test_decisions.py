@@ -157,3 +157,14 @@ def test_artifact_scaling_uses_the_training_range(tiny_artifact: ModelArtifact) 
     assert (row["low"], row["high"]) == (series["low"], series["high"])
     with pytest.raises(ValueError, match="scaling must be one of"):
         replace(EngineSettings(), scaling="bogus")
+
+
+def test_far_past_ticks_and_services_beyond_the_cap_are_refused(tiny_artifact: ModelArtifact) -> None:
+    engine = DecisionEngine(tiny_artifact, EngineSettings(max_tick_gap=5, max_services=2))
+    rows = _warm(engine)
+    past = engine.process([Incoming(UsageEvent("svc", 0, 5.0, False, 10.0), 0, 500)], rows)
+    assert [r.reason for r in past.refused] == ["tick_out_of_range"]
+    batch = [Incoming(UsageEvent(name, 0, 5.0, False, 10.0), 0, 600 + i) for i, name in enumerate(("b", "c"))]
+    capped = engine.process(batch, {"b": None, "c": None}, services_held=1)
+    assert [(r.incoming.event.service, r.reason) for r in capped.refused] == [("c", "service_limit")]
+    assert set(capped.rows) == {"b"} and [a.service for a in capped.actions] == ["b"]

@@ -1,0 +1,72 @@
+"""``picrl policy list|rollback``: inspect the published policy versions and roll back to one."""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import time
+from dataclasses import replace
+
+from aiokafka import AIOKafkaProducer
+
+from picrl.commands.bus import add_bus_arguments, bootstrap_or_local
+from stream.policy_follower import read_policy_versions
+from stream.records import PolicyVersion
+from stream.topics import TopicNames
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser(
+        "policy", help="list the published policy versions, or roll the workers back to one",
+        description="`list` prints every version of the policy on <prefix>.policy with its parent, KL to the "
+                    "parent and validation scores. `rollback --to VERSION` re-publishes that version's weights as "
+                    "the next version (marked as a rollback, so the workers' KL and score guardrails do not apply); "
+                    "every worker switches to it.")
+    parser.add_argument("action", choices=("list", "rollback"))
+    parser.add_argument("--to", type=int, metavar="VERSION", help="rollback: the version whose weights to restore")
+    parser.add_argument("--policy-name", default="default", help="policy name (default default)")
+    add_bus_arguments(parser, partitions=False)
+    parser.set_defaults(handler=run)
+
+
+def _line(record: PolicyVersion) -> str:
+    parent_score = "-" if record.parent_score is None else f"{record.parent_score:.4f}"
+    origin = f"rollback of {record.rollback_of}" if record.rollback_of is not None else f"parent {record.parent}"
+    created = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(record.created_at))
+    return (f"{record.version:>5}  {origin:<16} KL {record.kl_to_parent:9.3e}  score {record.validation_score:8.4f} "
+            f"(parent {parent_score})  {created}")
+
+
+async def rollback(bootstrap: str, topics: TopicNames, name: str, target: int) -> PolicyVersion:
+    """Publish version ``target``'s weights as the next version; ValueError if it does not exist."""
+    versions = await read_policy_versions(bootstrap, topics.policy, name)
+    chosen = [v for v in versions if v.version == target]
+    if not chosen:
+        known = ", ".join(str(v.version) for v in versions) or "none"
+        raise ValueError(f"policy {name!r} has no version {target} on {topics.policy} (versions: {known})")
+    newest = max(v.version for v in versions)
+    record = replace(chosen[-1], version=newest + 1, parent=newest, kl_to_parent=0.0, created_at=time.time(),
+                     parent_score=None, rollback_of=target)
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, enable_idempotence=True, max_request_size=8 << 20)
+    await producer.start()
+    try:
+        await producer.send_and_wait(topics.policy, record.to_bytes(), key=record.key)
+    finally:
+        await producer.stop()
+    return record
+
+
+def run(args: argparse.Namespace) -> int:
+    bootstrap = bootstrap_or_local(args.bootstrap)
+    topics = TopicNames(args.prefix)
+    if args.action == "list":
+        versions = asyncio.run(read_policy_versions(bootstrap, topics.policy, args.policy_name))
+        if not versions:
+            print(f"no versions of policy {args.policy_name!r} on {topics.policy}")
+        for record in versions:
+            print(_line(record))
+        return 0
+    if args.to is None:
+        raise ValueError("rollback needs --to VERSION")
+    record = asyncio.run(rollback(bootstrap, topics, args.policy_name, args.to))
+    print(f"published version {record.version}: the weights of version {args.to}; workers switch to it")
+    return 0

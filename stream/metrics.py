@@ -1,0 +1,48 @@
+"""Prometheus metrics of a worker (naming conventions: ``_total`` counters, seconds as the unit).
+
+Each worker has its own registry, served by the worker's web server at ``/metrics``.
+"""
+from __future__ import annotations
+
+import time
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+_LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+
+class WorkerMetrics:
+    """Counters, gauges and the decision-latency histogram of one stream worker."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.events = Counter("picrl_events_total", "Usage events consumed", registry=r)
+        self.censored = Counter("picrl_censored_events_total",
+                                "Usage events reporting a shortage (censored: demand above capacity)", registry=r)
+        self.actions = Counter("picrl_actions_total", "Actions emitted", ["phase"], registry=r)
+        self.transitions = Counter("picrl_transitions_total", "Transitions sent to the replay topic", registry=r)
+        self.redelivered = Counter("picrl_redelivered_events_total",
+                                   "Events already applied (redelivered after a restart), skipped", registry=r)
+        self.dead_letters = Counter("picrl_dead_letters_total", "Messages sent to the dead-letter topic",
+                                    ["reason"], registry=r)
+        self.policy_refusals = Counter("picrl_policy_refusals_total", "Published policy versions refused",
+                                       ["reason"], registry=r)
+        self.policy_version = Gauge("picrl_policy_version", "Version of the acting policy", registry=r)
+        self.policy_age = Gauge("picrl_policy_age_seconds", "Seconds since the acting policy was adopted", registry=r)
+        self.services = Gauge("picrl_services", "Services whose state this worker holds", registry=r)
+        self.streak_max = Gauge("picrl_censor_streak_max",
+                                "Longest current run of consecutive censored ticks among the last batch's services",
+                                registry=r)
+        self.in_streak = Gauge("picrl_services_in_censor_streak",
+                               "Services of the last batch with 3 or more consecutive censored ticks", registry=r)
+        self.latency = Histogram("picrl_decision_latency_seconds",
+                                 "From a usage event's production to its action's decision", buckets=_LATENCY_BUCKETS,
+                                 registry=r)
+        self.lag = Gauge("picrl_consumer_lag", "Usage messages not yet consumed", ["partition"], registry=r)
+        self._adopted_at = time.time()
+        self.policy_age.set_function(lambda: time.time() - self._adopted_at)
+
+    def adopted(self, version: int) -> None:
+        self.policy_version.set(version)
+        self._adopted_at = time.time()

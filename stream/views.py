@@ -1,0 +1,66 @@
+"""The worker's web endpoints (Faust web server, ``--web-port``).
+
+    GET /healthz            200 once the worker follows the policy topic and is assigned partitions, else 503
+    GET /metrics            Prometheus exposition of :class:`stream.metrics.WorkerMetrics`
+    GET /services/<id>/     the service's state (range, calibrator, streaks, pending decision) and its last
+                            decisions with their breakdown; 404 when this worker does not hold the service
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+if TYPE_CHECKING:
+    from stream.worker import StreamWorker
+
+
+def service_view(worker: "StreamWorker", service: str) -> dict[str, Any] | None:
+    """What ``GET /services/<id>`` returns (None when the service is not held by this worker)."""
+    raw = worker.states.get(service.encode())
+    if raw is None:
+        return None
+    row = worker.engine.decode_row(raw)[0]
+    core = row["core"]
+    warming = int(row["warm_count"]) < worker.engine.window
+    state: dict[str, Any] = {
+        "service": service, "phase": "warmup" if warming else "control",
+        "next_tick": int(row["expected_tick"]), "capacity": float(row["capacity"]),
+        "policy_version": int(row["policy_version"]),
+    }
+    if warming:
+        state["warmup_ticks_seen"] = int(row["warm_count"])
+    else:
+        state.update({
+            "range": [float(row["low"]), float(row["high"])], "capacity_norm": float(core["action"]),
+            "mu": float(core["mu"]), "sigma": float(core["sigma"]), "k": float(core["k"]), "eta": float(core["eta"]),
+            "k_sigma": float(core["k"] * core["sigma"]), "margin": float(core["margin"]), "bias": float(core["bias"]),
+            "censor_streak": int(core["censor_streak"]), "over_streak": int(core["over_streak"]),
+            "in_censoring_streak": int(core["censor_streak"]) >= 3,
+        })
+    state["last_decisions"] = [action.to_dict() for action in worker.recent.get(service, ())]
+    return state
+
+
+def add_views(worker: "StreamWorker") -> None:
+    app = worker.app
+
+    @app.page("/healthz/")
+    async def healthz(self: Any, request: Any) -> Any:
+        ready = worker.follower.ready.is_set() and bool(app.consumer.assignment())
+        body = {"status": "ok" if ready else "starting", "policy_version": worker.engine.policy_version,
+                "services": len(worker.states), "partitions": sorted(tp.partition for tp in app.consumer.assignment()
+                                                                     if tp.topic == worker.topics.usage)}
+        return self.json(body, status=200 if ready else 503)
+
+    @app.page("/metrics/")
+    async def metrics(self: Any, request: Any) -> Any:
+        return self.bytes(generate_latest(worker.metrics.registry), content_type=CONTENT_TYPE_LATEST)
+
+    @app.page("/services/{service}/")
+    async def services(self: Any, request: Any, service: str) -> Any:
+        view = service_view(worker, service)
+        if view is None:
+            return self.json({"error": f"service {service!r} is not held by this worker (another worker may own "
+                                       "its partition, or it has sent no usage yet)"}, status=404)
+        return self.json(view)
