@@ -53,6 +53,7 @@ class WorkerSettings:
     batch_max: int = 1_000
     batch_within: float = 0.005  # seconds to wait for more events before deciding on a batch
     commit_interval: float = 0.1  # seconds between commits (= transactions under exactly_once)
+    session_timeout: float = 10.0  # a worker silent this long (killed) loses its partitions to the others
     web_port: int | None = None  # web server: /metrics, /healthz, /services/<id> (None: off)
     max_policy_kl: float = 0.5  # guardrail: refuse versions further than this from their parent
     policy_score_margin: float = 0.05  # guardrail: refuse versions scoring this much below their parent
@@ -63,6 +64,8 @@ class WorkerSettings:
             raise ValueError(f"processing guarantee must be one of {GUARANTEES}; got {self.guarantee!r}")
         if self.batch_max < 1 or self.batch_within < 0 or self.commit_interval <= 0 or self.partitions < 1:
             raise ValueError("batch_max and partitions must be >= 1, batch_within >= 0 and commit_interval > 0")
+        if not 6.0 <= self.session_timeout <= 300.0:
+            raise ValueError("session_timeout must be within the broker's default bounds, 6 to 300 seconds")
 
 
 class StreamWorker:
@@ -83,6 +86,7 @@ class StreamWorker:
             settings.app_id, broker=f"kafka://{settings.bootstrap}", store="memory://",
             processing_guarantee=settings.guarantee, topic_partitions=settings.partitions,
             topic_replication_factor=1, broker_commit_interval=settings.commit_interval,
+            broker_session_timeout=settings.session_timeout, broker_heartbeat_interval=settings.session_timeout / 5,
             producer_max_request_size=8 << 20, **web)
         self.usage = self.app.topic(self.topics.usage, key_type=bytes, value_type=bytes, key_serializer="raw",
                                     value_serializer="raw", partitions=settings.partitions)

@@ -39,6 +39,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                         help="seconds to wait for more events before deciding (default 0.005)")
     parser.add_argument("--commit-interval", type=float, default=0.1,
                         help="seconds between commits (transactions under exactly_once; default 0.1)")
+    parser.add_argument("--session-timeout", type=float, default=10.0,
+                        help="seconds of silence after which a (crashed) worker's partitions move to the others (default 10)")
     parser.add_argument("--advisory", action="store_true", help="label every action advisory (recommend mode)")
     parser.add_argument("--max-services", type=int, default=None,
                         help="refuse usage of new services beyond this many (dead letter service_limit)")
@@ -63,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
         bootstrap=bootstrap, prefix=args.prefix, app_id=args.app_id, partitions=args.partitions,
         guarantee=args.guarantee, policy_name=args.policy_name, batch_max=args.batch_max,
         batch_within=args.batch_within, commit_interval=args.commit_interval, web_port=args.web_port,
-        max_policy_kl=args.max_kl, policy_score_margin=args.score_margin,
+        session_timeout=args.session_timeout, max_policy_kl=args.max_kl, policy_score_margin=args.score_margin,
         engine=EngineSettings(scaling=args.scaling, headroom=args.headroom, advisory=args.advisory,
                               max_services=args.max_services, max_tick_gap=args.max_tick_gap))
     asyncio.run(ensure_topics(bootstrap, topic_specs(args.prefix, args.partitions)))
