@@ -82,7 +82,10 @@ def free_port() -> int:
 
 
 def port_in_use(port: int) -> bool:
+    """Whether something listens on ``port``. SO_REUSEADDR, as the broker's own listener sets it, so
+    connections of a just-stopped broker lingering in TIME_WAIT do not count as "taken"."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind(("127.0.0.1", port))
         except OSError:

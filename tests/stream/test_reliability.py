@@ -115,3 +115,84 @@ def test_sigkilled_worker_restarts_from_the_changelog_without_losing_or_repeatin
     print(f"\nrecovery after SIGKILL: {recovery:.1f} s (restart, changelog recovery, first decision); "
           f"{checked} actions checked, 0 missing, 0 repeated")
     assert record.duplicate_actions == 0
+
+
+def test_a_stopped_worker_hands_its_partitions_and_state_to_the_other(
+        kafka_bootstrap: str, tiny_model_dir: Path, tiny_artifact: ModelArtifact, workload: Workload,
+        tmp_path: Path) -> None:
+    prefix = _topics(kafka_bootstrap, "rebalance")
+    ports = [_free_port(), _free_port()]
+    workers = [_spawn(_worker_args(tiny_model_dir, kafka_bootstrap, prefix, "--web-port", str(port)),
+                      tmp_path / f"worker{i}.log") for i, port in enumerate(ports)]
+    partitions: dict[str, list] = {}
+
+    def on_tick(summary: TickSummary) -> None:
+        if summary.tick == WINDOW + 10:
+            partitions["before"] = [_get(ports[0], "/healthz/")[1]["partitions"],
+                                    _get(ports[1], "/healthz/")[1]["partitions"]]
+            stop(workers[1])
+
+    try:
+        record = _play(kafka_bootstrap, prefix, workload, on_tick)
+        partitions["after"] = _get(ports[0], "/healthz/")[1]["partitions"]
+    finally:
+        for worker in workers:
+            stop(worker)
+    before = partitions["before"]
+    assert sorted(before[0] + before[1]) == list(range(PARTITIONS)) and before[0] and before[1], \
+        f"both workers should have shared the partitions: {before}"
+    assert partitions["after"] == list(range(PARTITIONS))
+    _assert_exactly_once_and_equal(record, kafka_bootstrap, prefix, tiny_artifact)
+
+
+def _get(port: int, path: str) -> tuple[int, dict | str]:
+    """GET a worker endpoint (status, JSON body or text)."""
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as response:
+                body = response.read().decode()
+                status = response.status
+            break
+        except urllib.error.HTTPError as exc:
+            status, body = exc.code, exc.read().decode()
+            break
+        except (urllib.error.URLError, ConnectionError):
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+    try:
+        return status, json.loads(body)
+    except ValueError:
+        return status, body
+
+
+def test_the_worker_rides_out_a_broker_restart(local_kafka: LocalKafka | None, tiny_model_dir: Path,
+                                               tiny_artifact: ModelArtifact, workload: Workload,
+                                               tmp_path: Path) -> None:
+    if local_kafka is None:
+        pytest.fail("this test restarts a broker it owns: it needs the provisioned one (unset KAFKA_BOOTSTRAP_SERVERS)")
+    broker = LocalKafka(home=tmp_path / "kafka", cache=local_kafka.cache, log=lambda _: None)
+    bootstrap = broker.start().bootstrap
+    try:
+        prefix = _topics(bootstrap, "restart")
+        downtime: dict[str, float] = {}
+
+        def on_tick(summary: TickSummary) -> None:
+            if summary.tick == WINDOW + 10:
+                started = time.monotonic()
+                broker.stop()
+                time.sleep(3.0)
+                broker.start()
+                downtime["seconds"] = time.monotonic() - started
+
+        with picrl_process(_worker_args(tiny_model_dir, bootstrap, prefix), tmp_path / "worker.log") as worker:
+            try:
+                record = _play(bootstrap, prefix, workload, on_tick, timeout=240)
+            except Exception as exc:
+                raise AssertionError(f"{exc}\n{tail(tmp_path / 'worker.log')}") from exc
+            assert worker.poll() is None, tail(tmp_path / "worker.log")
+        print(f"\nbroker down and back in {downtime['seconds']:.1f} s; run completed")
+        _assert_exactly_once_and_equal(record, bootstrap, prefix, tiny_artifact)
+    finally:
+        broker.stop()
