@@ -19,9 +19,10 @@ Reasons (the closed set :data:`DECODE_REASONS`):
     unknown_field             a key this schema does not define
     wrong_type                a value of the wrong JSON type (bool is never a number, "nan" is not a number)
     non_finite                NaN or +-inf in a number field (in-process values)
-    out_of_range              a number below its minimum, an integer beyond signed 64 bits
+    out_of_range              a number outside its range (usage and capacity at most 1e18), an integer
+                              beyond signed 64 bits
     negative_usage            usage below zero
-    bad_tick                  tick negative or beyond signed 64 bits
+    bad_tick                  tick negative or beyond 2**53
     bad_service_id            service id empty, longer than MAX_ID_LENGTH, or with control/format characters
     bad_policy_name           policy name, same rules as a service id
     bad_base64                a bytes field that is not valid base64
@@ -45,6 +46,8 @@ import orjson
 
 SCHEMA_VERSION = 1
 MAX_ID_LENGTH = 200
+MAX_TICK = 2**53  # ticks stay exact integers in every JSON reader, and tick + 1 never overflows
+MAX_QUANTITY = 1e18  # usage and capacity: far above any real unit, and their ranges stay finite
 USAGE_ABOVE_CAPACITY_RTOL = 1e-9
 CENSORED_USAGE_RTOL = 1e-6
 _INT64_MAX = 2**63 - 1
@@ -110,22 +113,25 @@ def _as_float(name: str, value: Any) -> float:
     return number
 
 
-def _number(minimum: float | None = None, reason: DecodeReason = "out_of_range") -> _Field:
+def _number(minimum: float | None = None, reason: DecodeReason = "out_of_range",
+            maximum: float | None = None) -> _Field:
     def decode(name: str, value: Any) -> float:
         number = _as_float(name, value)
         if minimum is not None and number < minimum:
             _fail(reason, name, f"a number >= {minimum:g}", value)
+        if maximum is not None and number > maximum:
+            _fail("out_of_range", name, f"a number <= {maximum:g}", value)
         return number
     return _Field(decode)
 
 
-def _integer(minimum: int = 0, reason: DecodeReason = "out_of_range") -> _Field:
+def _integer(minimum: int = 0, reason: DecodeReason = "out_of_range", maximum: int = _INT64_MAX) -> _Field:
     def decode(name: str, value: Any) -> int:
         if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
             _fail("wrong_type", name, "an integer", value)
         number = int(value)
-        if not minimum <= number <= _INT64_MAX:
-            _fail(reason, name, f"an integer in [{minimum}, 2**63 - 1]", value)
+        if not minimum <= number <= maximum:
+            _fail(reason, name, f"an integer in [{minimum}, {maximum}]", value)
         return number
     return _Field(decode)
 
@@ -208,7 +214,7 @@ def _encode_blob(name: str, value: Any) -> str:
     return base64.b64encode(value).decode("ascii")
 
 
-_TICK = _integer(reason="bad_tick")
+_TICK = _integer(reason="bad_tick", maximum=MAX_TICK)
 _COUNT = _integer()
 _FINITE = _number()
 _NON_NEGATIVE = _number(minimum=0.0)
@@ -312,8 +318,8 @@ class UsageEvent(_Record):
 
     _TYPE: ClassVar[str] = "usage"
     _FIELDS: ClassVar[dict[str, _Field]] = {
-        "service": _SERVICE, "tick": _TICK, "usage": _number(minimum=0.0, reason="negative_usage"),
-        "censored": _FLAG, "capacity": _NON_NEGATIVE, "context": _Field(_decode_channels),
+        "service": _SERVICE, "tick": _TICK, "usage": _number(0.0, "negative_usage", MAX_QUANTITY),
+        "censored": _FLAG, "capacity": _number(0.0, maximum=MAX_QUANTITY), "context": _Field(_decode_channels),
         "produced_at": _TIMESTAMP,
     }
 

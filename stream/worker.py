@@ -29,7 +29,8 @@ from picrl_core.policy import PolicyNetwork
 from stream.decisions import BatchOutcome, DecisionEngine, EngineSettings, Incoming
 from stream.metrics import WorkerMetrics
 from stream.policy_follower import PolicyFollower, PolicyGate
-from stream.records import Action, DeadLetter, DecodeError, decode_usage
+from stream.intake import Raw, decide, decode_batch
+from stream.records import Action, DeadLetter
 from stream.topics import TopicNames
 from stream.views import add_views
 
@@ -108,35 +109,23 @@ class StreamWorker:
 
     async def handle(self, events: Sequence[EventT]) -> None:
         """Decode, decide, store and send one batch of usage events."""
-        incoming: list[Incoming] = []
-        letters: list[tuple[int, bytes, DeadLetter]] = []
         now = time.time()
-        for event in events:
-            message = event.message
-            try:
-                incoming.append(Incoming(decode_usage(message.value), message.partition, message.offset))
-            except DecodeError as exc:
-                letters.append((message.partition, message.key or b"",
-                                DeadLetter(exc.reason, exc.detail, message.topic, message.partition, message.offset,
-                                           bytes(message.value or b""), now)))
+        incoming, letters = decode_batch([Raw(e.message.topic, e.message.partition, e.message.offset, e.message.key,
+                                              e.message.value) for e in events], now)
         partition_of = {item.event.service: item.partition for item in incoming}
         stored = {service: self.states.get(service.encode()) for service in partition_of}
-        outcome = self.engine.process(incoming, stored, services_held=len(self.states))
+        outcome, refused = decide(self.engine, incoming, stored, len(self.states), self.topics.usage, now)
+        letters += refused
         for service, row in outcome.rows.items():
             self.states[service.encode()] = row
-        for refusal in outcome.refused:
-            item = refusal.incoming
-            letters.append((item.partition, item.event.service.encode(),
-                            DeadLetter(refusal.reason, refusal.detail, self.topics.usage, item.partition, item.offset,
-                                       item.event.to_bytes(), now)))
         sends = [self._send(self.topics.actions, a.service.encode(), a.to_bytes(), partition_of[a.service])
                  for a in outcome.actions]
         sends += [self._send(self.topics.replay, t.service.encode(), t.to_bytes(), partition_of[t.service])
                   for t in outcome.transitions]
-        sends += [self._send(self.topics.deadletter, key, letter.to_bytes(), partition)
-                  for partition, key, letter in letters]
+        sends += [self._send(self.topics.deadletter, letter.key, letter.record.to_bytes(), letter.partition)
+                  for letter in letters]
         await asyncio.gather(*[await send for send in sends])
-        self._observe(events, incoming, outcome, [letter for _, _, letter in letters])
+        self._observe(events, incoming, outcome, [letter.record for letter in letters])
 
     def _observe(self, events: Sequence[EventT], incoming: list[Incoming], outcome: BatchOutcome,
                  letters: list[DeadLetter]) -> None:

@@ -19,6 +19,8 @@ from hypothesis import strategies as st
 from stream.records import (
     DECODE_REASONS,
     MAX_ID_LENGTH,
+    MAX_QUANTITY,
+    MAX_TICK,
     SCHEMA_VERSION,
     Action,
     DeadLetter,
@@ -207,6 +209,9 @@ REASON_CASES: list[tuple[str, Callable[[], Any], str, str]] = [
     ("usage_negative", lambda: decode_usage(wire(USAGE, usage=-0.5)), "negative_usage", "usage"),
     ("tick_negative", lambda: decode_usage(wire(USAGE, tick=-1)), "bad_tick", "tick"),
     ("tick_i64", lambda: decode_action(wire(ACTION, tick=2**63)), "bad_tick", "tick"),
+    ("tick_beyond_2_53", lambda: decode_usage(wire(USAGE, tick=2**53 + 1)), "bad_tick", "tick"),
+    ("usage_huge", lambda: decode_usage(wire(CENSORED, usage=1e19, capacity=1e19)), "out_of_range", "usage"),
+    ("phase_unknown", lambda: decode_action(wire(ACTION, phase="boost")), "wrong_type", "phase"),
     ("service_empty", lambda: decode_usage(wire(USAGE, service="")), "bad_service_id", "service"),
     ("service_long", lambda: decode_usage(wire(USAGE, service="s" * (MAX_ID_LENGTH + 1))), "bad_service_id",
      "service"),
@@ -272,14 +277,17 @@ AMOUNTS = st.floats(min_value=0.0, allow_infinity=False)
 FINITE = st.floats(allow_nan=False, allow_infinity=False)
 
 
+QUANTITIES = st.floats(min_value=0.0, max_value=MAX_QUANTITY)
+
+
 @st.composite
 def usage_events(draw: st.DrawFn) -> UsageEvent:
-    capacity = draw(AMOUNTS)
+    capacity = draw(QUANTITIES)
     censored = draw(st.booleans())
     usage = capacity if censored else draw(st.floats(min_value=0.0, max_value=capacity))
     context = draw(st.none() | st.dictionaries(st.text(st.characters(exclude_categories=("Cs",))), FINITE,
                                                max_size=3))
-    return UsageEvent(draw(SERVICE_IDS), draw(st.integers(0, 2**63 - 1)), usage, censored, capacity, context,
+    return UsageEvent(draw(SERVICE_IDS), draw(st.integers(0, MAX_TICK)), usage, censored, capacity, context,
                       draw(AMOUNTS))
 
 
