@@ -1,0 +1,40 @@
+"""The operator and statistical rows of Tables 2 and 3: conformal, Thompson sampling, SPO+, Autopilot,
+VPA, the censored newsvendors, the naive learner of Proposition 1 and the hindsight bound.
+
+``fit_vpa`` and ``fit_autopilot`` take ``step_seconds`` (default 60 s, the DLRM step); bind 57 s with
+:func:`functools.partial` for the GenAI traces.
+"""
+from __future__ import annotations
+
+from picrl_core.methods.autopilot import fit_autopilot
+from picrl_core.methods.base import Method
+from picrl_core.methods.conformal import fit_conformal
+from picrl_core.methods.naive import fit_naive
+from picrl_core.methods.newsvendor import fit_kaplan_meier, fit_tobit
+from picrl_core.methods.oracle import fit_oracle
+from picrl_core.methods.spo import fit_spo
+from picrl_core.methods.thompson import fit_thompson
+from picrl_core.methods.vpa import fit_vpa
+
+METHODS: list[Method] = [
+    Method("conformal", "Conformal", "Angelopoulos & Bates, A Gentle Introduction to Conformal Prediction "
+           "(2023); Gibbs & Candes, Adaptive Conformal Inference Under Distribution Shift (NeurIPS 2021)",
+           "phase-3", fit_conformal),
+    Method("thompson", "Thompson Sampling", "Agrawal & Goyal, Further Optimal Regret Bounds for Thompson "
+           "Sampling (AISTATS 2013)", "phase-2+3", fit_thompson),
+    Method("spo", "SPO+", "Elmachtoub & Grigas, Smart \"Predict, then Optimize\" (Management Science 2022)",
+           "full", fit_spo),
+    Method("autopilot", "Autopilot", "Rzadca et al., Autopilot: Workload Autoscaling at Google (EuroSys 2020)",
+           "full", fit_autopilot),
+    Method("vpa", "Kubernetes VPA", "kubernetes/autoscaler, vertical-pod-autoscaler recommender "
+           "(decaying histogram, p90 target, 15% margin, OOM bump-up)", "operator", fit_vpa),
+    Method("tobit", "Tobit newsvendor", "Tobin, Estimation of Relationships for Limited Dependent Variables "
+           "(Econometrica 1958); critical-fractile newsvendor", "operator", fit_tobit),
+    Method("kaplan-meier", "Kaplan-Meier newsvendor", "Huh, Levi, Rusmevichientong & Orlin, Adaptive "
+           "Data-Driven Inventory Control with Censored Demand Based on Kaplan-Meier Estimator (Operations "
+           "Research 2011)", "operator", fit_kaplan_meier),
+    Method("naive", "Naive (uncensored-only)", "PIC-RL paper, Proposition 1 (instability under mixture)",
+           "operator", fit_naive),
+    Method("oracle", "Hindsight oracle", "Best constant buffer on the true previous demand, in hindsight "
+           "(reads the test split)", "bound", fit_oracle),
+]

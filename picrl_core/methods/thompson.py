@@ -1,0 +1,164 @@
+"""Phase-2+3 substitution (Table 2): Thompson sampling in place of the policy network.
+
+PIC-RL's decision module (policy network pretrained in Phase 2, refined online in Phase 3) is
+replaced by a Bayesian bandit over a grid of the policy's decision parameters: :data:`ETA_LEVELS`
+values of ``eta`` in ``[eta_low, eta_high]`` times :data:`K_LEVELS` values of ``k`` in
+``[k_low, k_high]`` (:class:`~picrl_core.config.PolicyConfig`). Everything else is PIC-RL's: the
+Phase-1 predictor, the action rule ``a = clip(mu + k sigma + m + b, 0, 1)``, the reactive calibrator
+Eq. (12) driven by the chosen ``eta`` (:func:`~picrl_core.calibrator.calibrate`), and the per-step
+reward :func:`~picrl_core.reward.step_reward` (true cost when uncensored, the pessimistic surrogate
+Eq. (9) when censored), so only the exploration/exploitation mechanism differs (paper: "adapted only
+at the interface level to our continuous decision parameterization").
+
+The bandit is Gaussian Thompson sampling (Agrawal & Goyal, "Further Optimal Regret Bounds for
+Thompson Sampling", AISTATS 2013, Algorithm 2): arm ``j`` with ``n_j`` pulls and reward sum ``S_j``
+is scored by a draw from ``N(S_j / (n_j + 1), v / (n_j + 1))`` and the arm with the highest draw is
+played. Algorithm 2 assumes rewards in ``[0, 1]`` (``v = 1``); our rewards are costs of a few
+hundredths, so ``v`` is the learner's running reward variance (:data:`PRIOR_REWARD_VARIANCE` until
+two rewards are seen, never below :data:`REWARD_VARIANCE_FLOOR`).
+
+Phase 2 (offline): one shared bandit learns from PIC rollouts of the training split, cut into
+``config.pretrain.chunks`` consecutive chunks played side by side (every chunk samples its own arm
+from the shared posterior and every reward updates it). Phase 3 (online): every service starts from a
+copy of that posterior and keeps updating its own copy. Draws come from ``numpy`` generators seeded
+by ``config.seed`` (the same run twice gives the same actions).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from picrl_core.calibrator import calibrate
+from picrl_core.config import PicRLConfig
+from picrl_core.methods.base import Provisioner, run_pic_loop
+from picrl_core.methods.conformal import PredictorFeed, train_phase1
+from picrl_core.predictor import GaussianLSTM
+from picrl_core.reward import step_reward
+from picrl_core.series import PreparedSeries
+
+ETA_LEVELS = 3  # eta values on the grid (eta_low, middle, eta_high)
+K_LEVELS = 5  # k values on the grid
+PRIOR_REWARD_VARIANCE = 1e-2  # reward scale before two rewards are seen (a gap of ~0.1 of the range)
+REWARD_VARIANCE_FLOOR = 1e-6
+
+
+@dataclass
+class GaussianThompson:
+    """Sufficient statistics of L independent Gaussian-Thompson learners over the same A arms."""
+
+    pulls: np.ndarray  # (L, A)
+    sums: np.ndarray  # (L, A) summed rewards per arm
+    seen: np.ndarray  # (L,) rewards seen over all arms
+    total: np.ndarray  # (L,) their sum
+    total_sq: np.ndarray  # (L,) their sum of squares
+
+    @classmethod
+    def empty(cls, learners: int, arms: int) -> "GaussianThompson":
+        return cls(np.zeros((learners, arms)), np.zeros((learners, arms)), np.zeros(learners),
+                   np.zeros(learners), np.zeros(learners))
+
+    def repeated(self, learners: int) -> "GaussianThompson":
+        """``learners`` independent copies of learner 0."""
+        return GaussianThompson(*(np.repeat(getattr(self, name)[:1], learners, axis=0)
+                                  for name in ("pulls", "sums", "seen", "total", "total_sq")))
+
+    def scale(self) -> np.ndarray:
+        """Each learner's reward variance ``v`` (L,)."""
+        count = np.maximum(self.seen, 1.0)
+        variance = self.total_sq / count - (self.total / count) ** 2
+        return np.where(self.seen >= 2, np.maximum(variance, REWARD_VARIANCE_FLOOR), PRIOR_REWARD_VARIANCE)
+
+    def sample(self, rows: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """One arm per entry of ``rows`` (the learner each draw uses), by the highest posterior draw."""
+        pulls, sums = self.pulls[rows], self.sums[rows]
+        std = np.sqrt(self.scale()[rows][:, None] / (pulls + 1.0))
+        return np.argmax(sums / (pulls + 1.0) + std * rng.standard_normal(pulls.shape), axis=1)
+
+    def update(self, rows: np.ndarray, arms: np.ndarray, rewards: np.ndarray) -> None:
+        """Record ``rewards[i]`` for arm ``arms[i]`` of learner ``rows[i]`` (rows may repeat)."""
+        np.add.at(self.pulls, (rows, arms), 1.0)
+        np.add.at(self.sums, (rows, arms), rewards)
+        np.add.at(self.seen, rows, 1.0)
+        np.add.at(self.total, rows, rewards)
+        np.add.at(self.total_sq, rows, rewards**2)
+
+
+def arm_grid(config: PicRLConfig) -> tuple[np.ndarray, np.ndarray]:
+    """``(eta, k)`` of every arm, each ``(ETA_LEVELS * K_LEVELS,)``."""
+    policy = config.policy
+    eta, k = np.meshgrid(np.linspace(policy.eta_low, policy.eta_high, ETA_LEVELS),
+                         np.linspace(policy.k_low, policy.k_high, K_LEVELS), indexing="ij")
+    return eta.ravel(), k.ravel()
+
+
+class ThompsonProvisioner(Provisioner):
+    """PIC-RL's predict/act/calibrate loop with the ``(eta, k)`` of every tick chosen by Thompson
+    sampling. ``shared``: all services learn into ``bandit`` itself (offline phase); otherwise each
+    service gets its own copy of ``bandit``'s learner 0 at :meth:`start`."""
+
+    def __init__(self, model: GaussianLSTM, config: PicRLConfig, bandit: GaussianThompson, *, shared: bool,
+                 seed: tuple[int, int]) -> None:
+        self.model = model
+        self.config = config
+        self.prior = bandit
+        self.shared = shared
+        self.seed = seed
+        self.eta_arms, self.k_arms = arm_grid(config)
+
+    def start(self, history: np.ndarray, history_context: np.ndarray | None) -> np.ndarray:
+        self.feed = PredictorFeed(self.model, history, history_context)
+        n = self.feed.observations.shape[0]
+        self.rng = np.random.default_rng(self.seed)
+        self.bandit = self.prior if self.shared else self.prior.repeated(n)
+        self.rows = np.zeros(n, dtype=np.int64) if self.shared else np.arange(n)
+        self.margin, self.bias = np.zeros(n), np.zeros(n)
+        self.streak = np.zeros(n)
+        return self._decide()
+
+    def act(self, y: np.ndarray, censored: np.ndarray, context: np.ndarray | None) -> np.ndarray:
+        cfg = self.config
+        y = np.asarray(y, dtype=np.float64)
+        censored = np.asarray(censored, dtype=bool)
+        self.streak = np.where(censored, self.streak + 1, 0)
+        reward = step_reward(self.action, y, censored, self.mu, self.sigma, self.streak, cfg.cost, cfg.reward)
+        self.bandit.update(self.rows, self.arm, reward)
+        over = ~censored & (self.action > y)
+        self.margin, self.bias = calibrate(self.margin, self.bias, self.eta_arms[self.arm], censored, over,
+                                           cfg.calibrator)
+        self.feed.push(y, censored, context)
+        return self._decide()
+
+    def _decide(self) -> np.ndarray:
+        self.mu, self.sigma = self.feed.predict()
+        self.arm = self.bandit.sample(self.rows, self.rng)
+        self.action = np.clip(self.mu + self.k_arms[self.arm] * self.sigma + self.margin + self.bias, 0.0, 1.0)
+        return self.action
+
+
+def pretrain_bandit(model: GaussianLSTM, series: PreparedSeries, config: PicRLConfig) -> GaussianThompson:
+    """Phase 2: one pass of PIC rollouts over the training split in ``config.pretrain.chunks``
+    consecutive chunks, all learning into one shared bandit; each chunk starts from the W uncensored
+    steps before it."""
+    width = model.cfg.window
+    steps = len(series.train) - width
+    chunks = max(1, min(config.pretrain.chunks, steps))
+    length = steps // chunks
+    starts = width + length * np.arange(chunks)
+    ticks = starts[None, :] + np.arange(length)[:, None]  # (length, chunks)
+    before = starts[:, None] - width + np.arange(width)[None, :]  # (chunks, W)
+    ctx = series.train_ctx
+    bandit = GaussianThompson.empty(1, ETA_LEVELS * K_LEVELS)
+    provisioner = ThompsonProvisioner(model, config, bandit, shared=True, seed=(config.seed, 0))
+    run_pic_loop(provisioner, series.train[ticks], series.train[before],
+                 context=None if ctx is None else ctx[ticks], history_context=None if ctx is None else ctx[before])
+    return bandit
+
+
+def fit_thompson(series: PreparedSeries, config: PicRLConfig, *,
+                 predictor: GaussianLSTM | None = None) -> ThompsonProvisioner:
+    """Phase 1 (or ``predictor``, trained on this series), then the offline bandit; the returned
+    provisioner gives every service a copy of the offline posterior."""
+    model = train_phase1(series, config) if predictor is None else predictor.eval()
+    bandit = pretrain_bandit(model, series, config)
+    return ThompsonProvisioner(model, config, bandit, shared=False, seed=(config.seed, 1))
