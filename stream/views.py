@@ -55,7 +55,9 @@ def add_views(worker: "StreamWorker") -> None:
 
     @app.page("/metrics/")
     async def metrics(self: Any, request: Any) -> Any:
-        return self.bytes(generate_latest(worker.metrics.registry), content_type=CONTENT_TYPE_LATEST)
+        # aiohttp wants the charset out of content_type ("text/plain; version=0.0.4; charset=utf-8")
+        content_type = "; ".join(p for p in CONTENT_TYPE_LATEST.split("; ") if not p.startswith("charset"))
+        return self.bytes(generate_latest(worker.metrics.registry), content_type=content_type)
 
     @app.page("/services/{service}/")
     async def services(self: Any, request: Any, service: str) -> Any:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import dataclasses
 import json
 import os
 import signal
@@ -196,3 +197,157 @@ def test_the_worker_rides_out_a_broker_restart(local_kafka: LocalKafka | None, t
         _assert_exactly_once_and_equal(record, bootstrap, prefix, tiny_artifact)
     finally:
         broker.stop()
+
+
+def _produce(bootstrap: str, topic: str, messages: list[tuple[bytes, bytes]]) -> None:
+    async def send() -> None:
+        producer = AIOKafkaProducer(bootstrap_servers=bootstrap, enable_idempotence=True)
+        await producer.start()
+        try:
+            for key, value in messages:
+                await producer.send_and_wait(topic, value, key=key)
+        finally:
+            await producer.stop()
+    asyncio.run(send())
+
+
+def _usage(service: str, tick: int, usage: float, capacity: float, censored: bool = False, **changes: object) -> bytes:
+    obj = {"schema": 1, "type": "usage", "service": service, "tick": tick, "usage": usage, "censored": censored,
+           "capacity": capacity, **changes}
+    return json.dumps(obj).encode()
+
+
+def _metric(text: str, name: str, **labels: str) -> float:
+    selector = name + ("{" + ",".join(f'{k}="{v}"' for k, v in labels.items()) + "}" if labels else "")
+    for line in text.splitlines():
+        if line.startswith(selector + " "):
+            return float(line.split()[-1])
+    return 0.0
+
+
+def test_bad_input_goes_to_the_dead_letter_topic_with_a_reason_and_the_worker_keeps_going(
+        kafka_bootstrap: str, tiny_model_dir: Path, tmp_path: Path) -> None:
+    prefix = _topics(kafka_bootstrap, "badinput")
+    topics = TopicNames(prefix)
+    port = _free_port()
+    args = _worker_args(tiny_model_dir, kafka_bootstrap, prefix, "--web-port", str(port), "--max-services", "2",
+                        "--max-tick-gap", "100")
+    good = [(b"svc", _usage("svc", t, 5.0, 10.0)) for t in range(3)]
+    bad = {
+        "malformed_json": b'{"schema": 1, "type": "usage", ',
+        "wrong_type": _usage("svc", 3, "5.0", 10.0),  # type: ignore[arg-type]
+        "unknown_schema_version": _usage("svc", 3, 5.0, 10.0, schema=2),
+        "negative_usage": _usage("svc", 3, -1.0, 10.0),
+        "usage_above_capacity": _usage("svc", 3, 12.0, 10.0),
+        "tick_out_of_range": _usage("svc", 5_000, 5.0, 10.0),
+        "duplicate_tick": _usage("svc", 1, 5.0, 10.0),
+        "service_limit": _usage("third", 0, 1.0, 10.0),
+    }
+    nan_and_inf = [b'{"schema": 1, "type": "usage", "service": "svc", "tick": 3, "usage": NaN, "censored": false, '
+                   b'"capacity": 10.0}', _usage("svc", 3, 1e400, 10.0).replace(b"inf", b"1e400")]
+    with picrl_process(args, tmp_path / "worker.log") as worker:
+        _produce(kafka_bootstrap, topics.usage,
+                 good + [(b"other", _usage("other", 0, 1.0, 10.0))] + [(b"svc", v) for v in bad.values()]
+                 + [(b"svc", v) for v in nan_and_inf] + [(b"svc", _usage("svc", 3, 6.0, 10.0))])
+        letters = [decode_dead_letter(m.value)
+                   for m in asyncio.run(consume(kafka_bootstrap, topics.deadletter, len(bad) + 2, timeout=90))]
+        actions = [decode_action(m.value) for m in asyncio.run(consume(kafka_bootstrap, topics.actions, 5, timeout=30))]
+        status, text = _get(port, "/metrics/")
+        assert worker.poll() is None, tail(tmp_path / "worker.log")
+    reasons = collections.Counter(letter.reason for letter in letters)
+    assert reasons == collections.Counter({**{reason: 1 for reason in bad}, "malformed_json": 3}), reasons
+    assert all(letter.topic == topics.usage and letter.raw for letter in letters)
+    assert {(a.service, a.tick) for a in actions} == {("svc", 1), ("svc", 2), ("svc", 3), ("other", 1), ("svc", 4)}
+    assert status == 200 and isinstance(text, str)
+    for reason, count in reasons.items():
+        assert _metric(text, "picrl_dead_letters_total", reason=reason) == count, reason
+    assert _metric(text, "picrl_events_total") == len(good) + 1 + len(bad) + len(nan_and_inf) + 1
+
+
+def _policy_record(config_policy: PolicyNetwork, version: int, parent: int | None, **changes: object) -> PolicyVersion:
+    record = PolicyVersion("default", version, parent, 0.01, 0.5, time.time(), policy_to_bytes(config_policy),
+                           parent_score=0.5)
+    return dataclasses.replace(record, **changes)
+
+
+def test_policy_guardrails_refuse_bad_versions_and_rollback_is_followed(
+        kafka_bootstrap: str, tiny_model_dir: Path, tiny_artifact: ModelArtifact, tmp_path: Path) -> None:
+    from picrl.cli import main
+
+    prefix = _topics(kafka_bootstrap, "guard")
+    topics = TopicNames(prefix)
+    port = _free_port()
+    good = tiny_artifact.policy
+    nan_policy = PolicyNetwork(tiny_artifact.config.policy)
+    with torch.no_grad():
+        nan_policy.log_std.fill_(float("nan"))
+    wider = PolicyNetwork(dataclasses.replace(tiny_artifact.config.policy, hidden=tiny_artifact.config.policy.hidden + 3))
+    versions = [
+        _policy_record(good, 0, None),
+        _policy_record(nan_policy, 1, 0),  # non-finite weights
+        _policy_record(wider, 2, 0),  # wrong shape
+        _policy_record(good, 3, 0, kl_to_parent=5.0),  # KL above the bound
+        _policy_record(good, 4, 0, validation_score=0.1, parent_score=0.9),  # worse than its parent
+        _policy_record(good, 5, 0),  # fine
+    ]
+    _produce(kafka_bootstrap, topics.policy, [(v.key, v.to_bytes()) for v in versions])
+    with picrl_process(_worker_args(tiny_model_dir, kafka_bootstrap, prefix, "--web-port", str(port)),
+                       tmp_path / "worker.log") as worker:
+        assert asyncio.run(wait_until(lambda: _get(port, "/healthz/")[1].get("policy_version") == 5, timeout=90)), \
+            tail(tmp_path / "worker.log")
+        _, text = _get(port, "/metrics/")
+        assert _metric(text, "picrl_policy_refusals_total", reason="unreadable_weights") == 2
+        assert _metric(text, "picrl_policy_refusals_total", reason="kl_above_bound") == 1
+        assert _metric(text, "picrl_policy_refusals_total", reason="score_below_parent") == 1
+        assert _metric(text, "picrl_policy_version") == 5
+        assert main(["policy", "rollback", "--to", "0", "--bootstrap", kafka_bootstrap, "--prefix", prefix]) == 0
+        assert asyncio.run(wait_until(lambda: _get(port, "/healthz/")[1].get("policy_version") == 6, timeout=60))
+        assert worker.poll() is None
+    log = (tmp_path / "worker.log").read_text()
+    assert "version 3 refused (kl_above_bound)" in log and "Traceback" not in log
+
+
+def test_workers_keep_the_last_policy_while_the_trainer_is_down_and_it_resumes_from_its_offsets(
+        kafka_bootstrap: str, tiny_model_dir: Path, native_trace: Trace, tmp_path: Path) -> None:
+    prefix = _topics(kafka_bootstrap, "outage")
+    workload = copies_of(native_trace, 4, WINDOW + 70, start=850, seed=13)
+    trainer_args = ["trainer", "--model", str(tiny_model_dir), "--bootstrap", kafka_bootstrap, "--prefix", prefix,
+                    "--partitions", str(PARTITIONS), "--update-every", "16"]
+    log = tmp_path / "trainer.log"
+    trainers = [_spawn(trainer_args, log)]
+    down, back = WINDOW + 25, WINDOW + 45
+    seen: dict[str, int] = {}
+
+    def on_tick(summary: TickSummary) -> None:
+        if summary.tick == down:
+            stop(trainers[0])  # SIGTERM: the trainer stops between updates
+            seen["version_at_stop"] = summary.policy_version
+        elif summary.tick == back:
+            trainers.append(_spawn(trainer_args, log))
+            deadline = time.monotonic() + 90  # hold the cluster's clock until the trainer is back
+            while log.read_text().count("resuming replay at") < 2 and time.monotonic() < deadline:
+                time.sleep(0.2)
+
+    worker_args = _worker_args(tiny_model_dir, kafka_bootstrap, prefix, "--max-kl", "1e9", "--score-margin", "1e9")
+    with picrl_process(worker_args, tmp_path / "worker.log"):
+        try:
+            record = _play(kafka_bootstrap, prefix, workload, on_tick)
+        finally:
+            for trainer in trainers:
+                stop(trainer)
+    text = log.read_text()
+    assert len(trainers) == 2 and "resuming replay at committed offsets" in text
+    resumed = text.split("resuming replay at committed offsets")[-1].split("}")[0]
+    assert "None" not in resumed and any(int(o.split(":")[1]) > 0 for o in resumed.strip(" {").split(",")), f"the restarted trainer did not resume from committed offsets: {resumed}"
+    # while the trainer was down the workers kept acting, with the last version they had accepted
+    gap = record.policy_version[down + 3:back + 1]
+    assert (gap >= 0).all() and (gap == gap[0, 0]).all() and gap[0, 0] >= 1
+    published = [v.version for v in asyncio.run(_versions(kafka_bootstrap, prefix))]
+    assert published == list(range(len(published))) and max(published) > gap[0, 0], published
+    assert record.policy_version[-1].min() > gap[0, 0], "versions published after the restart reached the actions"
+
+
+async def _versions(bootstrap: str, prefix: str) -> list[PolicyVersion]:
+    from stream.policy_follower import read_policy_versions
+
+    return await read_policy_versions(bootstrap, TopicNames(prefix).policy, "default")
