@@ -42,6 +42,29 @@ Scaling = Literal["window", "artifact"]
 
 
 @dataclass(frozen=True)
+class ServiceOverride:
+    """An operator's bounds on one service's capacity (native unit), or a frozen capacity."""
+
+    min_capacity: float | None = None
+    max_capacity: float | None = None
+    freeze: float | None = None  # hold exactly this capacity; PIC-RL keeps learning but does not act
+
+    def __post_init__(self) -> None:
+        values = [v for v in (self.min_capacity, self.max_capacity, self.freeze) if v is not None]
+        if any(not np.isfinite(v) or v < 0 for v in values):
+            raise ValueError("override capacities must be finite and >= 0")
+        if self.min_capacity is not None and self.max_capacity is not None and self.min_capacity > self.max_capacity:
+            raise ValueError(f"min_capacity {self.min_capacity} > max_capacity {self.max_capacity}")
+
+    def apply(self, capacity: float) -> float:
+        if self.freeze is not None:
+            return self.freeze
+        low = -np.inf if self.min_capacity is None else self.min_capacity
+        high = np.inf if self.max_capacity is None else self.max_capacity
+        return float(min(max(capacity, low), high))
+
+
+@dataclass(frozen=True)
 class EngineSettings:
     """How the worker scales services and treats their first ticks."""
 
@@ -51,6 +74,7 @@ class EngineSettings:
     max_tick_gap: int = 1_000  # a tick further ahead or behind than this is refused (lost clock, bad producer)
     max_services: int | None = None  # new services beyond this many are refused (None: no cap)
     advisory: bool = False  # label actions advisory (recommend mode)
+    overrides: Mapping[str, ServiceOverride] = field(default_factory=dict)  # per service id
 
     def __post_init__(self) -> None:
         if self.scaling not in get_args(Scaling):
@@ -222,11 +246,15 @@ class DecisionEngine:
         if count + 1 == self.window:
             return True
         capacity = event.capacity * (1.0 + self.settings.warmup_bump) if event.censored else event.capacity
+        override = self.settings.overrides.get(event.service)
+        clipped = "none"
+        if override is not None and override.apply(capacity) != capacity:
+            capacity, clipped = override.apply(capacity), "override"
         row["capacity"] = capacity
         row["expected_tick"] = event.tick + 1
         outcome.actions.append(Action(
             event.service, event.tick + 1, capacity, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, self.policy_version,
-            0, self.settings.advisory, now, event.produced_at, phase="warmup"))
+            0, self.settings.advisory, now, event.produced_at, phase="warmup", clipped=clipped))
         return False
 
     # ------------------------------------------------------------------ controller calls
@@ -251,9 +279,9 @@ class DecisionEngine:
         ticks = np.array([item.event.tick for _, item in ready], dtype=np.int64)
         state = self.controller.initial_state(sub["core"]["keys"], history, history_context, ticks + 1)
         sub["low"], sub["high"] = low, high
-        self._store(sub, state, low, high, [item for _, item in ready])
+        clipped = self._store(sub, state, low, high, [item for _, item in ready])
         rows[index] = sub
-        self._emit_actions(outcome, [item for _, item in ready], state, sub["capacity"], now)
+        self._emit_actions(outcome, [item for _, item in ready], state, sub["capacity"], clipped, now)
 
     def _step(self, rows: np.ndarray, controlled: list[tuple[int, Incoming]], outcome: BatchOutcome,
               now: float) -> None:
@@ -273,28 +301,43 @@ class DecisionEngine:
                    if self.context_names else None)
         new, transition = self.controller.step(state, y, censored, context)
         behaviour_versions = sub["policy_version"].copy()
-        self._store(sub, new, low, high, items)
+        clipped = self._store(sub, new, low, high, items)
         rows[index] = sub
-        self._emit_actions(outcome, items, new, sub["capacity"], now)
+        self._emit_actions(outcome, items, new, sub["capacity"], clipped, now)
         self._emit_transitions(outcome, items, state, new, transition, y, behaviour_versions)
 
     def _store(self, sub: np.ndarray, state: ControllerState, low: np.ndarray, high: np.ndarray,
-               items: list[Incoming]) -> None:
+               items: list[Incoming]) -> np.ndarray:
+        """Write the new states into ``sub``; returns a per-service clipping label for the actions."""
+        cfg = self.config
+        raw = state.mu + (state.k * state.sigma if cfg.ablation.use_k_sigma else 0.0) + state.margin + state.bias
+        clipped = np.where(raw < 0.0, "low", np.where(raw > 1.0, "high", "none")).astype(object)
+        capacity = from_unit(state.action, low, high)
+        for j, item in enumerate(items):
+            override = self.settings.overrides.get(item.event.service)
+            if override is not None and override.apply(capacity[j]) != capacity[j]:
+                # the capacity an operator imposes is the action in force (learning sees what really ran)
+                capacity[j] = override.apply(capacity[j])
+                state.action[j] = to_unit(capacity[j], low[j], high[j])
+                clipped[j] = "override"
         sub["core"] = self.codec.pack(state)
         sub["last_offset"] = [item.offset for item in items]
-        sub["capacity"] = from_unit(state.action, low, high)
+        sub["capacity"] = capacity
         sub["expected_tick"] = state.tick
         sub["policy_version"] = self.policy_version
+        return clipped
 
     def _emit_actions(self, outcome: BatchOutcome, items: list[Incoming], state: ControllerState,
-                      capacity: np.ndarray, now: float) -> None:
+                      capacity: np.ndarray, clipped: np.ndarray, now: float) -> None:
         advisory = self.settings.advisory
+        k_sigma = state.k * state.sigma if self.config.ablation.use_k_sigma else np.zeros_like(state.k)
         columns = zip(state.tick.tolist(), capacity.tolist(), state.action.tolist(), state.mu.tolist(),
                       state.sigma.tolist(), state.k.tolist(), state.eta.tolist(), state.margin.tolist(),
-                      state.bias.tolist(), state.censor_streak.tolist())
-        for item, (tick, cap, norm, mu, sigma, k, eta, margin, bias, streak) in zip(items, columns):
+                      state.bias.tolist(), state.censor_streak.tolist(), k_sigma.tolist(), clipped.tolist())
+        for item, (tick, cap, norm, mu, sigma, k, eta, margin, bias, streak, ks, clip) in zip(items, columns):
             outcome.actions.append(Action(item.event.service, tick, cap, norm, mu, sigma, k, eta, margin, bias,
-                                          self.policy_version, streak, advisory, now, item.event.produced_at))
+                                          self.policy_version, streak, advisory, now, item.event.produced_at,
+                                          k_sigma=ks, clipped=clip))
 
     def _emit_transitions(self, outcome: BatchOutcome, items: list[Incoming], before: ControllerState,
                           after: ControllerState, transition: Transition, y: np.ndarray,

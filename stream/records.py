@@ -338,7 +338,10 @@ class Action(_Record):
     prediction ``mu``, ``sigma``, policy outputs ``k``, ``eta``, calibrator ``margin`` and ``bias``.
 
     ``phase`` is ``"warmup"`` while the worker is still collecting a new service's first window (it then
-    holds the capacity in force, raising it after a shortage) and ``"control"`` once PIC-RL decides."""
+    holds the capacity in force, raising it after a shortage) and ``"control"`` once PIC-RL decides.
+    ``k_sigma`` is the risk buffer ``k * sigma``; ``clipped`` says whether ``mu + k*sigma + margin + bias``
+    was cut to the range (``"low"``/``"high"``) or replaced by an operator's override (``"override"``).
+    ``censor_streak`` counts the consecutive censored ticks up to the decision (0: the last tick was not short)."""
 
     service: str
     tick: int
@@ -356,6 +359,8 @@ class Action(_Record):
     decided_at: float
     source_produced_at: float
     phase: str = "control"
+    k_sigma: float = 0.0
+    clipped: str = "none"
 
     _TYPE: ClassVar[str] = "action"
     _FIELDS: ClassVar[dict[str, _Field]] = {
@@ -363,6 +368,7 @@ class Action(_Record):
         "mu": _FINITE, "sigma": _NON_NEGATIVE, "k": _FINITE, "eta": _FINITE, "margin": _FINITE,
         "bias": _FINITE, "policy_version": _COUNT, "censor_streak": _COUNT, "advisory": _FLAG,
         "decided_at": _TIMESTAMP, "source_produced_at": _TIMESTAMP, "phase": _choice("warmup", "control"),
+        "k_sigma": _FINITE, "clipped": _choice("none", "low", "high", "override"),
     }
 
 

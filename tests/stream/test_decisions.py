@@ -10,7 +10,7 @@ from picrl.datasets import Trace
 from picrl_core.artifact import ModelArtifact
 from picrl_core.reward import step_reward
 from producers.workload import Workload, copies_of
-from stream.decisions import DecisionEngine, EngineSettings, Incoming
+from stream.decisions import DecisionEngine, EngineSettings, Incoming, ServiceOverride
 from stream.records import Action, UsageEvent
 from tests.stream.conftest import WINDOW
 from tests.support.reference import reference_run
@@ -168,3 +168,18 @@ def test_far_past_ticks_and_services_beyond_the_cap_are_refused(tiny_artifact: M
     capped = engine.process(batch, {"b": None, "c": None}, services_held=1)
     assert [(r.incoming.event.service, r.reason) for r in capped.refused] == [("c", "service_limit")]
     assert set(capped.rows) == {"b"} and [a.service for a in capped.actions] == ["b"]
+
+
+def test_operator_overrides_bound_or_freeze_a_service(tiny_artifact: ModelArtifact, native_trace: Trace) -> None:
+    workload = copies_of(native_trace, 2, WINDOW + 20, start=900, seed=5)
+    first, second = workload.services
+    overrides = {first: ServiceOverride(freeze=33.0), second: ServiceOverride(min_capacity=40.0, max_capacity=41.0)}
+    loop = Loop(DecisionEngine(tiny_artifact, EngineSettings(overrides=overrides)), workload).run()
+    frozen = [a for (s, _), a in loop.actions.items() if s == first]
+    bounded = [a for (s, _), a in loop.actions.items() if s == second]
+    assert all(a.capacity == 33.0 for a in frozen) and any(a.clipped == "override" for a in frozen)
+    assert all(40.0 <= a.capacity <= 41.0 for a in bounded)
+    control = [a for a in bounded if a.phase == "control"]
+    assert control and all(a.k_sigma == pytest.approx(a.k * a.sigma) for a in control)
+    with pytest.raises(ValueError, match="min_capacity"):
+        ServiceOverride(min_capacity=5.0, max_capacity=1.0)
