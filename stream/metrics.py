@@ -48,3 +48,20 @@ class WorkerMetrics:
     def adopted(self, version: int) -> None:
         self.policy_version.set(version)
         self._adopted_at = time.time()
+
+
+class TrainerMetrics:
+    """What the trainer has consumed and published."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.transitions = Counter("picrl_trainer_transitions_total", "Replay transitions consumed", registry=r)
+        self.refused = Counter("picrl_trainer_refused_transitions_total", "Replay messages that did not decode",
+                               registry=r)
+        self.versions = Counter("picrl_trainer_versions_total", "Policy versions published", registry=r)
+        self.policy_version = Gauge("picrl_trainer_policy_version", "Newest version published", registry=r)
+        self.kl = Gauge("picrl_trainer_kl_to_parent", "KL of the newest version to its parent", registry=r)
+        self.score = Gauge("picrl_trainer_validation_score", "Validation score of the newest version", registry=r)
+        self.update_seconds = Histogram("picrl_trainer_update_seconds", "Wall time of one slow update and publish",
+                                        buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0), registry=r)

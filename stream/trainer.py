@@ -27,6 +27,7 @@ from picrl_core.controller import Transition
 from picrl_core.noise import service_key
 from picrl_core.online import ReplayBuffer, SlowPolicyLearner, off_policy_score
 from picrl_core.policy import N_FEATURES, PolicyNetwork
+from stream.metrics import TrainerMetrics
 from stream.policy_follower import read_policy_versions
 from stream.records import DecodeError, PolicyVersion, TransitionRecord, decode_transition
 from stream.topics import TopicNames
@@ -94,6 +95,7 @@ class PolicyTrainer:
         self.holdout = ReplayBuffer(settings.holdout_size, N_FEATURES)
         self.published: list[Published] = []
         self.refused = 0
+        self.metrics = TrainerMetrics()
         self._stop = asyncio.Event()
 
     def stop(self) -> None:
@@ -121,6 +123,7 @@ class PolicyTrainer:
                     if self.on_resume is not None:
                         self.on_resume(self.resumed_from)
                 records = [record for messages in batches.values() for record in self._decode(messages)]
+                self.metrics.transitions.inc(len(records))
                 if records:
                     held = [(service_key(r.service) + r.tick) % settings.holdout_every == 0 for r in records]
                     train = [r for r, h in zip(records, held) if not h]
@@ -131,6 +134,7 @@ class PolicyTrainer:
                     if validation:
                         self.holdout.add(_as_transition(validation))
                 if since_update >= self.update_every and len(self.holdout) > 0:
+                    started = time.monotonic()
                     parent_policy = copy.deepcopy(learner.acting)
                     stats = learner.update(self.buffer)
                     held_out = self.holdout.contents()
@@ -143,6 +147,7 @@ class PolicyTrainer:
                     version += 1
                     since_update = 0
                     self._record(record, stats.transitions_seen)
+                    self.metrics.update_seconds.observe(time.monotonic() - started)
                     if settings.max_updates is not None and len(self.published) >= settings.max_updates:
                         break
         finally:
@@ -157,6 +162,7 @@ class PolicyTrainer:
                 records.append(decode_transition(message.value))
             except DecodeError as exc:
                 self.refused += 1
+                self.metrics.refused.inc()
                 log.warning("replay message %s[%d]@%d refused: %s", message.topic, message.partition,
                             message.offset, exc)
         return records
@@ -165,6 +171,10 @@ class PolicyTrainer:
         published = Published(record.version, record.parent, record.kl_to_parent, record.validation_score,
                               record.parent_score, seen)
         self.published.append(published)
+        self.metrics.versions.inc()
+        self.metrics.policy_version.set(record.version)
+        self.metrics.kl.set(record.kl_to_parent)
+        self.metrics.score.set(record.validation_score)
         log.info("published policy %s version %d", record.name, record.version)
         if self.on_publish is not None:
             self.on_publish(published)

@@ -1,21 +1,36 @@
-"""Shared CLI options of the commands that talk to Kafka: where the broker is and which topics."""
+"""Shared CLI options of the commands that talk to Kafka, resolved through ``picrl.settings``."""
 from __future__ import annotations
 
 import argparse
+import json
 import logging
+import sys
+import time
+from pathlib import Path
+from typing import Any
 
 from picrl.kafka import BrokerError, LocalKafka
+from picrl.settings import Settings, load_settings
 
 
 def add_bus_arguments(parser: argparse.ArgumentParser, *, partitions: bool = True) -> None:
-    group = parser.add_argument_group("Kafka")
+    """``--bootstrap``, ``--prefix`` (and ``--partitions``) and ``--settings``; unset flags fall back to the
+    settings file, then ``PICRL_*`` variables, then defaults (see ``picrl config show``)."""
+    group = parser.add_argument_group("Kafka (unset: settings file, then PICRL_* environment, then defaults)")
     group.add_argument("--bootstrap", metavar="HOST:PORT",
                        help="a Kafka cluster (default: the local broker of `picrl kafka start`)")
-    group.add_argument("--prefix", default="picrl",
-                       help="topic name prefix: <prefix>.usage, .actions, .replay, .policy, .deadletter (default picrl)")
+    group.add_argument("--prefix", help="topic name prefix: <prefix>.usage, .actions, .replay, .policy, .deadletter "
+                                        "(default picrl)")
     if partitions:
-        group.add_argument("--partitions", type=int, default=8,
+        group.add_argument("--partitions", type=int,
                            help="partitions of the keyed topics; scale out with one worker per few partitions (default 8)")
+    group.add_argument("--settings", type=Path, metavar="FILE", help="JSON settings file (default $PICRL_SETTINGS)")
+
+
+def settings_from_args(args: argparse.Namespace, **flags: Any) -> Settings:
+    """The settings with this command's flags on top (``flags``: more flag values by setting name)."""
+    given = {name: getattr(args, name, None) for name in ("bootstrap", "prefix", "partitions")}
+    return load_settings(args.settings, {**given, **flags})
 
 
 def bootstrap_or_local(bootstrap: str | None) -> str:
@@ -28,9 +43,30 @@ def bootstrap_or_local(bootstrap: str | None) -> str:
     return info.bootstrap
 
 
-def configure_logging(level: str) -> None:
-    """Plain one-line logs on stderr; Kafka clients only above warnings unless debugging."""
-    logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: time, level, logger, message, and ``service``/``tick`` when given via
+    ``extra``; tracebacks only for unexpected errors (``log.exception``)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {"time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+                                 + f".{int(record.msecs):03d}Z", "level": record.levelname.lower(),
+                                 "logger": record.name, "message": record.getMessage()}
+        for key in ("service", "tick", "reason", "version", "partition", "offset"):
+            if hasattr(record, key):
+                entry[key] = getattr(record, key)
+        if record.exc_info:
+            entry["error"] = self.formatException(record.exc_info)
+        return json.dumps(entry, default=str)
+
+
+def configure_logging(level: str, log_format: str = "text") -> None:
+    """Logs on stderr, as JSON lines or plain text; Kafka clients only above warnings unless debugging."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter() if log_format == "json" else
+                         logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
     if level.upper() != "DEBUG":
         for noisy in ("aiokafka", "kafka", "faust", "mode"):
             logging.getLogger(noisy).setLevel(logging.WARNING)

@@ -8,7 +8,7 @@ from dataclasses import replace
 
 from aiokafka import AIOKafkaProducer
 
-from picrl.commands.bus import add_bus_arguments, bootstrap_or_local
+from picrl.commands.bus import add_bus_arguments, bootstrap_or_local, settings_from_args
 from stream.policy_follower import read_policy_versions
 from stream.records import PolicyVersion
 from stream.topics import TopicNames
@@ -56,8 +56,9 @@ async def rollback(bootstrap: str, topics: TopicNames, name: str, target: int) -
 
 
 def run(args: argparse.Namespace) -> int:
-    bootstrap = bootstrap_or_local(args.bootstrap)
-    topics = TopicNames(args.prefix)
+    settings = settings_from_args(args)
+    bootstrap = bootstrap_or_local(settings["bootstrap"])
+    topics = TopicNames(settings["prefix"])
     if args.action == "list":
         versions = asyncio.run(read_policy_versions(bootstrap, topics.policy, args.policy_name))
         if not versions:

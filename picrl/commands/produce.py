@@ -7,7 +7,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from picrl.commands.bus import add_bus_arguments, bootstrap_or_local
+from picrl.commands.bus import add_bus_arguments, bootstrap_or_local, settings_from_args
 from picrl.commands.source import add_trace_source, load_trace
 from picrl.datasets import load_pod_fleet
 from picrl.reports.closed_loop import COLUMNS, write_report
@@ -74,12 +74,14 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run_replay(args: argparse.Namespace) -> int:
-    bootstrap = bootstrap_or_local(args.bootstrap)
+    settings = settings_from_args(args)
+    bootstrap = bootstrap_or_local(settings["bootstrap"])
     workload = workload_from_args(args)
+    topics = TopicNames(settings["prefix"])
     with tqdm(total=workload.ticks, desc="replay", unit="tick", dynamic_ncols=True) as bar:
-        sent = asyncio.run(replay_usage(bootstrap, TopicNames(args.prefix), workload, rate=args.rate,
+        sent = asyncio.run(replay_usage(bootstrap, topics, workload, rate=args.rate,
                                         capacity_headroom=args.capacity_headroom, on_tick=lambda _: bar.update(1)))
-    print(f"sent {sent} usage events for {len(workload.services)} services to {args.prefix}.usage")
+    print(f"sent {sent} usage events for {len(workload.services)} services to {topics.usage}")
     return 0
 
 
@@ -110,9 +112,10 @@ def play_closed_loop(bootstrap: str, prefix: str, workload: Workload, *, interva
 
 
 def run_closed_loop(args: argparse.Namespace) -> int:
-    bootstrap = bootstrap_or_local(args.bootstrap)
+    settings = settings_from_args(args)
+    bootstrap = bootstrap_or_local(settings["bootstrap"])
     workload = workload_from_args(args)
-    record = play_closed_loop(bootstrap, args.prefix, workload, interval=args.interval,
+    record = play_closed_loop(bootstrap, settings["prefix"], workload, interval=args.interval,
                               initial_headroom=args.initial_headroom, action_timeout=args.action_timeout)
     summary = write_report(record, args.out, f"closed loop over Kafka: {len(workload.services)} services")
     print_summary(summary, args.out)

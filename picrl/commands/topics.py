@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 
-from picrl.commands.bus import add_bus_arguments, bootstrap_or_local
+from picrl.commands.bus import add_bus_arguments, bootstrap_or_local, settings_from_args
 from stream.topics import ensure_topics, topic_specs
 
 
@@ -21,8 +21,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    bootstrap = bootstrap_or_local(args.bootstrap)
-    specs = topic_specs(args.prefix, args.partitions)
+    settings = settings_from_args(args)
+    bootstrap = bootstrap_or_local(settings["bootstrap"])
+    specs = topic_specs(settings["prefix"], settings["partitions"])
     outcome = asyncio.run(ensure_topics(bootstrap, specs))
     for spec in specs:
         settings = ", ".join(f"{k}={v}" for k, v in spec.config.items())

@@ -1,0 +1,174 @@
+"""One typed settings object for the worker and the trainer, and where each value came from.
+
+Sources, later ones winning: the defaults below, a JSON settings file (``--settings FILE`` or
+``$PICRL_SETTINGS``), environment variables ``PICRL_<NAME>`` (upper case), then command-line flags.
+``picrl config show`` prints the effective values with their source. Every value is checked when it
+is read; an invalid one fails at start with a message naming the setting and its source.
+
+Per-service overrides live only in the file, under ``"services"``::
+
+    {"bootstrap": "kafka-1:9092", "partitions": 16, "mode": "recommend",
+     "services": {"web-frontend": {"min_capacity": 4, "max_capacity": 64}, "batch": {"freeze": 8}}}
+"""
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from stream.decisions import EngineSettings, ServiceOverride
+from stream.worker import GUARANTEES, WorkerSettings
+
+
+class SettingsError(ValueError):
+    """An invalid setting, named with where it came from."""
+
+
+def _positive_int(value: Any) -> int:
+    if isinstance(value, bool):
+        raise ValueError("expected an integer >= 1")
+    number = value if isinstance(value, int) else int(str(value).strip())  # "3.5" and 3.5 are refused
+    if number < 1:
+        raise ValueError("expected an integer >= 1")
+    return number
+
+
+def _choice(*allowed: str) -> Callable[[Any], str]:
+    def parse(value: Any) -> str:
+        if value not in allowed:
+            raise ValueError(f"expected one of {', '.join(allowed)}")
+        return str(value)
+    return parse
+
+
+def _non_negative(value: Any) -> float:
+    number = float(value)
+    if not number >= 0:
+        raise ValueError("expected a number >= 0")
+    return number
+
+
+def _optional(parse: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    return lambda value: None if value in (None, "", "none") else parse(value)
+
+
+@dataclass(frozen=True)
+class Spec:
+    """One setting: its parser, default and meaning."""
+
+    parse: Callable[[Any], Any]
+    default: Any
+    help: str
+
+
+SPECS: dict[str, Spec] = {
+    "bootstrap": Spec(_optional(str), None, "Kafka bootstrap HOST:PORT (none: the local broker of `picrl kafka start`)"),
+    "prefix": Spec(str, "picrl", "topic name prefix"),
+    "partitions": Spec(_positive_int, 8, "partitions of the keyed topics"),
+    "app_id": Spec(str, "picrl-worker", "Faust app id of the workers (consumer group, changelog names)"),
+    "guarantee": Spec(_choice(*GUARANTEES), "exactly_once", "processing guarantee"),
+    "mode": Spec(_choice("enforce", "recommend"), "enforce", "enforce: actions are to be applied; recommend: "
+                                                             "actions are labelled advisory"),
+    "policy_name": Spec(str, "default", "policy followed on <prefix>.policy"),
+    "batch_max": Spec(_positive_int, 1_000, "most events decided in one batch"),
+    "batch_within": Spec(_non_negative, 0.005, "seconds to wait for more events before deciding"),
+    "commit_interval": Spec(_non_negative, 0.1, "seconds between commits (transactions)"),
+    "session_timeout": Spec(_non_negative, 10.0, "seconds after which a silent worker's partitions move"),
+    "scaling": Spec(_choice("window", "artifact"), "window", "service ranges from the first window or the model"),
+    "headroom": Spec(_non_negative, 0.5, "window scaling: spans added on each side of the first window's range"),
+    "max_services": Spec(_optional(_positive_int), None, "cap on services per worker (none: no cap)"),
+    "max_tick_gap": Spec(_positive_int, 1_000, "ticks further than this from the expected one are refused"),
+    "max_kl": Spec(_non_negative, 0.5, "policy guardrail: largest KL to the parent accepted"),
+    "score_margin": Spec(_non_negative, 0.05, "policy guardrail: largest validation-score drop below the parent"),
+    "c_under": Spec(_non_negative, None, "cost of a unit short (none: the model's, 2)"),
+    "c_over": Spec(_non_negative, None, "cost of a unit idle (none: the model's, 1)"),
+    "web_port": Spec(_optional(_positive_int), None, "worker web server port (/healthz, /metrics, /services/<id>)"),
+    "log_format": Spec(_choice("json", "text"), "json", "log lines as JSON objects or plain text"),
+}
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The effective settings and the source of each (``default``, ``file FILE``, ``env PICRL_X``, ``flag``)."""
+
+    values: dict[str, Any]
+    sources: dict[str, str]
+    services: dict[str, ServiceOverride] = field(default_factory=dict)
+
+    def __getitem__(self, name: str) -> Any:
+        return self.values[name]
+
+    def worker(self, bootstrap: str) -> WorkerSettings:
+        v = self.values
+        engine = EngineSettings(scaling=v["scaling"], headroom=v["headroom"], max_services=v["max_services"],
+                                max_tick_gap=v["max_tick_gap"], advisory=v["mode"] == "recommend",
+                                overrides=dict(self.services))
+        return WorkerSettings(
+            bootstrap=bootstrap, prefix=v["prefix"], app_id=v["app_id"], partitions=v["partitions"],
+            guarantee=v["guarantee"], policy_name=v["policy_name"], batch_max=v["batch_max"],
+            batch_within=v["batch_within"], commit_interval=v["commit_interval"],
+            session_timeout=v["session_timeout"], web_port=v["web_port"], max_policy_kl=v["max_kl"],
+            policy_score_margin=v["score_margin"], engine=engine)
+
+
+def _parse(name: str, raw: Any, source: str) -> Any:
+    try:
+        return SPECS[name].parse(raw)
+    except (TypeError, ValueError) as exc:
+        raise SettingsError(f"setting {name} = {raw!r} (from {source}) is invalid: {exc}") from None
+
+
+def _services(raw: Any, source: str) -> dict[str, ServiceOverride]:
+    if not isinstance(raw, Mapping):
+        raise SettingsError(f"setting services (from {source}) must map service ids to overrides")
+    allowed = {f.name for f in fields(ServiceOverride)}
+    out = {}
+    for service, override in raw.items():
+        if not isinstance(override, Mapping) or set(override) - allowed:
+            raise SettingsError(f"setting services.{service} (from {source}) must be an object with keys among "
+                                f"{sorted(allowed)}; got {override!r}")
+        try:
+            out[str(service)] = ServiceOverride(**{k: None if v is None else float(v) for k, v in override.items()})
+        except (TypeError, ValueError) as exc:
+            raise SettingsError(f"setting services.{service} (from {source}) is invalid: {exc}") from None
+    return out
+
+
+def load_settings(file: Path | None = None, flags: Mapping[str, Any] | None = None,
+                  environ: Mapping[str, str] | None = None) -> Settings:
+    """Resolve every setting from defaults, the file, the environment and the flags (None flags are unset)."""
+    environ = os.environ if environ is None else environ
+    values = {name: spec.default for name, spec in SPECS.items()}
+    sources = {name: "default" for name in SPECS}
+    services: dict[str, ServiceOverride] = {}
+    file = file or (Path(environ["PICRL_SETTINGS"]) if environ.get("PICRL_SETTINGS") else None)
+    if file is not None:
+        source = f"file {file}"
+        try:
+            data = json.loads(Path(file).read_text())
+        except FileNotFoundError:
+            raise SettingsError(f"settings file {file} does not exist") from None
+        except ValueError as exc:
+            raise SettingsError(f"settings file {file} is not valid JSON: {exc}") from None
+        if not isinstance(data, dict):
+            raise SettingsError(f"settings file {file} must hold a JSON object")
+        unknown = sorted(set(data) - set(SPECS) - {"services"})
+        if unknown:
+            raise SettingsError(f"settings file {file} has unknown setting(s) {', '.join(unknown)}; "
+                                f"known: {', '.join(sorted(SPECS))}, services")
+        for name, raw in data.items():
+            if name == "services":
+                services = _services(raw, source)
+            else:
+                values[name], sources[name] = _parse(name, raw, source), source
+    for name in SPECS:
+        variable = f"PICRL_{name.upper()}"
+        if variable in environ:
+            values[name], sources[name] = _parse(name, environ[variable], f"env {variable}"), f"env {variable}"
+    for name, raw in (flags or {}).items():
+        if raw is not None:
+            values[name], sources[name] = _parse(name, raw, "flag"), "flag"
+    return Settings(values, sources, services)
