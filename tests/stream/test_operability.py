@@ -105,3 +105,11 @@ def test_a_running_worker_is_observable_and_explainable(kafka_bootstrap: str, ti
     logs = [json.loads(line) for line in (tmp_path / "worker.log").read_text().splitlines() if line.startswith("{")]
     assert all({"time", "level", "logger", "message"} <= set(entry) for entry in logs)
     assert "Traceback" not in (tmp_path / "worker.log").read_text(), tail(tmp_path / "worker.log")
+
+
+def test_the_configuration_reference_lists_every_setting() -> None:
+    from picrl.settings import SPECS
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "configuration.md").read_text()
+    for name in SPECS:
+        assert f"`{name}` | `PICRL_{name.upper()}`" in doc, name
