@@ -7,22 +7,26 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field, replace
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
+import torch
 
 from picrl_core.artifact import ModelArtifact
-from picrl_core.config import PicRLConfig
+from picrl_core.config import PicRLConfig, PredictorConfig
 from picrl_core.controller import ControllerState, PicRLController, Transition
 from picrl_core.costs import EpisodeMetrics, episode_metrics
 from picrl_core.online import ReplayBuffer, SlowPolicyLearner, SlowUpdateStats
-from picrl_core.policy import N_FEATURES
-from picrl_core.predictor import train_predictor
+from picrl_core.policy import N_FEATURES, PolicyNetwork, ValueNetwork
+from picrl_core.predictor import GaussianLSTM, PredictorReport, train_predictor
 from picrl_core.pretrain import pretrain_policy
 from picrl_core.series import PreparedSeries
 from picrl_core.simulator import Trajectory, simulate
 
 Progress = Callable[[dict[str, float]], None]
+# Phase 2: ``(predictor, train, config, *, train_context, progress) -> (policy, value, report)``,
+# the report having ``to_dict()`` (``pretrain_policy``, or a substitution of the comparison).
+Pretrainer = Callable[..., tuple[PolicyNetwork, ValueNetwork, Any]]
 
 
 def config_for(series: PreparedSeries, config: PicRLConfig) -> PicRLConfig:
@@ -31,16 +35,29 @@ def config_for(series: PreparedSeries, config: PicRLConfig) -> PicRLConfig:
     return replace(config, predictor=replace(config.predictor, context_channels=channels))
 
 
+def train_phase1(series: PreparedSeries, config: PicRLConfig, *,
+                 model_factory: Callable[[PredictorConfig], torch.nn.Module] = GaussianLSTM,
+                 progress: Progress | None = None) -> tuple[torch.nn.Module, PredictorReport]:
+    """Phase 1 on the series' training split, early-stopped on its validation split (``config`` from
+    :func:`config_for`)."""
+    return train_predictor(series.train, series.val, config.predictor, seed=config.seed,
+                           train_context=series.train_ctx, val_context=series.val_ctx, progress=progress,
+                           model_factory=model_factory)
+
+
 def train_offline(series: PreparedSeries, config: PicRLConfig, *, phase1_progress: Progress | None = None,
-                  phase2_progress: Progress | None = None) -> ModelArtifact:
+                  phase2_progress: Progress | None = None,
+                  model_factory: Callable[[PredictorConfig], torch.nn.Module] = GaussianLSTM,
+                  pretrainer: Pretrainer = pretrain_policy) -> ModelArtifact:
     """Phase 1 (Gaussian LSTM by NLL, early stopping on validation) then Phase 2 (actor-critic
-    pretraining on rollouts of the training split)."""
+    pretraining on rollouts of the training split). ``model_factory`` and ``pretrainer`` substitute
+    Phase 1 or Phase 2 (the comparison's baselines); an artifact with a substituted predictor is
+    used in memory only (``save_artifact`` stores a Gaussian LSTM)."""
     config = config_for(series, config)
-    predictor, predictor_report = train_predictor(
-        series.train, series.val, config.predictor, seed=config.seed,
-        train_context=series.train_ctx, val_context=series.val_ctx, progress=phase1_progress)
-    policy, value, pretrain_report = pretrain_policy(predictor, series.train, config,
-                                                     train_context=series.train_ctx, progress=phase2_progress)
+    predictor, predictor_report = train_phase1(series, config, model_factory=model_factory,
+                                               progress=phase1_progress)
+    policy, value, pretrain_report = pretrainer(predictor, series.train, config,
+                                                train_context=series.train_ctx, progress=phase2_progress)
     return ModelArtifact(
         config=config, predictor=predictor, policy=policy, value=value,
         scaling={"series": series.scaler.to_dict(), "context": [s.to_dict() for s in series.context_scalers],
@@ -59,6 +76,40 @@ class OnlineRun:
     updates: list[SlowUpdateStats] = field(default_factory=list)
 
 
+class SlowLoop:
+    """Phase 3 slow loop (Algorithm 1, lines 31-35) as one object: every transition goes to the replay
+    buffer, and the KL-regularised learner updates the acting policy every ``N_update`` transitions
+    (once the buffer holds ``min(batch_size, 32)``). The acting policy changes in place."""
+
+    def __init__(self, policy: PolicyNetwork, value: ValueNetwork, config: PicRLConfig) -> None:
+        self.learner = SlowPolicyLearner(policy, value, config)
+        self.buffer = ReplayBuffer(config.online.buffer_size, N_FEATURES)
+        self.updates: list[SlowUpdateStats] = []
+        self._online = config.online
+        self._since_update = 0
+
+    @property
+    def acting(self) -> PolicyNetwork:
+        return self.learner.acting
+
+    def observe(self, transition: Transition) -> None:
+        self.buffer.add(transition)
+        self._since_update += transition.reward.shape[0]
+        if self._since_update >= self._online.n_update and len(self.buffer) >= min(self._online.batch_size, 32):
+            self.updates.append(self.learner.update(self.buffer))
+            self._since_update = 0
+
+
+def online_controller(predictor: torch.nn.Module, policy: PolicyNetwork, value: ValueNetwork, config: PicRLConfig,
+                      slow_updates: bool = True) -> tuple[PicRLController, SlowLoop | None]:
+    """The Phase 3 controller acting with (a copy of) ``policy`` and, when ``slow_updates``, the slow
+    loop that refines it; the networks passed in are left untouched."""
+    if not slow_updates:
+        return PicRLController(predictor, copy.deepcopy(policy), config), None
+    slow = SlowLoop(policy, value, config)
+    return PicRLController(predictor, slow.acting, config), slow
+
+
 def run_online(artifact: ModelArtifact, demand: np.ndarray, history: np.ndarray, *,
                context: np.ndarray | None = None, history_context: np.ndarray | None = None,
                keys: np.ndarray | None = None, config: PicRLConfig | None = None,
@@ -69,29 +120,18 @@ def run_online(artifact: ModelArtifact, demand: np.ndarray, history: np.ndarray,
     ``config`` overrides the artifact's Phase 3 settings (ablations A3-A6 switch here).
     """
     config = config or artifact.config
-    policy = copy.deepcopy(artifact.policy)
-    controller = PicRLController(artifact.predictor, policy, config)
-    updates: list[SlowUpdateStats] = []
-    learner = SlowPolicyLearner(policy, artifact.value, config) if slow_updates else None
-    buffer = ReplayBuffer(config.online.buffer_size, N_FEATURES) if learner is not None else None
-    if learner is not None:
-        controller.set_policy(learner.acting)
-    since_update = 0
+    controller, slow = online_controller(artifact.predictor, artifact.policy, artifact.value, config, slow_updates)
 
     def hook(t: int, _: ControllerState, transition: Transition) -> None:
-        nonlocal since_update
-        if learner is not None and buffer is not None:
-            buffer.add(transition)
-            since_update += transition.reward.shape[0]
-            if since_update >= config.online.n_update and len(buffer) >= min(config.online.batch_size, 32):
-                updates.append(learner.update(buffer))
-                since_update = 0
+        if slow is not None:
+            slow.observe(transition)
         if progress is not None:
             progress(t)
 
     trajectory = simulate(controller, demand, history, context=context, history_context=history_context,
                           keys=keys, on_step=hook)
-    return OnlineRun(trajectory, episode_metrics(trajectory.action, trajectory.demand, config.cost), updates)
+    return OnlineRun(trajectory, episode_metrics(trajectory.action, trajectory.demand, config.cost),
+                     [] if slow is None else slow.updates)
 
 
 def evaluation_inputs(series: PreparedSeries, window: int) -> dict[str, np.ndarray | None]:

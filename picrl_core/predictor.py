@@ -12,6 +12,7 @@ import copy
 import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from typing import TypeVar
 
 import numpy as np
 import torch
@@ -34,6 +35,22 @@ class PredictorInputError(ValueError):
     """A series, context or window array the predictor cannot use."""
 
 
+def gaussian_head(hidden: int, cfg: PredictorConfig) -> torch.nn.Linear:
+    """The Gaussian output layer ``h -> (mu offset, pre-softplus sigma)``: small weights, zero mean
+    offset and a sigma bias that starts the predicted std near ``_INITIAL_SIGMA``."""
+    head = torch.nn.Linear(hidden, 2)
+    with torch.no_grad():
+        head.weight.mul_(0.1)
+        head.bias[0] = 0.0
+        head.bias[1] = math.log(math.expm1(max(_INITIAL_SIGMA - cfg.sigma_min, 1e-3)))
+    return head
+
+
+def gaussian_output(out: torch.Tensor, level: torch.Tensor, sigma_min: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Head output ``(B, 2)`` -> ``mu = level + out[:, 0]``, ``sigma = softplus(out[:, 1]) + sigma_min``."""
+    return level + out[:, 0], torch.nn.functional.softplus(out[:, 1]) + sigma_min
+
+
 class GaussianLSTM(torch.nn.Module):
     """LSTM with a Gaussian head: window (B, W, 2 + C) -> ``(mu, sigma)``, each (B,).
 
@@ -54,18 +71,15 @@ class GaussianLSTM(torch.nn.Module):
         self.cfg = cfg
         self.input_size = 2 + cfg.context_channels
         self.lstm = torch.nn.LSTM(self.input_size, cfg.hidden, cfg.layers, batch_first=True)
-        self.head = torch.nn.Linear(cfg.hidden, 2)
-        with torch.no_grad():
-            self.head.weight.mul_(0.1)
-            self.head.bias[0] = 0.0
-            self.head.bias[1] = math.log(math.expm1(max(_INITIAL_SIGMA - cfg.sigma_min, 1e-3)))
+        self.head = gaussian_head(cfg.hidden, cfg)
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         _, (h_n, _) = self.lstm(x)
-        out = self.head(h_n[-1])
-        mu = x[:, -1, 0] + out[:, 0]
-        sigma = torch.nn.functional.softplus(out[:, 1]) + self.cfg.sigma_min
-        return mu, sigma
+        return gaussian_output(self.head(h_n[-1]), x[:, -1, 0], self.cfg.sigma_min)
+
+
+# Any Phase-1 model with GaussianLSTM's interface (``cfg``, ``input_size``, window -> (mu, sigma)).
+Predictor = TypeVar("Predictor", bound=torch.nn.Module)
 
 
 def gaussian_nll(mu: torch.Tensor, sigma: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
@@ -216,14 +230,16 @@ def train_predictor(
     train_context: np.ndarray | None = None,
     val_context: np.ndarray | None = None,
     progress: Callable[[dict[str, float]], None] | None = None,
-) -> tuple[GaussianLSTM, PredictorReport]:
+    model_factory: Callable[[PredictorConfig], Predictor] = GaussianLSTM,  # type: ignore[assignment]
+) -> tuple[Predictor, PredictorReport]:
     """Phase 1 / Algorithm 1 line 2: ``theta* = argmin_theta sum NLL(d_i; f_theta(x_i))``, Eq. (3).
 
     Adam on minibatches of at most ``cfg.max_train_windows`` windows per epoch (re-sampled and
     re-censored every epoch), early stopping on the validation NLL after ``cfg.patience`` epochs
     without improvement; the best epoch's weights are restored. Deterministic under ``seed``; the
     global torch RNG is left untouched. ``progress`` receives ``{"epoch", "train_nll", "val_nll",
-    "val_mae"}`` once per epoch.
+    "val_mae"}`` once per epoch. ``model_factory`` builds the model from ``cfg`` (the Gaussian LSTM;
+    the Phase-1 substitutions of the comparison pass theirs and train by the same loop).
     """
     train = np.asarray(train, dtype=np.float64)
     val = np.asarray(val, dtype=np.float64)
@@ -238,7 +254,7 @@ def train_predictor(
 
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = GaussianLSTM(cfg)
+        model = model_factory(cfg)
     rng = np.random.default_rng(seed)
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr)
     n_all = len(train) - cfg.window
