@@ -36,6 +36,8 @@ class Letter:
     partition: int
     key: bytes
     record: DeadLetter
+    service: str | None = None  # known when the message decoded (refused by the engine)
+    tick: int | None = None
 
 
 def decode_batch(messages: Sequence[Raw], now: float) -> tuple[list[Incoming], list[Letter]]:
@@ -53,7 +55,8 @@ def decode_batch(messages: Sequence[Raw], now: float) -> tuple[list[Incoming], l
 
 def _letter(item: Incoming, topic: str, reason: str, detail: str, now: float) -> Letter:
     return Letter(item.partition, item.event.service.encode(),
-                  DeadLetter(reason, detail, topic, item.partition, item.offset, item.event.to_bytes(), now))
+                  DeadLetter(reason, detail, topic, item.partition, item.offset, item.event.to_bytes(), now),
+                  item.event.service, item.event.tick)
 
 
 def decide(engine: DecisionEngine, incoming: list[Incoming], stored: Mapping[str, bytes | None], services_held: int,

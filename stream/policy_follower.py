@@ -144,10 +144,11 @@ class PolicyFollower:
             if self.on_refuse is not None:
                 self.on_refuse(review.reason)
             log.warning("policy %s version %d refused (%s): %s", record.name, record.version, review.reason,
-                        review.detail)
+                        review.detail, extra={"version": record.version, "reason": review.reason})
             return
         self.current = record.version
         self.adopt(review.policy, record.version)
         log.info("acting with policy %s version %d (parent %s, KL %.4g%s)", record.name, record.version,
                  record.parent, record.kl_to_parent,
-                 "" if record.rollback_of is None else f", rollback to version {record.rollback_of}")
+                 "" if record.rollback_of is None else f", rollback to version {record.rollback_of}",
+                 extra={"version": record.version})

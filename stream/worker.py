@@ -29,8 +29,8 @@ from picrl_core.policy import PolicyNetwork
 from stream.decisions import BatchOutcome, DecisionEngine, EngineSettings, Incoming
 from stream.metrics import WorkerMetrics
 from stream.policy_follower import PolicyFollower, PolicyGate
-from stream.intake import Raw, decide, decode_batch
-from stream.records import Action, DeadLetter
+from stream.intake import Letter, Raw, decide, decode_batch
+from stream.records import Action
 from stream.topics import TopicNames
 from stream.views import add_views
 
@@ -125,10 +125,10 @@ class StreamWorker:
         sends += [self._send(self.topics.deadletter, letter.key, letter.record.to_bytes(), letter.partition)
                   for letter in letters]
         await asyncio.gather(*[await send for send in sends])
-        self._observe(events, incoming, outcome, [letter.record for letter in letters])
+        self._observe(events, incoming, outcome, letters)
 
     def _observe(self, events: Sequence[EventT], incoming: list[Incoming], outcome: BatchOutcome,
-                 letters: list[DeadLetter]) -> None:
+                 letters: list[Letter]) -> None:
         """Metrics, recent decisions and logs of one handled batch."""
         m = self.metrics
         m.events.inc(len(events))
@@ -151,9 +151,13 @@ class StreamWorker:
             if highwater is not None:
                 m.lag.labels(str(tp.partition)).set(max(0, highwater - event.message.offset - 1))
         for letter in letters:
-            m.dead_letters.labels(letter.reason).inc()
-            log.warning("dead letter (%s) from %s[%d]@%d: %s", letter.reason, letter.topic, letter.partition,
-                        letter.offset, letter.detail)
+            dead = letter.record
+            m.dead_letters.labels(dead.reason).inc()
+            context = {"reason": dead.reason, "partition": dead.partition, "offset": dead.offset}
+            if letter.service is not None:
+                context.update(service=letter.service, tick=letter.tick)
+            log.warning("dead letter (%s) from %s[%d]@%d: %s", dead.reason, dead.topic, dead.partition, dead.offset,
+                        dead.detail, extra=context)
 
     def _remember(self, action: Action) -> None:
         history = self.recent.pop(action.service, None) or deque(maxlen=RECENT_DECISIONS)

@@ -262,6 +262,9 @@ def test_bad_input_goes_to_the_dead_letter_topic_with_a_reason_and_the_worker_ke
     for reason, count in reasons.items():
         assert _metric(text, "picrl_dead_letters_total", reason=reason) == count, reason
     assert _metric(text, "picrl_events_total") == len(good) + 1 + len(bad) + len(nan_and_inf) + 1
+    logged = [json.loads(line) for line in (tmp_path / "worker.log").read_text().splitlines() if line.startswith("{")]
+    duplicate = [entry for entry in logged if entry.get("reason") == "duplicate_tick"]
+    assert duplicate and duplicate[0]["service"] == "svc" and duplicate[0]["tick"] == 1 and "error" not in duplicate[0]
 
 
 def _policy_record(config_policy: PolicyNetwork, version: int, parent: int | None, **changes: object) -> PolicyVersion:
