@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import sys
+import logging.config
 import time
 from pathlib import Path
 from typing import Any
@@ -59,15 +59,30 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry, default=str)
 
 
+NOISY_LOGGERS = ("aiokafka", "kafka", "faust", "mode")  # Kafka clients and Faust: warnings only unless debugging
+
+
+def logging_config(level: str, log_format: str = "text") -> dict[str, Any]:
+    """A :func:`logging.config.dictConfig` dict: one stderr handler, JSON lines or plain text.
+
+    The worker hands the same dict to ``faust.Worker(logging_config=...)``, which otherwise replaces
+    the root handlers with its own text format when it starts."""
+    level = level.upper()
+    formatter = ({"()": JsonFormatter} if log_format == "json" else
+                 {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"})
+    loggers: dict[str, dict[str, str]] = {}
+    if level != "DEBUG":
+        loggers = {name: {"level": "WARNING"} for name in NOISY_LOGGERS}
+        loggers["mode.timers"] = {"level": "ERROR"}  # "Timer commit is overlapping" at short intervals
+    return {
+        "version": 1, "disable_existing_loggers": False,
+        "formatters": {"picrl": formatter},
+        "handlers": {"stderr": {"class": "logging.StreamHandler", "stream": "ext://sys.stderr", "formatter": "picrl"}},
+        "root": {"level": level, "handlers": ["stderr"]},
+        "loggers": loggers,
+    }
+
+
 def configure_logging(level: str, log_format: str = "text") -> None:
-    """Logs on stderr, as JSON lines or plain text; Kafka clients only above warnings unless debugging."""
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JsonFormatter() if log_format == "json" else
-                         logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(level.upper())
-    if level.upper() != "DEBUG":
-        for noisy in ("aiokafka", "kafka", "faust", "mode"):
-            logging.getLogger(noisy).setLevel(logging.WARNING)
-        logging.getLogger("mode.timers").setLevel(logging.ERROR)  # "Timer commit is overlapping" at short intervals
+    """Apply :func:`logging_config` (``dictConfig`` consumes its dict: build a fresh one per use)."""
+    logging.config.dictConfig(logging_config(level, log_format))

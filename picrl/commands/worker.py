@@ -3,13 +3,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 from dataclasses import replace
 from pathlib import Path
 
 import faust
 import torch
 
-from picrl.commands.bus import add_bus_arguments, bootstrap_or_local, configure_logging, settings_from_args
+from picrl.commands.bus import (add_bus_arguments, bootstrap_or_local, configure_logging, logging_config,
+                               settings_from_args)
 from picrl_core.artifact import load_artifact
 from stream.topics import ensure_topics, topic_specs
 from stream.worker import GUARANTEES, StreamWorker
@@ -31,6 +33,8 @@ _FLAGS: dict[str, tuple[type, str]] = {
     "c_over": (float, "cost of a unit idle, for the replay rewards (default: the model's, 1)"),
     "web_port": (int, "serve /healthz, /metrics (Prometheus) and /services/<id> on this port"),
 }
+
+log = logging.getLogger("picrl.worker")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -70,12 +74,13 @@ def run(args: argparse.Namespace) -> int:
     worker_settings = settings.worker(bootstrap)
     asyncio.run(ensure_topics(bootstrap, topic_specs(worker_settings.prefix, worker_settings.partitions)))
     worker = StreamWorker(worker_settings, artifact)
-    print(f"picrl worker {worker_settings.app_id}: {bootstrap}, topics {worker_settings.prefix}.*, "
-          f"{worker_settings.guarantee}, {settings['mode']} mode, state {worker.engine.row_bytes} bytes per service",
-          flush=True)
+    log.info("picrl worker %s: %s, topics %s.*, %s, %s mode, state %d bytes per service", worker_settings.app_id,
+             bootstrap, worker_settings.prefix, worker_settings.guarantee, settings["mode"], worker.engine.row_bytes)
     try:
-        faust.Worker(worker.app, loglevel=args.log_level.upper(), quiet=True,
-                     redirect_stdouts=False).execute_from_commandline()
+        runner = faust.Worker(worker.app, loglevel=args.log_level.upper(), quiet=True, redirect_stdouts=False,
+                              logging_config=logging_config(args.log_level, settings["log_format"]))
+        runner.spinner = None  # Faust's terminal spinner writes escape codes into the log lines
+        runner.execute_from_commandline()
     except SystemExit as exc:
         return int(exc.code or 0)
     return 0

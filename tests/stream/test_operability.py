@@ -103,7 +103,7 @@ def test_a_running_worker_is_observable_and_explainable(kafka_bootstrap: str, ti
         assert any(line.startswith(name) for line in last.splitlines()), name
     assert 'picrl_actions_total{phase="control"}' in last and 'picrl_consumer_lag{partition=' in last
     logs = [json.loads(line) for line in (tmp_path / "worker.log").read_text().splitlines() if line.startswith("{")]
-    assert all({"time", "level", "logger", "message"} <= set(entry) for entry in logs)
+    assert logs and all({"time", "level", "logger", "message"} <= set(entry) for entry in logs)
     assert "Traceback" not in (tmp_path / "worker.log").read_text(), tail(tmp_path / "worker.log")
 
 
