@@ -3,6 +3,8 @@ the closed-loop environment in process."""
 from __future__ import annotations
 
 import asyncio
+import socket
+import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +23,12 @@ from tests.support.processes import picrl_process, tail
 from tests.support.reference import reference_run
 
 PARTITIONS = 2
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def _play(bootstrap: str, prefix: str, workload, timeout: float = 120.0) -> ClosedLoopRecord:
@@ -93,14 +101,18 @@ def test_trainer_versions_reach_the_workers_actions(kafka_bootstrap: str, tiny_m
     prefix = unique("e2e-trainer")
     asyncio.run(ensure_topics(kafka_bootstrap, topic_specs(prefix, PARTITIONS)))
     workload = copies_of(native_trace, 4, WINDOW + 60, start=850, seed=9)
+    metrics_port = _free_port()
     trainer_args = ["trainer", "--model", str(tiny_model_dir), "--bootstrap", kafka_bootstrap, "--prefix", prefix,
-                    "--partitions", str(PARTITIONS), "--update-every", "16", "--log-level", "warning"]
+                    "--partitions", str(PARTITIONS), "--update-every", "16", "--log-level", "warning",
+                    "--metrics-port", str(metrics_port)]
     # guardrails wide open: this test is about propagation (the guardrails have their own tests)
     worker_args = [*_worker_args(tiny_model_dir, kafka_bootstrap, prefix), "--max-kl", "1e9", "--score-margin", "1e9"]
     with picrl_process(worker_args, tmp_path / "worker.log"), \
             picrl_process(trainer_args, tmp_path / "trainer.log") as trainer:
         record = _play(kafka_bootstrap, prefix, workload)
         assert trainer.poll() is None, f"the trainer exited:\n{tail(tmp_path / 'trainer.log')}"
+        with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5) as response:
+            scraped = response.read().decode()  # the trainer's Prometheus endpoint, scraped while it runs
     versions = record.policy_version[WINDOW:]
     assert versions.max() >= 1, (f"no trained version reached the actions:\n{tail(tmp_path / 'trainer.log')}\n"
                                  f"{tail(tmp_path / 'worker.log')}")
@@ -113,6 +125,9 @@ def test_trainer_versions_reach_the_workers_actions(kafka_bootstrap: str, tiny_m
     for p in published[1:]:
         assert p.kl_to_parent >= 0 and np.isfinite(p.validation_score) and p.parent_score is not None
     assert "version 1 (parent 0)" in (tmp_path / "trainer.log").read_text()
+    gauge = {line.split()[0]: float(line.split()[1]) for line in scraped.splitlines() if line and line[0] != "#"}
+    assert gauge["picrl_trainer_versions_total"] >= 1 and gauge["picrl_trainer_transitions_total"] > 0
+    assert gauge["picrl_trainer_policy_version"] == gauge["picrl_trainer_versions_total"]
     # the records' version stamps are on every action after the first trained version arrives
     first = int(np.argmax(record.policy_version.max(axis=1) >= 1))
     assert (record.policy_version[first + 2:] >= 1).all()
