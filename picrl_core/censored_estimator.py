@@ -123,7 +123,10 @@ def _newton(delta: np.ndarray, gamma: np.ndarray, y: np.ndarray, unc: np.ndarray
         slope = grad_d * p_d + grad_g * p_g  # >= 0: ascent direction (twice the Newton decrement)
         # Within rounding of the optimum f cannot resolve the gain: take the plain Newton step, stop.
         flat = slope <= _FLAT_SLOPE * (1.0 + np.abs(f0))
-        step = np.ones_like(d0)
+        # The first trial stops at the sigma floor rather than crossing it: a clipped step leaves the
+        # Newton direction, fails the Armijo test and would be halved many times over.
+        with np.errstate(divide="ignore", invalid="ignore"):
+            step = np.where(p_g > 0, np.minimum(1.0, (gamma_max - g0) / p_g), 1.0)
         accepted = flat.copy()
         for _ in range(_BACKTRACKS):
             todo = np.flatnonzero(~accepted)
