@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from picrl_core.artifact import ModelArtifact
-from picrl_core.config import PicRLConfig, PredictorConfig
+from picrl_core.config import OnlineConfig, PicRLConfig, PredictorConfig
 from picrl_core.controller import ControllerState, PicRLController, Transition
 from picrl_core.costs import EpisodeMetrics, episode_metrics
 from picrl_core.online import ReplayBuffer, SlowPolicyLearner, SlowUpdateStats
@@ -22,6 +22,7 @@ from picrl_core.predictor import GaussianLSTM, PredictorReport, train_predictor
 from picrl_core.pretrain import pretrain_policy
 from picrl_core.series import PreparedSeries
 from picrl_core.simulator import Trajectory, simulate
+from picrl_core.training_memo import memoized, series_fingerprint
 
 Progress = Callable[[dict[str, float]], None]
 # Phase 2: ``(predictor, train, config, *, train_context, progress) -> (policy, value, report)``,
@@ -39,10 +40,18 @@ def train_phase1(series: PreparedSeries, config: PicRLConfig, *,
                  model_factory: Callable[[PredictorConfig], torch.nn.Module] = GaussianLSTM,
                  progress: Progress | None = None) -> tuple[torch.nn.Module, PredictorReport]:
     """Phase 1 on the series' training split, early-stopped on its validation split (``config`` from
-    :func:`config_for`)."""
-    return train_predictor(series.train, series.val, config.predictor, seed=config.seed,
-                           train_context=series.train_ctx, val_context=series.val_ctx, progress=progress,
-                           model_factory=model_factory)
+    :func:`config_for`). Inside :func:`~picrl_core.training_memo.shared_training` an identical
+    earlier training (same series, predictor config, seed and model) is reused."""
+    def train() -> tuple[torch.nn.Module, PredictorReport]:
+        return train_predictor(series.train, series.val, config.predictor, seed=config.seed,
+                               train_context=series.train_ctx, val_context=series.val_ctx, progress=progress,
+                               model_factory=model_factory)
+    return memoized(("phase1", series_fingerprint(series), config.seed, config.predictor, model_factory), train)
+
+
+def phase1_predictor(series: PreparedSeries, config: PicRLConfig) -> torch.nn.Module:
+    """The Phase-1 Gaussian LSTM exactly as PIC-RL trains it (same config, seed and splits), in eval mode."""
+    return train_phase1(series, config_for(series, config))[0].eval()
 
 
 def train_offline(series: PreparedSeries, config: PicRLConfig, *, phase1_progress: Progress | None = None,
@@ -52,12 +61,16 @@ def train_offline(series: PreparedSeries, config: PicRLConfig, *, phase1_progres
     """Phase 1 (Gaussian LSTM by NLL, early stopping on validation) then Phase 2 (actor-critic
     pretraining on rollouts of the training split). ``model_factory`` and ``pretrainer`` substitute
     Phase 1 or Phase 2 (the comparison's baselines); an artifact with a substituted predictor is
-    used in memory only (``save_artifact`` stores a Gaussian LSTM)."""
+    used in memory only (``save_artifact`` stores a Gaussian LSTM). Inside
+    :func:`~picrl_core.training_memo.shared_training` identical phases are trained once; Phase 2
+    never reads ``config.online``, so configs differing only there share it."""
     config = config_for(series, config)
     predictor, predictor_report = train_phase1(series, config, model_factory=model_factory,
                                                progress=phase1_progress)
-    policy, value, pretrain_report = pretrainer(predictor, series.train, config,
-                                                train_context=series.train_ctx, progress=phase2_progress)
+    offline_config = replace(config, online=OnlineConfig())
+    policy, value, pretrain_report = memoized(
+        ("phase2", series_fingerprint(series), offline_config, model_factory, pretrainer),
+        lambda: pretrainer(predictor, series.train, config, train_context=series.train_ctx, progress=phase2_progress))
     return ModelArtifact(
         config=config, predictor=predictor, policy=policy, value=value,
         scaling={"series": series.scaler.to_dict(), "context": [s.to_dict() for s in series.context_scalers],

@@ -40,7 +40,12 @@ class Method:
     label: str  # table label
     reference: str  # the paper or documentation the implementation follows
     group: str  # "pic-rl", "phase-1", "phase-2", "phase-3", "phase-2+3", "full", "operator", "bound", "ablation"
-    fit: Callable[[PreparedSeries, PicRLConfig], Provisioner]
+    fit: Callable[..., Provisioner]  # (series, config) -> provisioner; timed methods take step_seconds too
+    timed: bool = False  # its windows are in seconds: fit takes the trace's step_seconds
+
+    def fitted(self, series: PreparedSeries, config: PicRLConfig, step_seconds: float) -> Provisioner:
+        """The trained provisioner for ``series``, with the trace's sampling period where it needs one."""
+        return self.fit(series, config, step_seconds=step_seconds) if self.timed else self.fit(series, config)
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """Phase-3 substitution (Table 2): one-sided conformal calibration on the Phase-1 predictor.
 
 PIC-RL's reactive calibrator is replaced by an online conformal upper bound on the *same* Gaussian
-LSTM (trained by :func:`~picrl_core.predictor.train_predictor` with the config's budgets); Phase 2 is
+LSTM (trained by :func:`~picrl_core.pipeline.phase1_predictor` with the config's budgets); Phase 2 is
 omitted, as conformal prediction has no offline RL component. The action is
 
     a_t = clip(mu_t + q_t, 0, 1),   q_t = the conformal (1 - alpha_t) quantile of recent residuals y - mu,
@@ -36,20 +36,12 @@ import numpy as np
 from picrl_core.config import PicRLConfig
 from picrl_core.controller import _last_window, _shift
 from picrl_core.methods.base import Provisioner
-from picrl_core.pipeline import config_for
-from picrl_core.predictor import GaussianLSTM, make_windows, predict_gaussian, train_predictor
+from picrl_core.pipeline import phase1_predictor
+from picrl_core.predictor import GaussianLSTM, make_windows, predict_gaussian
 from picrl_core.series import PreparedSeries
 
 CONFORMAL_WINDOW = 256  # residuals kept per service (the calibration set size n)
 ACI_STEP = 0.005  # gamma of adaptive conformal inference (Gibbs & Candes 2021 use 0.005)
-
-
-def train_phase1(series: PreparedSeries, config: PicRLConfig) -> GaussianLSTM:
-    """The Phase-1 Gaussian LSTM exactly as PIC-RL trains it (same config, seed and splits)."""
-    config = config_for(series, config)
-    model, _ = train_predictor(series.train, series.val, config.predictor, seed=config.seed,
-                               train_context=series.train_ctx, val_context=series.val_ctx)
-    return model.eval()
 
 
 def context_rows(context: np.ndarray | None, shape: tuple[int, ...], channels: int, name: str) -> np.ndarray:
@@ -69,11 +61,13 @@ class PredictorFeed:
     kept exactly as :class:`~picrl_core.controller.PicRLController` keeps them (a short history is
     left-padded with its first value; offline history is uncensored)."""
 
-    def __init__(self, model: GaussianLSTM, history: np.ndarray, history_context: np.ndarray | None) -> None:
+    def __init__(self, model: GaussianLSTM, history: np.ndarray, history_context: np.ndarray | None,
+                 chunk: int) -> None:
         history = np.asarray(history, dtype=np.float32)
         if history.ndim != 2 or history.shape[1] < 1:
             raise ValueError(f"history must have shape (services, steps >= 1); got {history.shape}")
         self.model = model
+        self.chunk = chunk  # rows per forward pass (OnlineConfig.inference_chunk)
         self.channels = model.cfg.context_channels
         context = context_rows(history_context, history.shape, self.channels, "history_context")
         self.observations, self.context = _last_window(history, context, model.cfg.window)
@@ -92,7 +86,7 @@ class PredictorFeed:
         """``(mu, sigma)`` of next-tick demand for every service."""
         windows = np.concatenate([self.observations[:, :, None], self.censored[:, :, None].astype(np.float32),
                                   self.context], axis=2)
-        return predict_gaussian(self.model, windows)
+        return predict_gaussian(self.model, windows, self.chunk)
 
 
 def conformal_quantile(residuals: np.ndarray, alpha: np.ndarray) -> np.ndarray:
@@ -110,14 +104,15 @@ class ConformalProvisioner(Provisioner):
     """``a = clip(mu + q, 0, 1)`` with ``q`` the ACI-adapted conformal quantile of each service's
     residual pool (censored residuals as ``+inf``)."""
 
-    def __init__(self, model: GaussianLSTM, calibration: np.ndarray, alpha: float, step: float) -> None:
+    def __init__(self, model: GaussianLSTM, calibration: np.ndarray, alpha: float, step: float, chunk: int) -> None:
         self.model = model
+        self.chunk = chunk
         self.calibration = np.asarray(calibration, dtype=np.float64)
         self.alpha = alpha
         self.step = step
 
     def start(self, history: np.ndarray, history_context: np.ndarray | None) -> np.ndarray:
-        self.feed = PredictorFeed(self.model, history, history_context)
+        self.feed = PredictorFeed(self.model, history, history_context, self.chunk)
         n = self.feed.observations.shape[0]
         self.residuals = np.repeat(self.calibration[None, :], n, axis=0)
         self.alpha_t = np.full(n, self.alpha)
@@ -140,11 +135,11 @@ def fit_conformal(series: PreparedSeries, config: PicRLConfig, *, predictor: Gau
                   window: int = CONFORMAL_WINDOW, step: float = ACI_STEP) -> ConformalProvisioner:
     """Train the Phase-1 predictor (or take ``predictor``, trained on this series) and calibrate it on
     the validation split's residuals (its last ``window`` windows)."""
-    model = train_phase1(series, config) if predictor is None else predictor.eval()
+    model = phase1_predictor(series, config) if predictor is None else predictor.eval()
     width = model.cfg.window
     starts = np.arange(len(series.val) - width)[-window:]
     windows, targets = make_windows(series.val, series.val_ctx, width, np.random.default_rng(config.seed), 0.0,
                                     starts=starts)
     mu, _ = predict_gaussian(model, windows)
     alpha = config.cost.c_over / (config.cost.c_under + config.cost.c_over)
-    return ConformalProvisioner(model, targets.astype(np.float64) - mu, alpha, step)
+    return ConformalProvisioner(model, targets.astype(np.float64) - mu, alpha, step, config.online.inference_chunk)

@@ -29,13 +29,13 @@ import numpy as np
 import torch
 from torch import nn
 
-from picrl_core.batching import in_fixed_chunks
+from picrl_core.batching import INVARIANT_CHUNK, in_fixed_chunks
 from picrl_core.config import PicRLConfig
 from picrl_core.controller import _last_window, _shift
 from picrl_core.costs import asymmetric_cost
 from picrl_core.methods.base import Provisioner, run_pic_loop
 from picrl_core.noise import counter_normal
-from picrl_core.pipeline import config_for, train_phase1
+from picrl_core.pipeline import config_for, phase1_predictor
 from picrl_core.policy import gaussian_log_prob
 from picrl_core.predictor import predict_gaussian
 from picrl_core.pretrain import _chunks, gae
@@ -98,6 +98,8 @@ class PensieveProvisioner(Provisioner):
         self.first_key = first_key
         self.record = record
         self.history = min(HISTORY, config.predictor.window)
+        # training rollouts are large batches; deployed, the config's acting chunk (as PicRLController)
+        self.chunk = INVARIANT_CHUNK if record is not None else config.online.inference_chunk
         self._keys = np.zeros(0, np.uint64)
         self._tick = 0
         self._observations = self._censored = self._context = self._last = np.zeros(0)
@@ -126,7 +128,7 @@ class PensieveProvisioner(Provisioner):
     def _decide(self) -> np.ndarray:
         censored = self._censored.astype(np.float32)
         windows = np.concatenate([self._observations[:, :, None], censored[:, :, None], self._context], axis=2)
-        mu, sigma = predict_gaussian(self.predictor, windows)
+        mu, sigma = predict_gaussian(self.predictor, windows, self.chunk)
         recent = slice(-self.history, None)
         sequences = np.stack([self._observations[:, recent], censored[:, recent]], axis=1)
         scalars = np.stack([mu, sigma, self._last], axis=1).astype(np.float32)
@@ -137,7 +139,8 @@ class PensieveProvisioner(Provisioner):
             return mean.numpy(), std.numpy()
 
         with torch.inference_mode():
-            mean, std = in_fixed_chunks(forward, np.concatenate([sequences.reshape(len(mu), -1), scalars], axis=1))
+            mean, std = in_fixed_chunks(forward, np.concatenate([sequences.reshape(len(mu), -1), scalars], axis=1),
+                                        self.chunk)
         pre = mean
         if self.explore:
             noise = counter_normal(self.config.seed, self._keys, np.full(len(mu), self._tick), 1)[:, 0]
@@ -223,6 +226,6 @@ def fit_pensieve(series: PreparedSeries, config: PicRLConfig) -> PensieveProvisi
     """Phase 1 (Gaussian LSTM, kept), then the Pensieve controller trained and deployed in place of
     Phases 2 and 3."""
     config = config_for(series, config)
-    predictor, _ = train_phase1(series, config)
+    predictor = phase1_predictor(series, config)
     actor, _, _ = train_pensieve(predictor, series.train, config, train_context=series.train_ctx)
     return PensieveProvisioner(predictor, actor, config)

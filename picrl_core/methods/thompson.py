@@ -25,14 +25,16 @@ by ``config.seed`` (the same run twice gives the same actions).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
+from picrl_core.batching import INVARIANT_CHUNK
 from picrl_core.calibrator import calibrate
 from picrl_core.config import PicRLConfig
 from picrl_core.methods.base import Provisioner, run_pic_loop
-from picrl_core.methods.conformal import PredictorFeed, train_phase1
+from picrl_core.methods.conformal import PredictorFeed
+from picrl_core.pipeline import phase1_predictor
 from picrl_core.predictor import GaussianLSTM
 from picrl_core.reward import step_reward
 from picrl_core.series import PreparedSeries
@@ -107,7 +109,7 @@ class ThompsonProvisioner(Provisioner):
         self.eta_arms, self.k_arms = arm_grid(config)
 
     def start(self, history: np.ndarray, history_context: np.ndarray | None) -> np.ndarray:
-        self.feed = PredictorFeed(self.model, history, history_context)
+        self.feed = PredictorFeed(self.model, history, history_context, self.config.online.inference_chunk)
         n = self.feed.observations.shape[0]
         self.rng = np.random.default_rng(self.seed)
         self.bandit = self.prior if self.shared else self.prior.repeated(n)
@@ -149,7 +151,8 @@ def pretrain_bandit(model: GaussianLSTM, series: PreparedSeries, config: PicRLCo
     before = starts[:, None] - width + np.arange(width)[None, :]  # (chunks, W)
     ctx = series.train_ctx
     bandit = GaussianThompson.empty(1, ETA_LEVELS * K_LEVELS)
-    provisioner = ThompsonProvisioner(model, config, bandit, shared=True, seed=(config.seed, 0))
+    rollout = replace(config, online=replace(config.online, inference_chunk=INVARIANT_CHUNK))  # large batches
+    provisioner = ThompsonProvisioner(model, rollout, bandit, shared=True, seed=(config.seed, 0))
     run_pic_loop(provisioner, series.train[ticks], series.train[before],
                  context=None if ctx is None else ctx[ticks], history_context=None if ctx is None else ctx[before])
     return bandit
@@ -159,6 +162,6 @@ def fit_thompson(series: PreparedSeries, config: PicRLConfig, *,
                  predictor: GaussianLSTM | None = None) -> ThompsonProvisioner:
     """Phase 1 (or ``predictor``, trained on this series), then the offline bandit; the returned
     provisioner gives every service a copy of the offline posterior."""
-    model = train_phase1(series, config) if predictor is None else predictor.eval()
+    model = phase1_predictor(series, config) if predictor is None else predictor.eval()
     bandit = pretrain_bandit(model, series, config)
     return ThompsonProvisioner(model, config, bandit, shared=False, seed=(config.seed, 1))

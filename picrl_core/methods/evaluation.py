@@ -1,0 +1,40 @@
+"""One cell of Tables 2 and 3: a method trained on a series and run on its test split under the PIC loop.
+
+Every method gets the same inputs (Sec. 4.1.2): the test split as the demand ``d_t`` of one service,
+the last predictor window of the validation split as its uncensored cold-start history, the scaled
+context channels where the series has them, and the config's cost weights for the metrics. Only
+:func:`~picrl_core.methods.base.run_pic_loop` and the metrics see ``d_t``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from picrl_core.config import PicRLConfig
+from picrl_core.costs import EpisodeMetrics, episode_metrics
+from picrl_core.methods.base import LoopResult, Method, run_pic_loop
+from picrl_core.pipeline import evaluation_inputs
+from picrl_core.series import PreparedSeries
+
+
+@dataclass(frozen=True)
+class TestSplitRun:
+    """The test-split episode of one method: ``demand``, ``actions`` and ``censored`` are ``(T,)``."""
+
+    demand: np.ndarray
+    actions: np.ndarray
+    censored: np.ndarray
+    metrics: EpisodeMetrics
+
+
+def run_on_test_split(method: Method, series: PreparedSeries, config: PicRLConfig,
+                      step_seconds: float) -> TestSplitRun:
+    """Fit ``method`` on the training (and validation) split, then run it on the test split."""
+    provisioner = method.fitted(series, config, step_seconds)
+    inputs = evaluation_inputs(series, config.predictor.window)
+    loop: LoopResult = run_pic_loop(provisioner, inputs["demand"], inputs["history"], context=inputs["context"],
+                                    history_context=inputs["history_context"])
+    demand = np.asarray(inputs["demand"])[:, 0]
+    actions = loop.actions[:, 0]
+    return TestSplitRun(demand, actions, loop.censored[:, 0], episode_metrics(actions, demand, config.cost))
