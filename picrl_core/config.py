@@ -106,6 +106,11 @@ class OnlineConfig:
     ema_decay: float = 0.9  # acting parameters = EMA of updated ones; ablation A6 sets 0
     explore: bool = True  # sample (eta, k) with counter-based noise (reproducible per service/tick)
     discount: float = 0.95
+    # Rows per network forward pass when acting (picrl_core.batching): a service's decision is bit-identical
+    # whatever batch it arrives in as long as this is fixed, so the stream and the simulator read it from the
+    # same artifact. 128 suits batches of many services; 1 makes a single service ~6x (LSTM) to ~20x
+    # (transformer predictors) cheaper per step. Phase 2 rollouts always use 128 (they are large batches).
+    inference_chunk: int = 128
 
 
 @dataclass(frozen=True)

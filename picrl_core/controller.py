@@ -80,12 +80,15 @@ class PicRLController:
     """Predict -> plan -> act, and the fast calibrator update, for any number of services at once."""
 
     def __init__(self, predictor: GaussianLSTM, policy: PolicyNetwork, config: PicRLConfig, *,
-                 explore: bool | None = None, seed: int | None = None) -> None:
+                 explore: bool | None = None, seed: int | None = None, chunk: int | None = None) -> None:
         self.predictor = predictor.eval()
         self.policy = policy.eval()
         self.config = config
         self.explore = config.online.explore if explore is None else explore
         self.seed = config.seed if seed is None else seed
+        self.chunk = config.online.inference_chunk if chunk is None else chunk  # rows per forward pass
+        if self.chunk < 1:
+            raise ValueError(f"inference chunk must be >= 1; got {self.chunk}")
         self.window = config.predictor.window
         self.context_channels = config.predictor.context_channels
 
@@ -158,7 +161,7 @@ class PicRLController:
         """Predict (mu, sigma), build s_t, plan (eta, k) and act: a = clip(mu + k*sigma + m + b, 0, 1)."""
         cfg = self.config
         windows = np.concatenate([observations[:, :, None], censored[:, :, None].astype(np.float32), context], axis=2)
-        mu, sigma = predict_gaussian(self.predictor, windows)
+        mu, sigma = predict_gaussian(self.predictor, windows, self.chunk)
         if not cfg.ablation.use_uncertainty:  # A1: no probabilistic output, sigma at its floor
             sigma = np.full_like(sigma, cfg.predictor.sigma_min)
         recent = slice(-cfg.estimator.window, None)
@@ -190,7 +193,7 @@ class PicRLController:
             return mean.numpy(), std.numpy()
 
         with torch.inference_mode():
-            mean, std = (torch.from_numpy(out) for out in in_fixed_chunks(forward, features))
+            mean, std = (torch.from_numpy(out) for out in in_fixed_chunks(forward, features, self.chunk))
             pre = mean if noise is None else mean + std * torch.from_numpy(noise)
             log_prob = gaussian_log_prob(mean, std, pre)
         return pre.numpy().copy(), log_prob.numpy().copy()

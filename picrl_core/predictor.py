@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from numpy.lib.stride_tricks import sliding_window_view
 
-from picrl_core.batching import in_fixed_chunks
+from picrl_core.batching import INVARIANT_CHUNK, in_fixed_chunks
 from picrl_core.config import PredictorConfig
 
 # Std of the per-step noise of the synthetic provisioning threshold, drawn per window from this range.
@@ -173,9 +173,11 @@ def make_windows(
     return x, d[idx + window].astype(np.float32)
 
 
-def predict_gaussian(model: GaussianLSTM, windows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def predict_gaussian(model: GaussianLSTM, windows: np.ndarray,
+                     chunk: int = INVARIANT_CHUNK) -> tuple[np.ndarray, np.ndarray]:
     """Batched inference: ``windows`` (B, W, 2 + C) -> ``(mu, sigma)`` as float64 (B,), any B >= 0.
-    Batch-invariant: a row's result does not depend on the other rows (see ``picrl_core.batching``)."""
+    Batch-invariant for a fixed ``chunk``: a row's result does not depend on the other rows (see
+    ``picrl_core.batching``)."""
     windows = np.asarray(windows)
     if windows.ndim != 3 or windows.shape[2] != model.input_size:
         raise PredictorInputError(
@@ -190,7 +192,7 @@ def predict_gaussian(model: GaussianLSTM, windows: np.ndarray) -> tuple[np.ndarr
         return mu.cpu().numpy(), sigma.cpu().numpy()
 
     with torch.inference_mode():
-        mu, sigma = in_fixed_chunks(forward, windows)
+        mu, sigma = in_fixed_chunks(forward, windows, chunk)
     return mu.astype(np.float64), sigma.astype(np.float64)
 
 

@@ -14,6 +14,7 @@ from typing import Callable
 import numpy as np
 import torch
 
+from picrl_core.batching import INVARIANT_CHUNK
 from picrl_core.config import PicRLConfig
 from picrl_core.controller import ControllerState, PicRLController, Transition
 from picrl_core.policy import PolicyNetwork, ValueNetwork, gaussian_log_prob
@@ -70,7 +71,7 @@ def pretrain_policy(predictor: GaussianLSTM, train: np.ndarray, config: PicRLCon
     rng = np.random.default_rng(config.seed)
     actor_opt = torch.optim.Adam(policy.parameters(), lr=cfg.lr_actor)
     critic_opt = torch.optim.Adam(value.parameters(), lr=cfg.lr_critic)
-    controller = PicRLController(predictor, policy, config, explore=True)
+    controller = PicRLController(predictor, policy, config, explore=True, chunk=INVARIANT_CHUNK)
     curves: dict[str, list[float]] = {"value_loss": [], "mean_reward": [], "censor_rate": []}
     for iteration in range(cfg.iterations):
         starts = rng.integers(window, train.shape[0] - length + 1, size=cfg.chunks)

@@ -30,6 +30,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from picrl_core.batching import INVARIANT_CHUNK
 from picrl_core.config import PicRLConfig
 from picrl_core.controller import ControllerState, PicRLController, Transition
 from picrl_core.methods.pic_rl import PicRLProvisioner
@@ -94,7 +95,7 @@ def collect_offline_data(predictor: torch.nn.Module, policy: PolicyNetwork, trai
 
     context = None if train_context is None else np.swapaxes(_chunks(train_context, starts, length), 0, 1)
     history_context = None if train_context is None else _chunks(train_context, starts - window, window)
-    controller = PicRLController(predictor, policy, config, explore=True)
+    controller = PicRLController(predictor, policy, config, explore=True, chunk=INVARIANT_CHUNK)
     simulate(controller, np.swapaxes(_chunks(train, starts, length), 0, 1), _chunks(train, starts - window, window),
              context=context, history_context=history_context, keys=np.arange(services, dtype=np.uint64),
              on_step=collect)

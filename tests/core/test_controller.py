@@ -219,11 +219,15 @@ def test_bad_shapes_raise_value_error(tiny_predictor: GaussianLSTM, tiny_policy:
     np.testing.assert_array_equal(stepped.context[:, -1], np.ones((2, 2)))
 
 
-def test_decisions_do_not_depend_on_batch_composition(tiny_config: PicRLConfig) -> None:
+@pytest.mark.parametrize("chunk", [128, 8, 1])
+def test_decisions_do_not_depend_on_batch_composition(tiny_config: PicRLConfig, chunk: int) -> None:
     """A stream worker steps a service in whatever batch it arrives in; its decision must be the
-    simulator's to the bit (networks run in fixed-size chunks, see picrl_core.batching)."""
+    simulator's to the bit (networks run in fixed-size chunks, see picrl_core.batching), for any
+    fixed chunk size (OnlineConfig.inference_chunk)."""
     torch.manual_seed(0)
-    controller = PicRLController(GaussianLSTM(tiny_config.predictor), PolicyNetwork(tiny_config.policy), tiny_config)
+    config = replace(tiny_config, online=replace(tiny_config.online, inference_chunk=chunk))
+    controller = PicRLController(GaussianLSTM(config.predictor), PolicyNetwork(config.policy), config)
+    assert controller.chunk == chunk
     rng = np.random.default_rng(3)
     n = 37
     history = rng.uniform(0.2, 0.8, (n, 40))
@@ -238,3 +242,9 @@ def test_decisions_do_not_depend_on_batch_composition(tiny_config: PicRLConfig) 
         joined = ControllerState.concat(alone)
         for name in ("action", "mu", "sigma", "eta", "k", "log_prob"):
             assert np.array_equal(getattr(joined, name), getattr(together, name)), name
+
+
+def test_inference_chunk_must_be_positive(tiny_predictor: GaussianLSTM, tiny_policy: PolicyNetwork,
+                                         tiny_config: PicRLConfig) -> None:
+    with pytest.raises(ValueError, match="inference chunk"):
+        PicRLController(tiny_predictor, tiny_policy, tiny_config, chunk=0)
