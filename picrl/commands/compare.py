@@ -1,0 +1,175 @@
+"""``picrl compare``: PIC-RL against every baseline and ablation under the same PIC loop (Tables 2-3)."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from picrl.commands.source import load_trace
+from picrl.comparison.figures import plot_ablation_bars, plot_cumulative_regret, plot_trajectories
+from picrl.comparison.runner import FULL, QUICK, CellCache, CellResult, run_comparison, test_series
+from picrl.comparison.tables import (markdown_table2, markdown_table3, summarise, table2_methods, table3_methods,
+                                     write_csv)
+from picrl.datasets import DATASETS, Trace, load_dataset
+from picrl.kafka.local_broker import default_cache
+from picrl_core.config import PicRLConfig
+from picrl_core.methods import REGISTRY
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser(
+        "compare", help="reproduce Tables 2 and 3: PIC-RL vs baselines and ablations under the same PIC loop",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Train every method on each dataset's training split and run it on the test split in the "
+                    "counterfactual simulator, seeing only min(d, a) and the censoring flag, for several seeds. "
+                    "Writes table2.md/.csv (baselines), table3.md/.csv (ablations), results.json and figures "
+                    "(trajectories.png, ablation_bars.png, cumulative_regret.png) to --out. Finished cells are "
+                    "cached, so a rerun (or a run with more seeds or methods) trains only what is new.",
+        epilog="methods:\n" + "\n".join(f"  {name:<13} {m.label} [{m.group}]: {m.reference}"
+                                        for name, m in REGISTRY.items()))
+    source = parser.add_argument_group("data (default: the three bundled datasets)")
+    source.add_argument("--datasets", nargs="+", default=["all"], choices=["all", *DATASETS], metavar="NAME",
+                        help=f"bundled datasets to compare on: all, or some of {', '.join(DATASETS)}")
+    source.add_argument("--trace", type=Path, help="a CSV file (plain or .gz) instead of the bundled datasets")
+    source.add_argument("--column", help="demand column of --trace")
+    source.add_argument("--time-column", help="time column of --trace (seconds or ISO 8601)")
+    source.add_argument("--context-columns", nargs="*", default=(), metavar="NAME", help="extra inputs from --trace")
+    parser.add_argument("--methods", nargs="+", default=["all"], choices=["all", *REGISTRY], metavar="NAME",
+                        help="methods to run (default all; names below)")
+    parser.add_argument("--seeds", type=int, default=None,
+                        help="seeds 0..N-1 per (dataset, method) (default 5; 1 with --quick)")
+    parser.add_argument("--quick", action="store_true",
+                        help=f"tiny budgets ({QUICK.predictor_epochs} epochs, {QUICK.pretrain_iterations} Phase-2 "
+                             f"iterations) and the first {QUICK.test_ticks} test ticks: a look in minutes")
+    parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
+                        help="(dataset, seed) groups run in parallel processes (default: 2 or the CPU count)")
+    parser.add_argument("--config", type=Path, metavar="FILE",
+                        help="JSON file overriding hyper-parameters of picrl_core/config.py for every method")
+    parser.add_argument("--cache", type=Path, help="cache folder (default ~/.cache/picrl; cells in compare/)")
+    parser.add_argument("--out", type=Path, required=True, help="folder for tables, results.json and figures")
+    parser.set_defaults(handler=run)
+
+
+def _traces(args: argparse.Namespace) -> dict[str, Trace]:
+    if args.trace:
+        trace = load_trace(argparse.Namespace(dataset=None, trace=args.trace, column=args.column,
+                                              time_column=args.time_column, context_columns=args.context_columns))
+        return {trace.name: trace}
+    names = list(DATASETS) if "all" in args.datasets else list(dict.fromkeys(args.datasets))
+    return {name: load_dataset(name) for name in names}
+
+
+def _base_config(path: Path | None) -> PicRLConfig:
+    if path is None:
+        return PicRLConfig()
+    try:
+        return PicRLConfig.from_dict(json.loads(path.read_text()))
+    except ValueError as exc:
+        raise ValueError(f"--config {path}: {exc}") from exc
+
+
+class MethodBars:
+    """One progress bar per method on a terminal: cells finished out of datasets x seeds, with the last
+    cell's MAE. Elsewhere (a log file, CI) one line per finished cell instead of redrawn bars."""
+
+    def __init__(self, methods: list[str], total: int) -> None:
+        self.width = max(len(m) for m in methods)
+        self.total, self.finished = total * len(methods), 0
+        self.bars = {m: tqdm(total=total, desc=f"{m:<{self.width}}", unit="cell", position=i, dynamic_ncols=True,
+                             leave=True) for i, m in enumerate(methods)} if sys.stderr.isatty() else {}
+
+    def update(self, result: CellResult) -> None:
+        cell = result.cell
+        state = "failed" if result.error else f"MAE {result.metrics['mae']:.4f}" + (" (cached)" if result.cached else "")
+        self.finished += 1
+        if not self.bars:
+            print(f"[{self.finished}/{self.total}] {cell.method:<{self.width}} {cell.dataset} seed {cell.seed}: "
+                  f"{state} ({result.fit_and_run_seconds:.1f} s)", file=sys.stderr, flush=True)
+            return
+        bar = self.bars[cell.method]
+        bar.update(1)
+        bar.set_postfix_str(f"{cell.dataset} seed {cell.seed}: {state}")
+
+    def close(self) -> None:
+        for bar in self.bars.values():
+            bar.close()
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.jobs < 1:
+        raise ValueError("--jobs must be >= 1")
+    seeds = args.seeds if args.seeds is not None else (1 if args.quick else 5)
+    if seeds < 1:
+        raise ValueError("--seeds must be >= 1")
+    budget = QUICK if args.quick else FULL
+    methods = list(REGISTRY) if "all" in args.methods else list(dict.fromkeys(args.methods))
+    traces = _traces(args)
+    config = _base_config(args.config)
+    series = {name: test_series(trace, budget) for name, trace in traces.items()}
+    for name, prepared in series.items():
+        for note in prepared.notes:
+            print(f"note ({name}): {note}")
+    cache = CellCache((args.cache or default_cache()) / "compare", traces, config, budget)
+    args.out.mkdir(parents=True, exist_ok=True)
+    torch.set_num_threads(1)
+    print(f"{len(methods)} methods x {len(traces)} datasets x {seeds} seeds, {budget.name} budget, {args.jobs} jobs")
+    started = time.monotonic()
+    bars = MethodBars(methods, len(traces) * seeds)
+    try:
+        results = run_comparison(traces, range(seeds), methods, config, budget, cache, args.jobs, bars.update)
+    finally:
+        bars.close()
+    wall = time.monotonic() - started
+    datasets = list(traces)
+    summaries = summarise(results)
+    table2, table3 = markdown_table2(summaries, methods, datasets), markdown_table3(summaries, methods, datasets)
+    written = []
+    if table2_methods(methods):
+        (args.out / "table2.md").write_text(table2)
+        written += [args.out / "table2.md", write_csv(args.out / "table2.csv", summaries, table2_methods(methods), datasets)]
+        print("\nTable 2: test-split MAE, regret and shortage rate (mean ± std over seeds; lowest regret in bold)\n")
+        print(table2)
+    if len(table3_methods(methods)) > 1:
+        (args.out / "table3.md").write_text(table3)
+        written += [args.out / "table3.md", write_csv(args.out / "table3.csv", summaries, table3_methods(methods), datasets)]
+        print("Table 3: ablations (ΔMAE relative to PIC-RL Full)\n")
+        print(table3)
+    demands = {name: s.test for name, s in series.items()}
+    figure_dataset = "genai-mem" if "genai-mem" in traces else datasets[0]
+    written += [p for p in (
+        plot_trajectories(results, demands[figure_dataset], figure_dataset, 0, args.out / "trajectories.png"),
+        plot_ablation_bars(summaries, methods, datasets, args.out / "ablation_bars.png"),
+        plot_cumulative_regret(results, demands, methods, config.cost, args.out / "cumulative_regret.png"),
+    ) if p is not None]
+    failed = [r for r in results if r.error]
+    report = {
+        "command": " ".join(["picrl", *sys.argv[1:]]) if sys.argv[0].endswith("picrl") else " ".join(sys.argv),
+        "wall_seconds": wall, "jobs": args.jobs, "seeds": seeds, "budget": budget.__dict__,
+        "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "python": platform.python_version(),
+                    "torch": torch.__version__},
+        "config": config.to_dict(),
+        "datasets": {name: {"test_ticks": int(s.test.shape[0]), "step_seconds": traces[name].step_seconds,
+                            "notes": list(s.notes)} for name, s in series.items()},
+        "methods": {m: {"label": REGISTRY[m].label, "group": REGISTRY[m].group, "reference": REGISTRY[m].reference}
+                    for m in methods},
+        "cells": [{"dataset": r.cell.dataset, "seed": r.cell.seed, "method": r.cell.method, "metrics": r.metrics,
+                   "seconds": r.fit_and_run_seconds, "cached": r.cached, "error": r.error} for r in results],
+        "summary": [{"method": s.method, "dataset": s.dataset, "seeds": s.n, "failed": s.failed, "mean": s.mean,
+                     "std": s.std} for s in summaries.values()],
+    }
+    (args.out / "results.json").write_text(json.dumps(report, indent=2) + "\n")
+    written.append(args.out / "results.json")
+    computed = sum(not r.cached for r in results)
+    print(f"{len(results)} cells ({computed} computed, {len(results) - computed} from the cache) in {wall:.0f} s")
+    print("written: " + ", ".join(str(p) for p in written))
+    for result in failed:
+        print(f"\nFAILED {result.cell.method} on {result.cell.dataset} seed {result.cell.seed}:\n{result.error}",
+              file=sys.stderr)
+    return 1 if failed else 0

@@ -1,0 +1,106 @@
+"""Figures of the comparison, after the paper's Figures 6 and 7 and a regret view per dataset.
+
+* ``trajectories.png``: demand and action of PIC-RL, CQL, TFT and Autopilot on one dataset and seed,
+  censored steps (``d > a``) marked;
+* ``ablation_bars.png``: MAE change of each ablation relative to PIC-RL (Full), per dataset;
+* ``cumulative_regret.png``: cumulative regret over the test split (mean over seeds) of every Table-2
+  method, one panel per dataset.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+from picrl.comparison.runner import CellResult  # noqa: E402
+from picrl.comparison.tables import Summary, mae_change, table2_methods, table3_methods  # noqa: E402
+from picrl_core.config import CostConfig  # noqa: E402
+from picrl_core.costs import cumulative_regret  # noqa: E402
+from picrl_core.methods import REGISTRY  # noqa: E402
+
+TRAJECTORY_METHODS = ("pic-rl", "cql", "tft", "autopilot")
+
+
+def _finished(results: Sequence[CellResult], dataset: str, method: str) -> list[CellResult]:
+    return [r for r in results if r.cell.dataset == dataset and r.cell.method == method and r.actions is not None]
+
+
+def plot_trajectories(results: Sequence[CellResult], demand: np.ndarray, dataset: str, seed: int,
+                      path: Path) -> Path | None:
+    """One panel per method of :data:`TRAJECTORY_METHODS` that ran: demand, action, censored steps."""
+    runs = [(m, r) for m in TRAJECTORY_METHODS for r in _finished(results, dataset, m) if r.cell.seed == seed]
+    if not runs:
+        return None
+    fig, axes = plt.subplots(len(runs), 1, figsize=(13, 2.6 * len(runs)), sharex=True, squeeze=False)
+    ticks = np.arange(demand.shape[0])
+    for ax, (method, run) in zip(axes[:, 0], runs):
+        censored = run.censored.astype(bool)
+        ax.plot(ticks, demand, color="black", lw=1.0, label="demand d (hidden from the method)")
+        ax.plot(ticks, run.actions, color="tab:blue", lw=1.0, label="action a")
+        ax.scatter(ticks[censored], run.actions[censored], marker="x", color="tab:red", s=14,
+                   label=f"censored (d > a): {censored.mean():.0%} of steps")
+        mae = float(np.mean(np.abs(run.actions - demand)))
+        ax.set_title(f"{REGISTRY[method].label}: MAE {mae:.4f}", loc="left", fontsize=10)
+        ax.set_ylabel("normalised")
+        ax.legend(loc="upper right", fontsize=8, ncol=3)
+    axes[-1, 0].set_xlabel(f"test tick ({dataset}, seed {seed})")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_ablation_bars(summaries: dict[tuple[str, str], Summary], methods: Sequence[str],
+                       datasets: Sequence[str], path: Path) -> Path | None:
+    """Grouped bars: MAE change (%) of A1-A7 relative to Full, one bar per dataset."""
+    ablations = [m for m in table3_methods(methods) if m != "pic-rl"]
+    if not ablations or "pic-rl" not in methods:
+        return None
+    fig, ax = plt.subplots(figsize=(11, 4.2))
+    width = 0.8 / max(len(datasets), 1)
+    x = np.arange(len(ablations))
+    for i, dataset in enumerate(datasets):
+        changes = [mae_change(summaries, m, dataset) for m in ablations]
+        ax.bar(x + (i - (len(datasets) - 1) / 2) * width, changes, width, label=dataset)
+    ax.axhline(0.0, color="black", lw=0.8)
+    ax.set_xticks(x, [REGISTRY[m].label for m in ablations], rotation=15, ha="right")
+    ax.set_ylabel("MAE change vs PIC-RL (Full), %")
+    ax.set_title("Ablations: MAE change relative to the full method (mean over seeds; > 0 is worse)")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_cumulative_regret(results: Sequence[CellResult], demands: dict[str, np.ndarray], methods: Sequence[str],
+                           cost: CostConfig, path: Path) -> Path | None:
+    """Per dataset, each Table-2 method's cumulative regret averaged over seeds (PIC-RL thick)."""
+    rows = table2_methods(methods)
+    datasets = [d for d in demands if any(_finished(results, d, m) for m in rows)]
+    if not datasets:
+        return None
+    fig, axes = plt.subplots(1, len(datasets), figsize=(6.5 * len(datasets), 4.8), squeeze=False)
+    colours = plt.get_cmap("tab20")
+    for ax, dataset in zip(axes[0], datasets):
+        demand = demands[dataset]
+        for i, method in enumerate(rows):
+            runs = _finished(results, dataset, method)
+            if not runs:
+                continue
+            curve = np.mean([cumulative_regret(r.actions, demand, cost) for r in runs], axis=0)
+            ax.plot(curve, color="black" if method == "pic-rl" else colours(i % 20),
+                    lw=2.4 if method == "pic-rl" else 1.1, ls="--" if REGISTRY[method].group == "bound" else "-",
+                    label=REGISTRY[method].label)
+        ax.set(title=dataset, xlabel="test tick", ylabel="cumulative regret (Eq. 2)")
+        ax.set_yscale("symlog", linthresh=1.0)
+    axes[0, -1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

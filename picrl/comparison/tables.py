@@ -1,0 +1,148 @@
+"""Tables 2 and 3 of the comparison from its cell results: Markdown, CSV and the summary they share.
+
+Every entry is the mean (and, over more than one seed, the std) of a test-split metric over seeds.
+Table 2 lists PIC-RL and the baselines in the paper's order (phase substitutions, full pipelines),
+then the operator baselines and the hindsight bound; Table 3 lists PIC-RL (Full) and the ablations
+with their MAE change relative to Full.
+"""
+from __future__ import annotations
+
+import csv
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from picrl.comparison.runner import CellResult
+from picrl_core.methods import REGISTRY
+
+GROUP_ORDER = ("pic-rl", "phase-1", "phase-2", "phase-3", "phase-2+3", "full", "operator", "bound")
+GROUP_TITLES = {"pic-rl": "", "phase-1": "Phase 1 substitution (predictor)", "phase-2": "Phase 2 substitution (offline RL)",
+                "phase-3": "Phase 3 substitution (online calibration; no Phase 2)",
+                "phase-2+3": "Phase 2+3 substitution (decision module)", "full": "Full-pipeline baselines",
+                "operator": "Operator and textbook baselines (beyond the paper)", "bound": "Bound (reads the test demand)",
+                "ablation": "Ablations"}
+METRICS = ("mae", "regret", "shortage_rate")
+
+
+@dataclass(frozen=True)
+class Summary:
+    """Mean and std over seeds of each metric for one (method, dataset); ``n`` seeds that finished."""
+
+    method: str
+    dataset: str
+    mean: dict[str, float]
+    std: dict[str, float]
+    n: int
+    failed: int
+
+
+def summarise(results: Sequence[CellResult]) -> dict[tuple[str, str], Summary]:
+    """(method, dataset) -> :class:`Summary` over the seeds that ran."""
+    cells: dict[tuple[str, str], list[CellResult]] = {}
+    for result in results:
+        cells.setdefault((result.cell.method, result.cell.dataset), []).append(result)
+    out = {}
+    for (method, dataset), group in cells.items():
+        ok = [r.metrics for r in group if r.metrics is not None]
+        values = {m: np.array([r[m] for r in ok], dtype=np.float64) for m in METRICS}
+        out[(method, dataset)] = Summary(
+            method, dataset, {m: float(v.mean()) if v.size else float("nan") for m, v in values.items()},
+            {m: float(v.std(ddof=1)) if v.size > 1 else 0.0 for m, v in values.items()}, len(ok), len(group) - len(ok))
+    return out
+
+
+def table2_methods(methods: Sequence[str]) -> list[str]:
+    """The non-ablation methods of ``methods`` in the paper's row order."""
+    return sorted((m for m in methods if REGISTRY[m].group != "ablation"),
+                  key=lambda m: (GROUP_ORDER.index(REGISTRY[m].group), list(REGISTRY).index(m)))
+
+
+def table3_methods(methods: Sequence[str]) -> list[str]:
+    """PIC-RL (Full) and the ablations of ``methods``, A1 to A7."""
+    return [m for m in ("pic-rl", *(m for m in REGISTRY if REGISTRY[m].group == "ablation")) if m in methods]
+
+
+def _cell(summary: Summary | None, metric: str, digits: int) -> str:
+    if summary is None or summary.n == 0:
+        return "failed" if summary is not None else "-"
+    text = f"{summary.mean[metric]:.{digits}f}"
+    if summary.n > 1:
+        text += f" ± {summary.std[metric]:.{digits}f}"
+    return text + (f" ({summary.failed} failed)" if summary.failed else "")
+
+
+def _digits(metric: str) -> int:
+    return {"mae": 4, "regret": 2, "shortage_rate": 3}[metric]
+
+
+def _best_regret(summaries: dict[tuple[str, str], Summary], methods: Sequence[str], dataset: str) -> str | None:
+    """The method with the lowest mean regret on ``dataset`` (the hindsight bound excluded)."""
+    scored = [(summaries[(m, dataset)].mean["regret"], m) for m in methods
+              if (m, dataset) in summaries and summaries[(m, dataset)].n and REGISTRY[m].group != "bound"]
+    return min(scored)[1] if scored else None
+
+
+def markdown_table2(summaries: dict[tuple[str, str], Summary], methods: Sequence[str], datasets: Sequence[str]) -> str:
+    """Table 2: MAE, regret and shortage rate per dataset; the lowest regret per dataset in bold."""
+    rows = table2_methods(methods)
+    best = {d: _best_regret(summaries, rows, d) for d in datasets}
+    header = "| Method | " + " | ".join(f"{d} MAE | {d} Regret | {d} shortage" for d in datasets) + " |"
+    lines = [header, "|---|" + "---|" * (3 * len(datasets))]
+    group = None
+    for method in rows:
+        if REGISTRY[method].group != group:
+            group = REGISTRY[method].group
+            if GROUP_TITLES[group]:
+                lines.append(f"| *{GROUP_TITLES[group]}* |" + " |" * (3 * len(datasets)))
+        cells = []
+        for d in datasets:
+            s = summaries.get((method, d))
+            regret = _cell(s, "regret", 2)
+            cells += [_cell(s, "mae", 4), f"**{regret}**" if best[d] == method else regret,
+                      _cell(s, "shortage_rate", 3)]
+        lines.append(f"| {REGISTRY[method].label} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def mae_change(summaries: dict[tuple[str, str], Summary], method: str, dataset: str) -> float:
+    """Relative MAE change of ``method`` against PIC-RL (Full) on ``dataset``, in percent (NaN if unknown)."""
+    full, ablated = summaries.get(("pic-rl", dataset)), summaries.get((method, dataset))
+    if not full or not ablated or not full.n or not ablated.n or full.mean["mae"] == 0:
+        return float("nan")
+    return 100.0 * (ablated.mean["mae"] / full.mean["mae"] - 1.0)
+
+
+def markdown_table3(summaries: dict[tuple[str, str], Summary], methods: Sequence[str], datasets: Sequence[str]) -> str:
+    """Table 3: PIC-RL (Full) and A1-A7 with MAE, its change vs Full, regret and shortage rate."""
+    header = "| Method | " + " | ".join(f"{d} MAE | {d} ΔMAE | {d} Regret | {d} shortage" for d in datasets) + " |"
+    lines = [header, "|---|" + "---|" * (4 * len(datasets))]
+    for method in table3_methods(methods):
+        cells = []
+        for d in datasets:
+            s = summaries.get((method, d))
+            change = mae_change(summaries, method, d)
+            cells += [_cell(s, "mae", 4), "—" if method == "pic-rl" or np.isnan(change) else f"{change:+.0f}%",
+                      _cell(s, "regret", 2), _cell(s, "shortage_rate", 3)]
+        label = "PIC-RL (Full)" if method == "pic-rl" else REGISTRY[method].label
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def write_csv(path: Path, summaries: dict[tuple[str, str], Summary], methods: Sequence[str],
+              datasets: Sequence[str]) -> Path:
+    """Long format: one row per (method, dataset) with mean and std of every metric."""
+    with path.open("w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["method", "label", "group", "dataset", "seeds", "failed",
+                         *(f"{m}_{stat}" for m in METRICS for stat in ("mean", "std")), "mae_change_vs_full_pct"])
+        for method in methods:
+            for d in datasets:
+                s = summaries.get((method, d))
+                if s is None:
+                    continue
+                writer.writerow([method, REGISTRY[method].label, REGISTRY[method].group, d, s.n, s.failed,
+                                 *(f"{v:.6g}" for m in METRICS for v in (s.mean[m], s.std[m])),
+                                 f"{mae_change(summaries, method, d):.4g}"])
+    return path

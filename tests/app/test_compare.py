@@ -1,0 +1,76 @@
+"""``picrl compare``: the quick comparison on the bundled datasets end to end (what a user runs first),
+the cache that spares a rerun every training, and the tables it writes."""
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from picrl.cli import main
+from picrl_core.methods import REGISTRY
+
+REPO = Path(__file__).resolve().parents[2]
+FIGURES = ("trajectories.png", "ablation_bars.png", "cumulative_regret.png")
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, str]:
+    """``picrl compare --quick`` on all three datasets, as a user runs it (a subprocess, two jobs)."""
+    out, cache = tmp_path_factory.mktemp("compare"), tmp_path_factory.mktemp("cache")
+    done = subprocess.run([sys.executable, "-m", "picrl", "compare", "--quick", "--jobs", "2", "--out", str(out),
+                           "--cache", str(cache)], cwd=REPO, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-4000:]
+    return out, cache, done.stdout
+
+
+def test_quick_comparison_writes_tables_results_and_figures(quick_run: tuple[Path, Path, str]) -> None:
+    out, _, stdout = quick_run
+    results = json.loads((out / "results.json").read_text())
+    assert set(results["datasets"]) == {"dlrm", "genai-mem", "genai-ctx"}
+    assert results["budget"]["name"] == "quick" and results["seeds"] == 1
+    cells = results["cells"]
+    assert len(cells) == 3 * len(REGISTRY) and not any(c["error"] for c in cells)
+    assert all(0.0 <= c["metrics"]["shortage_rate"] <= 1.0 and c["metrics"]["mae"] >= 0.0 for c in cells)
+    ticks = {name: info["test_ticks"] for name, info in results["datasets"].items()}
+    assert ticks == {"dlrm": 300, "genai-mem": 288, "genai-ctx": 288}  # quick: at most the first 300 test ticks
+    assert all(c["metrics"]["steps"] == ticks[c["dataset"]] for c in cells)
+    table2 = (out / "table2.md").read_text()
+    for method in REGISTRY.values():
+        if method.group != "ablation":
+            assert f"| {method.label} |" in table2, method.label
+    assert table2.count("**") == 2 * 3  # one lowest regret per dataset
+    table3 = (out / "table3.md").read_text()
+    assert "| PIC-RL (Full) |" in table3 and "| A7: w/o Pretrain |" in table3
+    with (out / "table2.csv").open() as handle:
+        rows = list(csv.DictReader(handle))
+    assert {r["dataset"] for r in rows} == {"dlrm", "genai-mem", "genai-ctx"}
+    pic = next(r for r in rows if r["method"] == "pic-rl" and r["dataset"] == "genai-mem")
+    cell = next(c for c in cells if c["method"] == "pic-rl" and c["dataset"] == "genai-mem")
+    assert float(pic["regret_mean"]) == pytest.approx(cell["metrics"]["regret"], rel=1e-5)
+    for name in FIGURES:
+        assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
+    assert "Table 2" in stdout and "Table 3" in stdout
+
+
+def test_a_rerun_reads_every_cell_from_the_cache(quick_run: tuple[Path, Path, str], tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    out, cache, _ = quick_run
+    assert main(["compare", "--quick", "--jobs", "1", "--datasets", "genai-mem", "--methods", "pic-rl", "a5", "vpa",
+                 "--out", str(tmp_path), "--cache", str(cache)]) == 0
+    assert "3 cells (0 computed, 3 from the cache)" in capsys.readouterr().out
+    first = {(c["dataset"], c["method"]): c["metrics"] for c in json.loads((out / "results.json").read_text())["cells"]}
+    again = json.loads((tmp_path / "results.json").read_text())["cells"]
+    assert all(c["cached"] and c["metrics"] == first[(c["dataset"], c["method"])] for c in again)
+    assert (tmp_path / "table3.md").exists() and not (tmp_path / "ablation_bars.png").read_bytes() == b""
+
+
+def test_bad_arguments_are_refused_with_a_message(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["compare", "--seeds", "0", "--out", str(tmp_path)]) == 2
+    assert "--seeds must be >= 1" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["compare", "--methods", "nope", "--out", str(tmp_path)])
+    assert "invalid choice: 'nope'" in capsys.readouterr().err
