@@ -3,7 +3,6 @@ from __future__ import annotations
 
 from picrl.kafka.local_broker import BrokerError
 from picrl_core.artifact import ArtifactError
-from picrl.settings import SettingsError
 from picrl_core.series import UnusableSeriesError
 from producers.closed_loop import NoActionError
 from stream.topics import TopicMismatchError

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import urllib.request
 from pathlib import Path
 
@@ -19,12 +18,8 @@ from stream.topics import TopicNames, ensure_topics, topic_specs
 from tests.stream.conftest import WINDOW
 from tests.support.kafka import unique
 from tests.support.processes import picrl_process, tail
+from tests.support.web import free_port
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_settings_come_from_file_then_environment_then_flags(tmp_path: Path) -> None:
@@ -71,7 +66,7 @@ def test_a_running_worker_is_observable_and_explainable(kafka_bootstrap: str, ti
                                                         capsys: pytest.CaptureFixture[str]) -> None:
     prefix = unique("ops")
     asyncio.run(ensure_topics(kafka_bootstrap, topic_specs(prefix, 2)))
-    port = _free_port()
+    port = free_port()
     workload = copies_of(native_trace, 3, WINDOW + 25, start=900, seed=2)
     frozen = workload.services[2]
     settings = tmp_path / "settings.json"

@@ -8,18 +8,14 @@ import dataclasses
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
-import urllib.request
-from contextlib import ExitStack
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from aiokafka import AIOKafkaProducer
 
 from picrl.datasets import Trace
 from picrl.kafka import LocalKafka
@@ -30,17 +26,13 @@ from producers.workload import Workload, copies_of
 from stream.records import PolicyVersion, decode_action, decode_dead_letter
 from stream.topics import TopicNames, ensure_topics, topic_specs
 from tests.stream.conftest import WINDOW
-from tests.support.kafka import consume, unique, wait_until
+from tests.support.kafka import consume, produce, unique, usage_json, wait_until
 from tests.support.processes import REPO, picrl_process, stop, tail
 from tests.support.reference import reference_run
+from tests.support.web import free_port, http_get, metric
 
 PARTITIONS = 2
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _worker_args(model: Path, bootstrap: str, prefix: str, *extra: str) -> list[str]:
@@ -122,20 +114,20 @@ def test_a_stopped_worker_hands_its_partitions_and_state_to_the_other(
         kafka_bootstrap: str, tiny_model_dir: Path, tiny_artifact: ModelArtifact, workload: Workload,
         tmp_path: Path) -> None:
     prefix = _topics(kafka_bootstrap, "rebalance")
-    ports = [_free_port(), _free_port()]
+    ports = [free_port(), free_port()]
     workers = [_spawn(_worker_args(tiny_model_dir, kafka_bootstrap, prefix, "--web-port", str(port)),
                       tmp_path / f"worker{i}.log") for i, port in enumerate(ports)]
     partitions: dict[str, list] = {}
 
     def on_tick(summary: TickSummary) -> None:
         if summary.tick == WINDOW + 10:
-            partitions["before"] = [_get(ports[0], "/healthz/")[1]["partitions"],
-                                    _get(ports[1], "/healthz/")[1]["partitions"]]
+            partitions["before"] = [http_get(ports[0], "/healthz/")[1]["partitions"],
+                                    http_get(ports[1], "/healthz/")[1]["partitions"]]
             stop(workers[1])
 
     try:
         record = _play(kafka_bootstrap, prefix, workload, on_tick)
-        partitions["after"] = _get(ports[0], "/healthz/")[1]["partitions"]
+        partitions["after"] = http_get(ports[0], "/healthz/")[1]["partitions"]
     finally:
         for worker in workers:
             stop(worker)
@@ -145,27 +137,6 @@ def test_a_stopped_worker_hands_its_partitions_and_state_to_the_other(
     assert partitions["after"] == list(range(PARTITIONS))
     _assert_exactly_once_and_equal(record, kafka_bootstrap, prefix, tiny_artifact)
 
-
-def _get(port: int, path: str) -> tuple[int, dict | str]:
-    """GET a worker endpoint (status, JSON body or text)."""
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as response:
-                body = response.read().decode()
-                status = response.status
-            break
-        except urllib.error.HTTPError as exc:
-            status, body = exc.code, exc.read().decode()
-            break
-        except (urllib.error.URLError, ConnectionError):
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.5)
-    try:
-        return status, json.loads(body)
-    except ValueError:
-        return status, body
 
 
 def test_the_worker_rides_out_a_broker_restart(local_kafka: LocalKafka | None, tiny_model_dir: Path,
@@ -199,60 +170,37 @@ def test_the_worker_rides_out_a_broker_restart(local_kafka: LocalKafka | None, t
         broker.stop()
 
 
-def _produce(bootstrap: str, topic: str, messages: list[tuple[bytes, bytes]]) -> None:
-    async def send() -> None:
-        producer = AIOKafkaProducer(bootstrap_servers=bootstrap, enable_idempotence=True)
-        await producer.start()
-        try:
-            for key, value in messages:
-                await producer.send_and_wait(topic, value, key=key)
-        finally:
-            await producer.stop()
-    asyncio.run(send())
 
-
-def _usage(service: str, tick: int, usage: float, capacity: float, censored: bool = False, **changes: object) -> bytes:
-    obj = {"schema": 1, "type": "usage", "service": service, "tick": tick, "usage": usage, "censored": censored,
-           "capacity": capacity, **changes}
-    return json.dumps(obj).encode()
-
-
-def _metric(text: str, name: str, **labels: str) -> float:
-    selector = name + ("{" + ",".join(f'{k}="{v}"' for k, v in labels.items()) + "}" if labels else "")
-    for line in text.splitlines():
-        if line.startswith(selector + " "):
-            return float(line.split()[-1])
-    return 0.0
 
 
 def test_bad_input_goes_to_the_dead_letter_topic_with_a_reason_and_the_worker_keeps_going(
         kafka_bootstrap: str, tiny_model_dir: Path, tmp_path: Path) -> None:
     prefix = _topics(kafka_bootstrap, "badinput")
     topics = TopicNames(prefix)
-    port = _free_port()
+    port = free_port()
     args = _worker_args(tiny_model_dir, kafka_bootstrap, prefix, "--web-port", str(port), "--max-services", "2",
                         "--max-tick-gap", "100")
-    good = [(b"svc", _usage("svc", t, 5.0, 10.0)) for t in range(3)]
+    good = [(b"svc", usage_json("svc", t, 5.0, 10.0)) for t in range(3)]
     bad = {
         "malformed_json": b'{"schema": 1, "type": "usage", ',
-        "wrong_type": _usage("svc", 3, "5.0", 10.0),  # type: ignore[arg-type]
-        "unknown_schema_version": _usage("svc", 3, 5.0, 10.0, schema=2),
-        "negative_usage": _usage("svc", 3, -1.0, 10.0),
-        "usage_above_capacity": _usage("svc", 3, 12.0, 10.0),
-        "tick_out_of_range": _usage("svc", 5_000, 5.0, 10.0),
-        "duplicate_tick": _usage("svc", 1, 5.0, 10.0),
-        "service_limit": _usage("third", 0, 1.0, 10.0),
+        "wrong_type": usage_json("svc", 3, "5.0", 10.0),  # type: ignore[arg-type]
+        "unknown_schema_version": usage_json("svc", 3, 5.0, 10.0, schema=2),
+        "negative_usage": usage_json("svc", 3, -1.0, 10.0),
+        "usage_above_capacity": usage_json("svc", 3, 12.0, 10.0),
+        "tick_out_of_range": usage_json("svc", 5_000, 5.0, 10.0),
+        "duplicate_tick": usage_json("svc", 1, 5.0, 10.0),
+        "service_limit": usage_json("third", 0, 1.0, 10.0),
     }
     nan_and_inf = [b'{"schema": 1, "type": "usage", "service": "svc", "tick": 3, "usage": NaN, "censored": false, '
-                   b'"capacity": 10.0}', _usage("svc", 3, 1e400, 10.0).replace(b"inf", b"1e400")]
+                   b'"capacity": 10.0}', usage_json("svc", 3, 1e400, 10.0).replace(b"inf", b"1e400")]
     with picrl_process(args, tmp_path / "worker.log") as worker:
-        _produce(kafka_bootstrap, topics.usage,
-                 good + [(b"other", _usage("other", 0, 1.0, 10.0))] + [(b"svc", v) for v in bad.values()]
-                 + [(b"svc", v) for v in nan_and_inf] + [(b"svc", _usage("svc", 3, 6.0, 10.0))])
+        produce(kafka_bootstrap, topics.usage,
+                 good + [(b"other", usage_json("other", 0, 1.0, 10.0))] + [(b"svc", v) for v in bad.values()]
+                 + [(b"svc", v) for v in nan_and_inf] + [(b"svc", usage_json("svc", 3, 6.0, 10.0))])
         letters = [decode_dead_letter(m.value)
                    for m in asyncio.run(consume(kafka_bootstrap, topics.deadletter, len(bad) + 2, timeout=90))]
         actions = [decode_action(m.value) for m in asyncio.run(consume(kafka_bootstrap, topics.actions, 5, timeout=30))]
-        status, text = _get(port, "/metrics/")
+        status, text = http_get(port, "/metrics/")
         assert worker.poll() is None, tail(tmp_path / "worker.log")
     reasons = collections.Counter(letter.reason for letter in letters)
     assert reasons == collections.Counter({**{reason: 1 for reason in bad}, "malformed_json": 3}), reasons
@@ -260,8 +208,8 @@ def test_bad_input_goes_to_the_dead_letter_topic_with_a_reason_and_the_worker_ke
     assert {(a.service, a.tick) for a in actions} == {("svc", 1), ("svc", 2), ("svc", 3), ("other", 1), ("svc", 4)}
     assert status == 200 and isinstance(text, str)
     for reason, count in reasons.items():
-        assert _metric(text, "picrl_dead_letters_total", reason=reason) == count, reason
-    assert _metric(text, "picrl_events_total") == len(good) + 1 + len(bad) + len(nan_and_inf) + 1
+        assert metric(text, "picrl_dead_letters_total", reason=reason) == count, reason
+    assert metric(text, "picrl_events_total") == len(good) + 1 + len(bad) + len(nan_and_inf) + 1
     logged = [json.loads(line) for line in (tmp_path / "worker.log").read_text().splitlines() if line.startswith("{")]
     duplicate = [entry for entry in logged if entry.get("reason") == "duplicate_tick"]
     assert duplicate and duplicate[0]["service"] == "svc" and duplicate[0]["tick"] == 1 and "error" not in duplicate[0]
@@ -279,7 +227,7 @@ def test_policy_guardrails_refuse_bad_versions_and_rollback_is_followed(
 
     prefix = _topics(kafka_bootstrap, "guard")
     topics = TopicNames(prefix)
-    port = _free_port()
+    port = free_port()
     good = tiny_artifact.policy
     nan_policy = PolicyNetwork(tiny_artifact.config.policy)
     with torch.no_grad():
@@ -293,18 +241,18 @@ def test_policy_guardrails_refuse_bad_versions_and_rollback_is_followed(
         _policy_record(good, 4, 0, validation_score=0.1, parent_score=0.9),  # worse than its parent
         _policy_record(good, 5, 0),  # fine
     ]
-    _produce(kafka_bootstrap, topics.policy, [(v.key, v.to_bytes()) for v in versions])
+    produce(kafka_bootstrap, topics.policy, [(v.key, v.to_bytes()) for v in versions])
     with picrl_process(_worker_args(tiny_model_dir, kafka_bootstrap, prefix, "--web-port", str(port)),
                        tmp_path / "worker.log") as worker:
-        assert asyncio.run(wait_until(lambda: _get(port, "/healthz/")[1].get("policy_version") == 5, timeout=90)), \
+        assert asyncio.run(wait_until(lambda: http_get(port, "/healthz/")[1].get("policy_version") == 5, timeout=90)), \
             tail(tmp_path / "worker.log")
-        _, text = _get(port, "/metrics/")
-        assert _metric(text, "picrl_policy_refusals_total", reason="unreadable_weights") == 2
-        assert _metric(text, "picrl_policy_refusals_total", reason="kl_above_bound") == 1
-        assert _metric(text, "picrl_policy_refusals_total", reason="score_below_parent") == 1
-        assert _metric(text, "picrl_policy_version") == 5
+        _, text = http_get(port, "/metrics/")
+        assert metric(text, "picrl_policy_refusals_total", reason="unreadable_weights") == 2
+        assert metric(text, "picrl_policy_refusals_total", reason="kl_above_bound") == 1
+        assert metric(text, "picrl_policy_refusals_total", reason="score_below_parent") == 1
+        assert metric(text, "picrl_policy_version") == 5
         assert main(["policy", "rollback", "--to", "0", "--bootstrap", kafka_bootstrap, "--prefix", prefix]) == 0
-        assert asyncio.run(wait_until(lambda: _get(port, "/healthz/")[1].get("policy_version") == 6, timeout=60))
+        assert asyncio.run(wait_until(lambda: http_get(port, "/healthz/")[1].get("policy_version") == 6, timeout=60))
         assert worker.poll() is None
     log = (tmp_path / "worker.log").read_text()
     assert "version 3 refused (kl_above_bound)" in log and "Traceback" not in log

@@ -3,7 +3,6 @@ the closed-loop environment in process."""
 from __future__ import annotations
 
 import asyncio
-import socket
 import urllib.request
 from pathlib import Path
 
@@ -21,14 +20,10 @@ from tests.stream.conftest import WINDOW
 from tests.support.kafka import consume, unique
 from tests.support.processes import picrl_process, tail
 from tests.support.reference import reference_run
+from tests.support.web import free_port
 
 PARTITIONS = 2
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _play(bootstrap: str, prefix: str, workload, timeout: float = 120.0) -> ClosedLoopRecord:
@@ -101,7 +96,7 @@ def test_trainer_versions_reach_the_workers_actions(kafka_bootstrap: str, tiny_m
     prefix = unique("e2e-trainer")
     asyncio.run(ensure_topics(kafka_bootstrap, topic_specs(prefix, PARTITIONS)))
     workload = copies_of(native_trace, 4, WINDOW + 60, start=850, seed=9)
-    metrics_port = _free_port()
+    metrics_port = free_port()
     trainer_args = ["trainer", "--model", str(tiny_model_dir), "--bootstrap", kafka_bootstrap, "--prefix", prefix,
                     "--partitions", str(PARTITIONS), "--update-every", "16", "--log-level", "warning",
                     "--metrics-port", str(metrics_port)]

@@ -2,11 +2,12 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 import uuid
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, ConsumerRecord
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 
@@ -49,3 +50,24 @@ async def wait_until(predicate: Any, timeout: float, interval: float = 0.1) -> b
             return True
         await asyncio.sleep(interval)
     return predicate()
+
+
+def produce(bootstrap: str, topic: str, messages: list[tuple[bytes, bytes]]) -> None:
+    """Send ``(key, value)`` messages to ``topic`` in order, each acknowledged (idempotent producer)."""
+    async def send() -> None:
+        producer = AIOKafkaProducer(bootstrap_servers=bootstrap, enable_idempotence=True)
+        await producer.start()
+        try:
+            for key, value in messages:
+                await producer.send_and_wait(topic, value, key=key)
+        finally:
+            await producer.stop()
+    asyncio.run(send())
+
+
+def usage_json(service: str, tick: int, usage: object, capacity: float, censored: bool = False,
+               **changes: object) -> bytes:
+    """A usage record as a producer would write it (``changes`` override or add fields, e.g. ``schema``)."""
+    obj = {"schema": 1, "type": "usage", "service": service, "tick": tick, "usage": usage, "censored": censored,
+           "capacity": capacity, **changes}
+    return json.dumps(obj).encode()
