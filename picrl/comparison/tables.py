@@ -24,6 +24,8 @@ GROUP_TITLES = {"pic-rl": "", "phase-1": "Phase 1 substitution (predictor)", "ph
                 "operator": "Operator and textbook baselines (beyond the paper)", "bound": "Bound (reads the test demand)",
                 "ablation": "Ablations"}
 METRICS = ("mae", "regret", "shortage_rate")
+# Below half the tables' last MAE digit a relative change is noise over zero (e.g. a trace clipped flat).
+MAE_FLOOR = 5e-5
 
 
 @dataclass(frozen=True)
@@ -107,9 +109,12 @@ def markdown_table2(summaries: dict[tuple[str, str], Summary], methods: Sequence
 
 
 def mae_change(summaries: dict[tuple[str, str], Summary], method: str, dataset: str) -> float:
-    """Relative MAE change of ``method`` against PIC-RL (Full) on ``dataset``, in percent (NaN if unknown)."""
+    """Relative MAE change of ``method`` against PIC-RL (Full) on ``dataset``, in percent.
+
+    NaN where either is unknown or Full's MAE is below :data:`MAE_FLOOR` (a ratio to ~0 means nothing).
+    """
     full, ablated = summaries.get(("pic-rl", dataset)), summaries.get((method, dataset))
-    if not full or not ablated or not full.n or not ablated.n or full.mean["mae"] == 0:
+    if not full or not ablated or not full.n or not ablated.n or full.mean["mae"] < MAE_FLOOR:
         return float("nan")
     return 100.0 * (ablated.mean["mae"] / full.mean["mae"] - 1.0)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -74,3 +75,16 @@ def test_bad_arguments_are_refused_with_a_message(tmp_path: Path, capsys: pytest
     with pytest.raises(SystemExit):
         main(["compare", "--methods", "nope", "--out", str(tmp_path)])
     assert "invalid choice: 'nope'" in capsys.readouterr().err
+
+
+def test_mae_change_is_relative_to_full_and_undefined_over_a_zero_mae() -> None:
+    from picrl.comparison.tables import Summary, mae_change
+
+    def summary(method: str, dataset: str, mae: float) -> Summary:
+        return Summary(method, dataset, {"mae": mae, "regret": 0.0, "shortage_rate": 0.0}, {}, 1, 0)
+
+    summaries = {("pic-rl", "a"): summary("pic-rl", "a", 0.02), ("a1", "a"): summary("a1", "a", 0.03),
+                 ("pic-rl", "flat"): summary("pic-rl", "flat", 0.0), ("a1", "flat"): summary("a1", "flat", 1e-7)}
+    assert mae_change(summaries, "a1", "a") == pytest.approx(50.0)
+    assert math.isnan(mae_change(summaries, "a1", "flat"))  # 1e-7 over 0 is no +inf% regression
+    assert math.isnan(mae_change(summaries, "a2", "a"))  # not run
