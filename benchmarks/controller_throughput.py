@@ -1,32 +1,58 @@
-"""Embedded controller throughput: service-steps per second at several batch sizes, and state size.
+"""Embedded controller throughput: service-steps per second at several batch sizes, memory and state size.
 
 Run on demand (not part of the test suite):
 
-    python benchmarks/controller_throughput.py --out benchmarks/results [--batches 1 1000 100000]
+    python benchmarks/controller_throughput.py --out benchmarks/results [--batches 1 10 100 1000 10000 100000]
+        [--chunk 128] [--quick]
 
 Each batch size runs ``--ticks`` closed-loop ticks of the full PIC-RL decision (Gaussian LSTM
 prediction, censored-demand estimator, policy, reactive calibrator) with untrained networks of the
-default shapes (speed does not depend on the weights). Writes ``controller_throughput.json`` and
-prints a table. Peak memory is the process's max RSS after each size (monotone, so read it as
-"at most").
+default shapes (speed does not depend on the weights), the networks on fixed chunks of ``--chunk``
+rows (``OnlineConfig.inference_chunk``; 128, the default, is what the stream uses). Writes
+``controller_throughput.json`` and ``controller_throughput.png`` (service-steps/s against batch size)
+and prints a table.
+
+Memory, per batch size (sizes run in ascending order):
+
+* ``max_rss_mib``: the process's max RSS after the size (monotone, so read it as "at most");
+* ``rss_growth_mib``: how much this size raised the max RSS (``ru_maxrss`` delta; torch buffers included);
+* ``traced_peak_mib``: the peak of Python/numpy allocations during one extra tick traced with
+  ``tracemalloc`` (torch's own buffers are not traced), i.e. the working set of one ``step``.
+
+State per service: ``state_bytes_per_service`` (the ``ControllerState`` arrays), the packed row of
+``picrl_core.state_codec.StateCodec`` and the stream worker's table row
+(``stream.decisions.DecisionEngine.row_bytes``: the codec row plus range, capacity, tick, offsets
+and the warm-up buffer).
 """
 from __future__ import annotations
 
 import argparse
+import cProfile
 import json
-import platform
+import pstats
 import resource
 import time
+import tracemalloc
 from pathlib import Path
 
-import numpy as np
-import torch
+import matplotlib
 
-from picrl_core.config import PicRLConfig
-from picrl_core.controller import ControllerState, PicRLController
-from picrl_core.policy import PolicyNetwork
-from picrl_core.predictor import GaussianLSTM
-from picrl_core.simulator import censor
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+from host import StealMeter, describe  # noqa: E402
+
+from picrl_core.artifact import ModelArtifact  # noqa: E402
+from picrl_core.config import PicRLConfig  # noqa: E402
+from picrl_core.controller import ControllerState, PicRLController  # noqa: E402
+from picrl_core.policy import PolicyNetwork, ValueNetwork  # noqa: E402
+from picrl_core.predictor import GaussianLSTM  # noqa: E402
+from picrl_core.simulator import censor  # noqa: E402
+from picrl_core.state_codec import StateCodec  # noqa: E402
+from stream.decisions import DecisionEngine  # noqa: E402
+
+MIB = 1 << 20
 
 
 def state_bytes_per_service(state: ControllerState) -> float:
@@ -34,50 +60,133 @@ def state_bytes_per_service(state: ControllerState) -> float:
     return sum(getattr(state, name).nbytes for name in state.__dataclass_fields__) / len(state)
 
 
+def max_rss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
+
+
 def measure(controller: PicRLController, services: int, ticks: int, rng: np.random.Generator) -> dict[str, float]:
+    rss_before = max_rss_mib()
     history = rng.uniform(0.2, 0.8, size=(services, controller.window))
     state = controller.initial_state(np.arange(services, dtype=np.uint64), history)
-    demand = rng.uniform(0.0, 1.0, size=(ticks + 1, services))
+    demand = rng.uniform(0.0, 1.0, size=(ticks + 2, services))
     y, c = censor(demand[0], state.action)
     state, _ = controller.step(state, y, c)  # warm-up tick (allocator, torch kernels)
+    steal = StealMeter()
     started = time.perf_counter()
     for t in range(1, ticks + 1):
         y, c = censor(demand[t], state.action)
         state, _ = controller.step(state, y, c)
     seconds = time.perf_counter() - started
+    stolen = steal.share()
+    y, c = censor(demand[ticks + 1], state.action)
+    tracemalloc.start()
+    controller.step(state, y, c)  # one traced tick, outside the timing (tracing slows allocations)
+    traced_peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    rss = max_rss_mib()
     return {
         "services": services, "ticks": ticks, "seconds": seconds,
         "service_steps_per_second": services * ticks / seconds,
+        "us_per_call": 1e6 * seconds / ticks, "cpu_steal_share": stolen,
         "state_bytes_per_service": state_bytes_per_service(state),
-        "max_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "max_rss_mib": rss, "rss_growth_mib": rss - rss_before,
+        "traced_peak_mib": traced_peak / MIB, "traced_peak_bytes_per_service": traced_peak / services,
     }
+
+
+# Where a step's time goes: (label, function name in cProfile's statistics).
+COMPONENTS = (("Phase-1 LSTM (mu, sigma)", "predict_gaussian"), ("Tobit censored-demand estimator", "estimate_censored_demand"),
+              ("state features", "state_features"), ("policy network (eta, k)", "_plan"),
+              ("reward and calibrator", "step_reward"), ("reward and calibrator", "calibrate"))
+
+
+def profile(controller: PicRLController, services: int, ticks: int, rng: np.random.Generator) -> dict[str, float]:
+    """Seconds per tick of each component of ``step`` at ``services`` (cProfile, cumulative time), plus
+    ``other`` (window shifts, clipping, array glue)."""
+    state = controller.initial_state(np.arange(services, dtype=np.uint64), rng.uniform(0.2, 0.8, (services, controller.window)))
+    demand = rng.uniform(0.0, 1.0, size=(ticks, services))
+    profiler = cProfile.Profile()
+    for t in range(ticks):
+        y, c = censor(demand[t], state.action)
+        profiler.enable()
+        state, _ = controller.step(state, y, c)
+        profiler.disable()
+    stats = pstats.Stats(profiler).stats  # (file, line, name) -> (calls, primitive, tottime, cumtime, callers)
+    cumulative = {}
+    for (_, _, name), entry in stats.items():
+        cumulative[name] = cumulative.get(name, 0.0) + entry[3]
+    shares: dict[str, float] = {}
+    for label, name in COMPONENTS:
+        shares[label] = shares.get(label, 0.0) + cumulative.get(name, 0.0) / ticks
+    shares["other"] = cumulative["step"] / ticks - sum(shares.values())
+    return shares
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--batches", type=int, nargs="+", default=[1, 1000, 100_000], help="services per batch")
-    parser.add_argument("--ticks", type=int, default=0, help="ticks per size (default: enough for ~2M service-steps, 5..200)")
+    parser.add_argument("--batches", type=int, nargs="+", default=[1, 10, 100, 1000, 10_000, 100_000],
+                        help="services per batch")
+    parser.add_argument("--chunk", type=int, default=128, help="rows per network forward pass (default 128)")
+    parser.add_argument("--ticks", type=int, default=0,
+                        help="ticks per size (default: enough for ~2M service-steps, 5..200; --quick: ~200k, 3..50)")
+    parser.add_argument("--quick", action="store_true", help="about ten times fewer service-steps per size")
     parser.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
+    parser.add_argument("--profile", type=int, default=100_000, metavar="SERVICES",
+                        help="profile the step at this many services (cProfile, 5 ticks; 0: skip; default 100,000)")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results"), help="folder for the JSON result")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     config = PicRLConfig()
     torch.manual_seed(0)
-    controller = PicRLController(GaussianLSTM(config.predictor), PolicyNetwork(config.policy), config)
+    predictor, policy = GaussianLSTM(config.predictor), PolicyNetwork(config.policy)
+    controller = PicRLController(predictor, policy, config, chunk=args.chunk)
+    artifact = ModelArtifact(config, predictor, policy, ValueNetwork(config.policy), scaling={"context_names": []})
+    codec_row = StateCodec(config.predictor.window, config.predictor.context_channels).row_bytes
+    stream_row = DecisionEngine(artifact).row_bytes
+    steps, low, high = (200_000, 3, 50) if args.quick else (2_000_000, 5, 200)
     rng = np.random.default_rng(0)
     rows = []
-    for services in args.batches:
-        ticks = args.ticks or int(np.clip(2_000_000 // services, 5, 200))
+    print(f"state per service: StateCodec row {codec_row} B, stream table row (DecisionEngine.row_bytes) {stream_row} B")
+    print(f"{'services':>9}{'ticks':>7}{'service-steps/s':>17}{'us/call':>11}{'state B/svc':>13}{'max RSS MiB':>13}"
+          f"{'RSS growth':>12}{'traced MiB':>12}{'steal':>7}")
+    for services in sorted(args.batches):
+        ticks = args.ticks or int(np.clip(steps // services, low, high))
         rows.append(measure(controller, services, ticks, rng))
-        row = rows[-1]
-        print(f"{row['services']:>8} services x {row['ticks']:>4} ticks: {row['service_steps_per_second']:>12,.0f} "
-              f"service-steps/s, {row['state_bytes_per_service']:.0f} B state/service, max RSS {row['max_rss_mib']:.0f} MiB")
-    result = {"benchmark": "controller_throughput", "threads": args.threads, "machine": platform.platform(),
-              "cpu_count": torch.get_num_threads(), "config": {"window": config.predictor.window,
-                                                               "hidden": config.predictor.hidden}, "rows": rows}
+        r = rows[-1]
+        print(f"{r['services']:>9,}{r['ticks']:>7}{r['service_steps_per_second']:>17,.0f}{r['us_per_call']:>11,.0f}"
+              f"{r['state_bytes_per_service']:>13.0f}{r['max_rss_mib']:>13.0f}{r['rss_growth_mib']:>12.0f}"
+              f"{r['traced_peak_mib']:>12.1f}{r['cpu_steal_share']:>7.0%}")
+    breakdown = profile(controller, args.profile, 5, rng) if args.profile else {}
+    if breakdown:
+        total = sum(breakdown.values())
+        print(f"\nwhere a step's time goes at {args.profile:,} services (cProfile, seconds per tick):")
+        for label, seconds in breakdown.items():
+            print(f"  {label:<34}{seconds:>8.3f} s {seconds / total:>6.0%}")
+    result = {"benchmark": "controller_throughput", "machine": describe(),
+              "profile": {"services": args.profile, "seconds_per_tick": breakdown},
+              "threads": args.threads, "chunk": args.chunk, "quick": args.quick,
+              "config": {"window": config.predictor.window, "hidden": config.predictor.hidden,
+                         "policy_hidden": config.policy.hidden, "estimator_iterations": config.estimator.iterations},
+              "state_codec_row_bytes": codec_row, "stream_row_bytes": stream_row, "rows": rows}
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "controller_throughput.json").write_text(json.dumps(result, indent=2) + "\n")
-    print(f"written {args.out / 'controller_throughput.json'}")
+    plot(rows, args, args.out / "controller_throughput.png")
+    print(f"written {args.out / 'controller_throughput.json'}, {args.out / 'controller_throughput.png'}")
+
+
+def plot(rows: list[dict[str, float]], args: argparse.Namespace, path: Path) -> None:
+    services = [r["services"] for r in rows]
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    ax.plot(services, [r["service_steps_per_second"] for r in rows], marker="o", label="PIC-RL controller step")
+    ax.axhline(500_000, color="tab:red", ls="--", lw=1, label="target at 100,000 services (500k/s)")
+    ax.set(xscale="log", yscale="log", xlabel="services per batch (one controller call)",
+           ylabel="service-steps per second",
+           title=f"Embedded controller, {args.threads} torch threads, chunk {args.chunk}")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 if __name__ == "__main__":

@@ -79,10 +79,13 @@ def config_from_args(args: argparse.Namespace) -> PicRLConfig:
         except ValueError as exc:
             raise ValueError(f"--config {args.config} is not valid JSON: {exc}") from exc
     config = replace(PicRLConfig.from_dict(overrides), seed=args.seed)
-    if args.quick:
-        config = replace(config, predictor=replace(config.predictor, epochs=6, max_train_windows=4000),
-                         pretrain=replace(config.pretrain, iterations=20, chunks=32))
-    return config
+    return quick_budget(config) if args.quick else config
+
+
+def quick_budget(config: PicRLConfig) -> PicRLConfig:
+    """``--quick``: 6 predictor epochs of 4,000 windows and 20 actor-critic iterations of 32 chunks."""
+    return replace(config, predictor=replace(config.predictor, epochs=6, max_train_windows=4000),
+                   pretrain=replace(config.pretrain, iterations=20, chunks=32))
 
 
 def cache_key(trace: Trace, config: PicRLConfig) -> str:

@@ -1,0 +1,655 @@
+"""Stream worker throughput and event-to-action latency, side by side with a raw aiokafka pipe.
+
+Run on demand (not part of the test suite); it starts its own local broker and stops it at the end:
+
+    python benchmarks/stream_throughput.py [--quick] [--events 200000 --services 1000] [--rates 1000 2500 5000]
+
+One broker, one run:
+
+1. **Throughput.** ``W`` warm-up ticks per service (``W`` = the model's predictor window) and then
+   ``--events`` measured usage events (tick-major, keyed by service) go to ``<prefix>.usage`` before
+   anything consumes them. Then, one after the other, three consumers drain that backlog: a raw
+   aiokafka pipe (consume; per event send one message of an Action's size to an actions topic and one
+   of a TransitionRecord's size to a replay topic; commit; compute nothing), the picrl worker with
+   ``exactly_once`` and the picrl worker with ``at_least_once`` (``python -m picrl worker`` as a
+   subprocess, each with its own app id). An event counts as processed once its offset is committed
+   by the consumer group (with ``exactly_once`` that is the commit of the transaction holding its
+   outputs; otherwise offsets are committed after the outputs are acknowledged). Measured window:
+   from the moment every partition's committed offset has passed its warm-up events to the moment
+   all events are committed; throughput = events committed in the window / its length. So every
+   measured event is past its service's warm-up (full PIC-RL decision: one action and one transition).
+2. **Latency.** For each ``--rates`` value, a fresh worker (``--latency-guarantee``) on a fresh
+   prefix: ``W`` warm-up ticks per service are produced and drained unmeasured, then events are
+   offered at the fixed rate for ``--duration`` seconds with ``UsageEvent.produced_at`` stamped at
+   send. Per control action: ``decided_at - source_produced_at`` (the worker's clock; same machine)
+   and the time it became visible to a ``read_committed`` consumer minus ``produced_at``.
+
+Prints tables and writes ``stream_throughput.json`` (machine, command line, settings, rows) and
+``stream_throughput.png`` (events/s per consumer; latency percentiles against the offered load).
+``--py-spy DIR`` attaches ``py-spy record`` (raw collapsed stacks) to each throughput worker during
+its measured window.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import aiokafka
+import faust
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import orjson
+import torch
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.errors import KafkaError
+from tqdm import tqdm
+
+from host import describe, steal_seconds
+
+from picrl.datasets import load_dataset
+from picrl.kafka import LocalKafka
+from picrl_core.artifact import load_artifact
+from picrl_core.simulator import censor
+from producers.workload import Workload, copies_of
+from stream.decisions import DecisionEngine, Incoming
+from stream.records import UsageEvent, decode_action
+from stream.topics import TopicNames, ensure_topics, topic_specs
+
+REPO = Path(__file__).resolve().parents[1]
+POLL_SECONDS = 0.05  # committed-offset polling period (the resolution of the measured window's ends)
+MIN_WINDOW = 1.0  # seconds: a shorter measured window is refused (too few events for the poll resolution)
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+Message = tuple[bytes, bytes]  # (key, value)
+
+
+# ---------------------------------------------------------------- workload
+
+
+def usage_messages(workload: Workload, capacity: np.ndarray, ticks: range, stamp: bool = False) -> list[Message]:
+    """Usage events of ``ticks`` for every service, tick-major; each service runs on a static
+    ``capacity`` and reports ``(min(d, a), 1[d > a])`` (``picrl_core.simulator.censor``).
+    ``produced_at`` is the encoding time when ``stamp``, else 0."""
+    messages = []
+    for t in ticks:
+        usage, censored = censor(workload.demand[t], capacity)
+        for j, service in enumerate(workload.services):
+            context = (None if workload.context is None
+                       else dict(zip(workload.context_names, workload.context[t, j].tolist())))
+            event = UsageEvent(service, t, float(usage[j]), bool(censored[j]), float(capacity[j]), context,
+                               time.time() if stamp else 0.0)
+            messages.append((service.encode(), event.to_bytes()))
+    return messages
+
+
+def output_sizes(engine: DecisionEngine, workload: Workload, capacity: np.ndarray) -> tuple[int, int]:
+    """Bytes of a real control Action and TransitionRecord of the first service (W + 2 ticks through the engine)."""
+    one = Workload(workload.services[:1], workload.demand[:, :1], None if workload.context is None else
+                   workload.context[:, :1], workload.context_names, workload.unit)
+    batch = [Incoming(UsageEvent.from_dict(orjson.loads(value)), 0, offset) for offset, (_, value) in
+             enumerate(usage_messages(one, capacity[:1], range(engine.window + 2)))]
+    outcome = engine.process(batch, {})
+    return len(outcome.actions[-1].to_bytes()), len(outcome.transitions[-1].to_bytes())
+
+
+async def produce(bootstrap: str, topic: str, messages: list[Message], desc: str) -> None:
+    """Send ``messages`` as fast as the producer goes (batched, delivery awaited every 5,000)."""
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=10, max_batch_size=1 << 18)
+    await producer.start()
+    try:
+        with tqdm(total=len(messages), desc=desc, unit="ev", dynamic_ncols=True, leave=False) as bar:
+            for lo in range(0, len(messages), 5_000):
+                chunk = messages[lo:lo + 5_000]
+                await asyncio.gather(*[await producer.send(topic, value, key=key) for key, value in chunk])
+                bar.update(len(chunk))
+    finally:
+        await producer.stop()
+
+
+async def end_offsets(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap)
+    await consumer.start()
+    try:
+        ends = await consumer.end_offsets([TopicPartition(topic, p) for p in range(partitions)])
+    finally:
+        await consumer.stop()
+    return {tp.partition: offset for tp, offset in ends.items()}
+
+
+# ---------------------------------------------------------------- progress of a consumer group
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process (all its threads), from /proc."""
+    fields_ = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields_[11]) + int(fields_[12])) / CLOCK_TICKS
+
+
+def peak_rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+@dataclass
+class Window:
+    """The measured window of one drain: committed events, wall-clock ends and CPU seconds within."""
+
+    started: float = 0.0  # perf_counter
+    ended: float = 0.0
+    wall: tuple[float, float] = (0.0, 0.0)  # time.time() at both ends (to match the records' timestamps)
+    committed_at_start: int = 0
+    total: int = 0
+    cpu: dict[str, float] = field(default_factory=dict)  # process name -> CPU seconds within the window
+
+    @property
+    def events(self) -> int:
+        return self.total - self.committed_at_start
+
+    @property
+    def seconds(self) -> float:
+        return self.ended - self.started
+
+
+async def drain(bootstrap: str, group: str, topic: str, begin: dict[int, int], total: dict[int, int], desc: str,
+                timeout: float, alive: Callable[[], None], cpu: dict[str, Callable[[], float]] | None = None,
+                on_start: Callable[[], None] | None = None) -> Window:
+    """Poll ``group``'s committed offsets on ``topic`` until they reach ``total``. The window opens at
+    the first poll showing progress beyond ``begin`` (the offsets the consumer starts from) and
+    closes when everything is committed; ``cpu`` readers are sampled at both ends; ``alive`` raises
+    when the consumer died."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    window = Window(total=sum(total.values()), committed_at_start=sum(begin.values()))
+    cpu = cpu or {}
+    cpu_start: dict[str, float] = {}
+    deadline = time.monotonic() + timeout
+    try:
+        with tqdm(total=window.total, desc=desc, unit="ev", dynamic_ncols=True, leave=False) as bar:
+            while True:
+                alive()
+                try:
+                    offsets = await admin.list_consumer_group_offsets(group)
+                except KafkaError:  # the group (or the offsets topic) does not exist yet
+                    offsets = {}
+                committed = sum(max(0, offsets[tp].offset) for tp in offsets if tp.topic == topic)
+                now, wall = time.perf_counter(), time.time()
+                bar.update(committed - bar.n)
+                if not cpu_start and committed > window.committed_at_start:
+                    window.started, window.wall, window.committed_at_start = now, (wall, wall), committed
+                    cpu_start = {name: read() for name, read in cpu.items()}
+                    if on_start is not None:
+                        on_start()
+                if committed >= window.total:
+                    window.ended, window.wall = now, (window.wall[0], wall)
+                    window.cpu = {name: read() - cpu_start[name] for name, read in cpu.items()}
+                    if window.events and window.seconds < MIN_WINDOW:
+                        raise ValueError(f"{desc}: the measured window lasted {window.seconds:.2f} s "
+                                         f"({window.events} events), too short to time; raise --events")
+                    return window
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"{desc}: {committed} of {window.total} events committed after {timeout:.0f} s")
+                await asyncio.sleep(POLL_SECONDS)
+    finally:
+        await admin.close()
+
+
+# ---------------------------------------------------------------- the two consumers
+
+
+async def raw_pipe(bootstrap: str, source: str, begin: dict[int, int], out: TopicNames, group: str,
+                   sizes: tuple[int, int], batch_max: int, commit_interval: float, stop: asyncio.Event) -> None:
+    """Consume ``source`` from the ``begin`` offsets; per event send an action-sized and a
+    transition-sized message to the source's partition of ``out.actions`` / ``out.replay`` (acks=all,
+    as Faust's producer); commit the offsets (as ``group``) once the sends are acknowledged, every
+    ``commit_interval`` seconds. Computes nothing."""
+    action, transition = b"a" * sizes[0], b"t" * sizes[1]
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False,
+                                max_poll_records=batch_max)
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
+    await consumer.start()
+    await producer.start()
+    try:
+        consumer.assign([TopicPartition(source, p) for p in begin])
+        for p, offset in begin.items():
+            consumer.seek(TopicPartition(source, p), offset)
+        last_commit, pending = time.monotonic(), False
+        while not stop.is_set():
+            batches = await consumer.getmany(timeout_ms=100, max_records=batch_max)
+            sends = []
+            for tp, messages in batches.items():
+                for m in messages:
+                    sends.append(await producer.send(out.actions, action, key=m.key, partition=tp.partition))
+                    sends.append(await producer.send(out.replay, transition, key=m.key, partition=tp.partition))
+            await asyncio.gather(*sends)
+            pending = pending or bool(sends)
+            if pending and (not sends or time.monotonic() - last_commit >= commit_interval):
+                await consumer.commit()
+                last_commit, pending = time.monotonic(), False
+    finally:
+        await producer.stop()
+        await consumer.stop()
+
+
+class WorkerProcess:
+    """``python -m picrl worker`` as users run it, in its own folder (Faust writes its data dir there)."""
+
+    def __init__(self, args: list[str], folder: Path) -> None:
+        folder.mkdir(parents=True, exist_ok=True)
+        self.log = folder / "worker.log"
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        with open(self.log, "wb") as out:
+            self.process = subprocess.Popen([sys.executable, "-m", "picrl", "worker", *args], stdout=out,
+                                            stderr=subprocess.STDOUT, cwd=folder, env=env)
+        self.spy: subprocess.Popen | None = None
+
+    def alive(self) -> None:
+        if self.process.poll() is not None:
+            tail = "\n".join(self.log.read_text(errors="replace").splitlines()[-30:])
+            raise RuntimeError(f"the worker exited with code {self.process.returncode}:\n{tail}")
+
+    def cpu(self) -> float:
+        return cpu_seconds(self.process.pid)
+
+    def start_py_spy(self, output: Path) -> None:
+        """Sample the worker's Python stacks (100 Hz) into ``output`` until :meth:`stop_py_spy`."""
+        search = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+        self.spy = subprocess.Popen([str(shutil.which("py-spy", path=search)), "record", "--pid", str(self.process.pid), "--rate", "100",
+                                     "--format", "raw", "--output", str(output)],
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def stop_py_spy(self) -> None:
+        if self.spy is not None and self.spy.poll() is None:
+            self.spy.send_signal(signal.SIGINT)
+            self.spy.wait(60)
+
+    def stop(self) -> float:
+        """Stop the worker (SIGTERM, SIGKILL after 30 s); its peak RSS in MiB."""
+        self.stop_py_spy()
+        peak = float("nan")
+        if self.process.poll() is None:
+            peak = peak_rss_mib(self.process.pid)
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        return peak
+
+
+# ---------------------------------------------------------------- the benchmark
+
+
+@dataclass
+class Setup:
+    """What every phase shares: the broker, the model, the workload and the settings."""
+
+    args: argparse.Namespace
+    bootstrap: str
+    broker_pid: int
+    folder: Path
+    model: Path
+    engine: DecisionEngine
+
+    def worker_args(self, prefix: str, app_id: str, guarantee: str) -> list[str]:
+        a = self.args
+        return ["--model", str(self.model), "--bootstrap", self.bootstrap, "--prefix", prefix, "--partitions",
+                str(a.partitions), "--app-id", app_id, "--guarantee", guarantee, "--batch-max", str(a.batch_max),
+                "--commit-interval", str(a.commit_interval), "--log-level", "warning"]
+
+    def workload(self, services: int, ticks: int) -> tuple[Workload, np.ndarray]:
+        workload = copies_of(load_dataset(self.args.dataset), services, ticks, seed=0)
+        return workload, workload.demand.max(axis=0) * self.args.capacity_headroom
+
+
+def row(name: str, window: Window, main: str) -> dict[str, float | str | int]:
+    return {"consumer": name, "events": window.events, "seconds": window.seconds,
+            "events_per_second": window.events / window.seconds,
+            "cpu_us_per_event": 1e6 * window.cpu[main] / window.events,
+            "broker_cpu_us_per_event": 1e6 * window.cpu["broker"] / window.events,
+            "cpu_steal_share": window.cpu["steal"] / (window.seconds * (os.cpu_count() or 1))}
+
+
+async def warm_up(setup: Setup, prefix: str, app_id: str, guarantee: str, warm: dict[int, int]) -> None:
+    """A first worker instance decides the warm-up ticks and is stopped once they are committed (the
+    services' rows then live in the table's changelog, from which the next instance restores them)."""
+    worker = WorkerProcess(setup.worker_args(prefix, app_id, guarantee), setup.folder / f"{app_id}-warm-up")
+    try:
+        await drain(setup.bootstrap, app_id, f"{prefix}.usage", warm, warm, f"warm-up {guarantee}",
+                    setup.args.timeout, worker.alive)
+    finally:
+        worker.stop()
+
+
+async def decision_batches(bootstrap: str, topic: str, partitions: int) -> list[float]:
+    """``decided_at`` of every committed action of ``topic`` (the actions of one decision batch share it)."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_committed",
+                                auto_offset_reset="earliest", max_poll_records=10_000)
+    await consumer.start()
+    decided: list[float] = []
+    try:
+        consumer.assign([TopicPartition(topic, p) for p in range(partitions)])
+        empty = 0
+        while empty < 3:
+            batch = await consumer.getmany(timeout_ms=300)
+            empty = 0 if batch else empty + 1
+            decided += [orjson.loads(m.value)["decided_at"] for messages in batch.values() for m in messages]
+    finally:
+        await consumer.stop()
+    return decided
+
+
+def events_per_batch(decided: np.ndarray, wall: tuple[float, float]) -> float:
+    inside = decided[(decided >= wall[0] - 1.0) & (decided <= wall[1])]  # the window opens after a first commit
+    return float(inside.size / max(1, np.unique(inside).size))
+
+
+async def throughput(setup: Setup, bar: tqdm) -> list[dict]:
+    a, w = setup.args, setup.engine.window
+    prefix = "bench"
+    names = TopicNames(prefix)
+    await ensure_topics(setup.bootstrap, topic_specs(prefix, a.partitions) + topic_specs(f"{prefix}-raw", a.partitions))
+    ticks = w + a.events // a.services
+    workload, capacity = setup.workload(a.services, ticks)
+    sizes = output_sizes(setup.engine, workload, capacity)
+    app_ids = {g: f"{prefix}-{g.replace('_', '-')}" for g in a.guarantees}
+    await produce(setup.bootstrap, names.usage, usage_messages(workload, capacity, range(w)), "produce warm-up")
+    warm = await end_offsets(setup.bootstrap, names.usage, a.partitions)
+    for guarantee, app_id in app_ids.items():
+        await warm_up(setup, prefix, app_id, guarantee, warm)
+    await produce(setup.bootstrap, names.usage, usage_messages(workload, capacity, range(w, ticks)), "produce events")
+    total = await end_offsets(setup.bootstrap, names.usage, a.partitions)
+    broker = {"broker": lambda: cpu_seconds(setup.broker_pid), "steal": steal_seconds}
+    bar.update(1)
+
+    stop = asyncio.Event()
+    pipe = asyncio.create_task(raw_pipe(setup.bootstrap, names.usage, warm, TopicNames(f"{prefix}-raw"),
+                                        f"{prefix}-raw", sizes, a.batch_max, a.commit_interval, stop))
+
+    def pipe_alive() -> None:
+        if pipe.done():
+            pipe.result()
+            raise RuntimeError("the raw pipe stopped")
+
+    try:
+        window = await drain(setup.bootstrap, f"{prefix}-raw", names.usage, warm, total, "raw aiokafka pipe",
+                             a.timeout, pipe_alive, {"pipe": time.process_time, **broker})
+    finally:
+        stop.set()
+        await asyncio.gather(pipe, return_exceptions=True)
+    rows = [{**row("raw aiokafka pipe", window, "pipe"), "action_bytes": sizes[0], "transition_bytes": sizes[1]}]
+    bar.update(1)
+    windows = {}
+    for guarantee, app_id in app_ids.items():
+        worker = WorkerProcess(setup.worker_args(prefix, app_id, guarantee), setup.folder / app_id)
+        spy = None if a.py_spy is None else (lambda: worker.start_py_spy(a.py_spy / f"worker-{guarantee}.txt"))
+        try:
+            windows[guarantee] = window = await drain(setup.bootstrap, app_id, names.usage, warm, total,
+                                                      f"worker {guarantee}", a.timeout, worker.alive,
+                                                      {"worker": worker.cpu, **broker}, spy)
+        finally:
+            peak = worker.stop()
+        rows.append({**row(f"picrl worker ({guarantee})", window, "worker"), "worker_peak_rss_mib": peak})
+        bar.update(1)
+    decided = np.array(await decision_batches(setup.bootstrap, names.actions, a.partitions))
+    dead = await end_offsets(setup.bootstrap, names.deadletter, a.partitions)
+    for r, guarantee in zip(rows[1:], app_ids):
+        r["events_per_decision_batch"] = events_per_batch(decided, windows[guarantee].wall)
+        r["dead_letters"] = sum(dead.values())
+    for r in rows:
+        r["ratio_to_raw_pipe"] = r["events_per_second"] / rows[0]["events_per_second"]
+    return rows
+
+
+async def paced(bootstrap: str, topic: str, workload: Workload, capacity: np.ndarray, ticks: range,
+                rate: float) -> tuple[int, float]:
+    """Offer ``ticks`` of every service at ``rate`` events/s, ``produced_at`` stamped at send; (sent, seconds)."""
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=0)
+    await producer.start()
+    sent, futures = 0, []
+    started = time.monotonic()
+    try:
+        with tqdm(total=len(ticks) * len(workload.services), desc=f"offer {rate:g} ev/s", unit="ev",
+                  dynamic_ncols=True, leave=False) as bar:
+            for t in ticks:
+                usage, censored = censor(workload.demand[t], capacity)
+                for j, service in enumerate(workload.services):
+                    ahead = sent / rate - (time.monotonic() - started)
+                    if ahead > 0.001:
+                        await asyncio.sleep(ahead)
+                    context = (None if workload.context is None
+                               else dict(zip(workload.context_names, workload.context[t, j].tolist())))
+                    event = UsageEvent(service, t, float(usage[j]), bool(censored[j]), float(capacity[j]), context,
+                                       time.time())
+                    futures.append(await producer.send(topic, event.to_bytes(), key=service.encode()))
+                    sent += 1
+                bar.update(len(workload.services))
+        seconds = time.monotonic() - started
+        await asyncio.gather(*futures)
+    finally:
+        await producer.stop()
+    return sent, seconds
+
+
+async def watch_actions(bootstrap: str, topic: str, partitions: int, seen: list[tuple[float, bytes]],
+                        ready: asyncio.Event, stop: asyncio.Event) -> None:
+    """Record (arrival time, value) of every action committed from now on (read_committed)."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_committed")
+    await consumer.start()
+    try:
+        tps = [TopicPartition(topic, p) for p in range(partitions)]
+        consumer.assign(tps)
+        await consumer.seek_to_end(*tps)
+        for tp in tps:
+            await consumer.position(tp)
+        ready.set()
+        while not stop.is_set():
+            for messages in (await consumer.getmany(timeout_ms=50)).values():
+                now = time.time()
+                seen.extend((now, m.value) for m in messages)
+    finally:
+        await consumer.stop()
+
+
+def percentiles(values: np.ndarray) -> dict[str, float]:
+    return {f"p{q}_ms": float(np.percentile(values, q) * 1e3) for q in (50, 90, 99)} | \
+        {"max_ms": float(values.max() * 1e3), "mean_ms": float(values.mean() * 1e3)}
+
+
+async def latency(setup: Setup, rate: float) -> dict:
+    a, w = setup.args, setup.engine.window
+    prefix = f"lat{int(rate)}"
+    names = TopicNames(prefix)
+    await ensure_topics(setup.bootstrap, topic_specs(prefix, a.partitions))
+    ticks = w + max(1, round(rate * a.duration / a.latency_services))
+    workload, capacity = setup.workload(a.latency_services, ticks)
+    await produce(setup.bootstrap, names.usage, usage_messages(workload, capacity, range(w)), "produce warm-up")
+    warm = await end_offsets(setup.bootstrap, names.usage, a.partitions)
+    worker = WorkerProcess(setup.worker_args(prefix, f"{prefix}-worker", a.latency_guarantee),
+                           setup.folder / f"{prefix}-worker")
+    seen: list[tuple[float, bytes]] = []
+    ready, stop = asyncio.Event(), asyncio.Event()
+    watcher: asyncio.Task | None = None
+    try:
+        await drain(setup.bootstrap, f"{prefix}-worker", names.usage, warm, warm, f"warm-up {rate:g} ev/s",
+                    a.timeout, worker.alive)
+        watcher = asyncio.create_task(watch_actions(setup.bootstrap, names.actions, a.partitions, seen, ready, stop))
+        await asyncio.wait([watcher, asyncio.create_task(ready.wait())], return_when=asyncio.FIRST_COMPLETED)
+        if watcher.done():
+            watcher.result()
+        cpu_before, steal_before, offered_from = worker.cpu(), steal_seconds(), time.monotonic()
+        sent, seconds = await paced(setup.bootstrap, names.usage, workload, capacity, range(w, ticks), rate)
+        total = await end_offsets(setup.bootstrap, names.usage, a.partitions)
+        await drain(setup.bootstrap, f"{prefix}-worker", names.usage, total, total, "drain", a.timeout, worker.alive)
+        cpu = worker.cpu() - cpu_before
+        steal = (steal_seconds() - steal_before) / ((time.monotonic() - offered_from) * (os.cpu_count() or 1))
+        deadline = time.monotonic() + 30
+        while len(seen) < sent and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+    finally:
+        stop.set()
+        if watcher is not None:
+            await asyncio.gather(watcher, return_exceptions=True)
+        peak = worker.stop()
+    actions = [(arrived, decode_action(value)) for arrived, value in seen]
+    control = [(arrived, x) for arrived, x in actions if x.phase == "control" and x.source_produced_at > 0]
+    decided = np.array([x.decided_at - x.source_produced_at for _, x in control])
+    visible = np.array([arrived - x.source_produced_at for arrived, x in control])
+    return {"offered_rate": rate, "achieved_rate": sent / seconds, "services": a.latency_services,
+            "events": sent, "control_actions": len(control), "guarantee": a.latency_guarantee,
+            "decided": percentiles(decided), "visible_read_committed": percentiles(visible),
+            "events_per_decision_batch": len(control) / max(1, len({x.decided_at for _, x in control})),
+            "worker_cpu_share": cpu / seconds,  # worker CPU seconds per offered second
+            "worker_peak_rss_mib": peak, "cpu_steal_share": steal}
+
+
+async def run(args: argparse.Namespace, folder: Path) -> dict:
+    broker = LocalKafka(home=folder / "kafka", log=tqdm.write)
+    info = broker.start()
+    try:
+        model = args.model
+        if model is None:
+            model = folder / "model"
+            tqdm.write("training a quick genai-mem model (picrl train --quick) ...")
+            subprocess.run([sys.executable, "-m", "picrl", "train", "--dataset", "genai-mem", "--quick", "--out",
+                            str(model)], check=True, cwd=REPO, stdout=subprocess.DEVNULL)
+        setup = Setup(args, info.bootstrap, info.pid, folder, model, DecisionEngine(load_artifact(model)))
+        steps = 2 + len(args.guarantees) + len(args.rates)
+        with tqdm(total=steps, desc="stream benchmark", unit="phase", dynamic_ncols=True) as bar:
+            rows = await throughput(setup, bar) if args.events else []
+            latencies = []
+            for rate in args.rates:
+                latencies.append(await latency(setup, rate))
+                bar.update(1)
+        return {"throughput": rows, "latency": latencies,
+                "model": {"path": str(model), "window": setup.engine.window, "row_bytes": setup.engine.row_bytes}}
+    finally:
+        broker.stop()
+
+
+def print_tables(result: dict) -> None:
+    if result["throughput"]:
+        print(f"\n{'consumer':<29}{'events':>8}{'seconds':>9}{'events/s':>10}{'x raw':>7}{'CPU us/ev':>10}"
+              f"{'broker us/ev':>13}{'ev/batch':>9}{'steal':>7}")
+        for r in result["throughput"]:
+            print(f"{r['consumer']:<29}{r['events']:>8,}{r['seconds']:>9.1f}{r['events_per_second']:>10,.0f}"
+                  f"{r['ratio_to_raw_pipe']:>7.2f}{r['cpu_us_per_event']:>10.0f}{r['broker_cpu_us_per_event']:>13.0f}"
+                  f"{r.get('events_per_decision_batch', float('nan')):>9.0f}{r['cpu_steal_share']:>7.0%}")
+    if result["latency"]:
+        print(f"\n{'offered/s':>10}{'achieved/s':>11}{'actions':>9}  {'decided p50/p99/max ms':<24}"
+              f"{'visible p50/p99/max ms':<24}{'CPU/s':>6}{'ev/batch':>9}{'steal':>7}")
+        for r in result["latency"]:
+            d, v = r["decided"], r["visible_read_committed"]
+            print(f"{r['offered_rate']:>10,.0f}{r['achieved_rate']:>11,.0f}{r['control_actions']:>9,}  "
+                  f"{d['p50_ms']:>6.1f} {d['p99_ms']:>7.1f} {d['max_ms']:>7.0f}   "
+                  f"{v['p50_ms']:>6.1f} {v['p99_ms']:>7.1f} {v['max_ms']:>7.0f}   {r['worker_cpu_share']:>4.2f}"
+                  f"{r['events_per_decision_batch']:>9.1f}{r['cpu_steal_share']:>7.0%}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true",
+                        help="small sizes: 20,000 events over 200 services, latency over 200 services for 10 s")
+    parser.add_argument("--events", type=int, help="measured usage events, warm-up excluded (default 200,000; 0: "
+                                                   "skip the throughput part)")
+    parser.add_argument("--services", type=int, help="services of the throughput part (default 1,000)")
+    parser.add_argument("--rates", type=float, nargs="*", default=[1000.0, 2500.0, 5000.0],
+                        help="offered loads of the latency part, events/s (default 1000 2500 5000; none: skip it)")
+    parser.add_argument("--duration", type=float, help="seconds per offered load (default 20)")
+    parser.add_argument("--latency-services", type=int, help="services of the latency part (default 1,000)")
+    parser.add_argument("--guarantees", nargs="+", default=["exactly_once", "at_least_once"],
+                        choices=("exactly_once", "at_least_once"), help="worker rows of the throughput part")
+    parser.add_argument("--latency-guarantee", default="exactly_once", choices=("exactly_once", "at_least_once"))
+    parser.add_argument("--partitions", type=int, default=8, help="partitions of the topics (default 8)")
+    parser.add_argument("--batch-max", type=int, default=1000, help="worker --batch-max and raw pipe batch (default 1000)")
+    parser.add_argument("--commit-interval", type=float, default=0.1, help="seconds between commits (default 0.1)")
+    parser.add_argument("--dataset", default="genai-mem", help="trace the services are copies of (default genai-mem)")
+    parser.add_argument("--capacity-headroom", type=float, default=0.9,
+                        help="static capacity as a multiple of each service's peak (below 1: some censoring)")
+    parser.add_argument("--model", type=Path, help="model folder (default: train a quick genai-mem model first)")
+    parser.add_argument("--timeout", type=float, default=900.0, help="seconds allowed per drain (default 900)")
+    parser.add_argument("--py-spy", type=Path, metavar="DIR", help="record each throughput worker with py-spy into DIR")
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results"), help="folder for the JSON result")
+    args = parser.parse_args()
+    quick = args.quick
+    args.events = (20_000 if quick else 200_000) if args.events is None else args.events
+    args.services = args.services or (200 if quick else 1_000)
+    args.duration = args.duration or (10.0 if quick else 20.0)
+    args.latency_services = args.latency_services or (200 if quick else 1_000)
+    if args.py_spy is not None:
+        search = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+        if shutil.which("py-spy", path=search) is None:
+            parser.error("--py-spy needs the py-spy executable next to Python or on PATH (pip install py-spy)")
+        args.py_spy.mkdir(parents=True, exist_ok=True)
+    torch.set_num_threads(1)
+    load_before = os.getloadavg()
+    folder = Path(tempfile.mkdtemp(prefix="picrl-stream-bench-"))
+    started = time.monotonic()
+    try:
+        result = asyncio.run(run(args, folder))
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    print_tables(result)
+    settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
+    result = {"benchmark": "stream_throughput", "settings": settings, "machine": machine(load_before), "wall_seconds": time.monotonic() - started,
+              "warmup": "W = predictor-window ticks per service are produced first and not measured; every measured "
+                        "event is past its service's warm-up (full PIC-RL decision)", **result}
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "stream_throughput.json").write_text(json.dumps(result, indent=2) + "\n")
+    plot(result, args.out / "stream_throughput.png")
+    print(f"written {args.out / 'stream_throughput.json'}, {args.out / 'stream_throughput.png'}")
+
+
+def plot(result: dict, path: Path) -> None:
+    """(a) events/s of each consumer on the same backlog; (b) event-to-action latency against offered load."""
+    fig, (bars, lines) = plt.subplots(1, 2, figsize=(13, 4.5))
+    rows = result["throughput"]
+    if rows:
+        bars.bar([r["consumer"] for r in rows], [r["events_per_second"] for r in rows],
+                 color=["grey"] + ["tab:blue"] * (len(rows) - 1))
+        for i, r in enumerate(rows):
+            bars.annotate(f"{r['events_per_second']:,.0f}/s\n{r['ratio_to_raw_pipe']:.2f}x raw", (i, r["events_per_second"]),
+                          ha="center", va="bottom", fontsize=8)
+        bars.set(ylabel="usage events per second", title="(a) throughput on one broker, same backlog")
+        bars.tick_params(axis="x", labelsize=8)
+    latency = result["latency"]
+    if latency:
+        rates = [r["offered_rate"] for r in latency]
+        for key, label, style in (("decided", "decided (worker clock)", "-"),
+                                  ("visible_read_committed", "visible to read_committed", "--")):
+            for pct, marker in (("p50_ms", "o"), ("p99_ms", "s")):
+                lines.plot(rates, [r[key][pct] for r in latency], ls=style, marker=marker,
+                           label=f"{label} {pct[:3]}")
+        lines.axhline(50.0, color="tab:red", lw=1, ls=":", label="p99 target (50 ms)")
+        lines.set(xlabel="offered load (usage events/s)", ylabel="event -> action latency (ms)", yscale="log",
+                  title="(b) latency against offered load")
+        lines.legend(fontsize=8)
+        lines.grid(True, which="both", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def machine(load_before: tuple[float, float, float]) -> dict:
+    return describe() | {"faust": faust.__version__, "aiokafka": aiokafka.__version__,
+                         "load_average_before": load_before}
+
+
+if __name__ == "__main__":
+    main()
