@@ -73,6 +73,7 @@ from stream.topics import TopicNames, ensure_topics, topic_specs
 REPO = Path(__file__).resolve().parents[1]
 POLL_SECONDS = 0.05  # committed-offset polling period (the resolution of the measured window's ends)
 MIN_WINDOW = 1.0  # seconds: a shorter measured window is refused (too few events for the poll resolution)
+STALL_SECONDS = 60.0  # a consumer group that commits nothing for this long has stalled: stop and say where
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 Message = tuple[bytes, bytes]  # (key, value)
 
@@ -170,8 +171,8 @@ async def drain(bootstrap: str, group: str, topic: str, begin: dict[int, int], t
                 timeout: float, alive: Callable[[], None], cpu: dict[str, Callable[[], float]] | None = None,
                 on_start: Callable[[], None] | None = None) -> Window:
     """Poll ``group``'s committed offsets on ``topic`` until they reach ``total``. The window opens at
-    the first poll showing progress beyond ``begin`` (the offsets the consumer starts from) and
-    closes when everything is committed; ``cpu`` readers are sampled at both ends; ``alive`` raises
+    the first poll where every partition's committed offset has reached ``begin`` (the end of the
+    warm-up) and closes when everything is committed; ``cpu`` readers are sampled at both ends; ``alive`` raises
     when the consumer died."""
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
     await admin.start()
@@ -179,6 +180,7 @@ async def drain(bootstrap: str, group: str, topic: str, begin: dict[int, int], t
     cpu = cpu or {}
     cpu_start: dict[str, float] = {}
     deadline = time.monotonic() + timeout
+    progressed, last = time.monotonic(), -1
     try:
         with tqdm(total=window.total, desc=desc, unit="ev", dynamic_ncols=True, leave=False) as bar:
             while True:
@@ -187,10 +189,17 @@ async def drain(bootstrap: str, group: str, topic: str, begin: dict[int, int], t
                     offsets = await admin.list_consumer_group_offsets(group)
                 except KafkaError:  # the group (or the offsets topic) does not exist yet
                     offsets = {}
-                committed = sum(max(0, offsets[tp].offset) for tp in offsets if tp.topic == topic)
+                by_partition = {tp.partition: max(0, offsets[tp].offset) for tp in offsets if tp.topic == topic}
+                committed = sum(by_partition.values())
                 now, wall = time.perf_counter(), time.time()
+                if committed != last:
+                    progressed, last = time.monotonic(), committed
+                elif time.monotonic() - progressed > STALL_SECONDS:
+                    behind = {p: f"{by_partition.get(p, 0)}/{end}" for p, end in total.items() if by_partition.get(p, 0) < end}
+                    raise TimeoutError(f"{desc}: no offset committed for {STALL_SECONDS:.0f} s; partitions behind "
+                                       f"(committed/end): {behind}")
                 bar.update(committed - bar.n)
-                if not cpu_start and committed > window.committed_at_start:
+                if not cpu_start and all(by_partition.get(p, 0) >= offset for p, offset in begin.items()):
                     window.started, window.wall, window.committed_at_start = now, (wall, wall), committed
                     cpu_start = {name: read() for name, read in cpu.items()}
                     if on_start is not None:
@@ -311,7 +320,7 @@ class Setup:
         a = self.args
         return ["--model", str(self.model), "--bootstrap", self.bootstrap, "--prefix", prefix, "--partitions",
                 str(a.partitions), "--app-id", app_id, "--guarantee", guarantee, "--batch-max", str(a.batch_max),
-                "--commit-interval", str(a.commit_interval), "--log-level", "warning"]
+                "--batch-within", str(a.batch_within), "--commit-interval", str(a.commit_interval), "--log-level", "warning"]
 
     def workload(self, services: int, ticks: int) -> tuple[Workload, np.ndarray]:
         workload = copies_of(load_dataset(self.args.dataset), services, ticks, seed=0)
@@ -324,17 +333,6 @@ def row(name: str, window: Window, main: str) -> dict[str, float | str | int]:
             "cpu_us_per_event": 1e6 * window.cpu[main] / window.events,
             "broker_cpu_us_per_event": 1e6 * window.cpu["broker"] / window.events,
             "cpu_steal_share": window.cpu["steal"] / (window.seconds * (os.cpu_count() or 1))}
-
-
-async def warm_up(setup: Setup, prefix: str, app_id: str, guarantee: str, warm: dict[int, int]) -> None:
-    """A first worker instance decides the warm-up ticks and is stopped once they are committed (the
-    services' rows then live in the table's changelog, from which the next instance restores them)."""
-    worker = WorkerProcess(setup.worker_args(prefix, app_id, guarantee), setup.folder / f"{app_id}-warm-up")
-    try:
-        await drain(setup.bootstrap, app_id, f"{prefix}.usage", warm, warm, f"warm-up {guarantee}",
-                    setup.args.timeout, worker.alive)
-    finally:
-        worker.stop()
 
 
 async def decision_batches(bootstrap: str, topic: str, partitions: int) -> list[float]:
@@ -371,8 +369,6 @@ async def throughput(setup: Setup, bar: tqdm) -> list[dict]:
     app_ids = {g: f"{prefix}-{g.replace('_', '-')}" for g in a.guarantees}
     await produce(setup.bootstrap, names.usage, usage_messages(workload, capacity, range(w)), "produce warm-up")
     warm = await end_offsets(setup.bootstrap, names.usage, a.partitions)
-    for guarantee, app_id in app_ids.items():
-        await warm_up(setup, prefix, app_id, guarantee, warm)
     await produce(setup.bootstrap, names.usage, usage_messages(workload, capacity, range(w, ticks)), "produce events")
     total = await end_offsets(setup.bootstrap, names.usage, a.partitions)
     broker = {"broker": lambda: cpu_seconds(setup.broker_pid), "steal": steal_seconds}
@@ -578,6 +574,8 @@ def main() -> None:
     parser.add_argument("--latency-guarantee", default="exactly_once", choices=("exactly_once", "at_least_once"))
     parser.add_argument("--partitions", type=int, default=8, help="partitions of the topics (default 8)")
     parser.add_argument("--batch-max", type=int, default=1000, help="worker --batch-max and raw pipe batch (default 1000)")
+    parser.add_argument("--batch-within", type=float, default=0.005,
+                        help="worker --batch-within: seconds it waits for more events before deciding (default 0.005)")
     parser.add_argument("--commit-interval", type=float, default=0.1, help="seconds between commits (default 0.1)")
     parser.add_argument("--dataset", default="genai-mem", help="trace the services are copies of (default genai-mem)")
     parser.add_argument("--capacity-headroom", type=float, default=0.9,
@@ -595,7 +593,7 @@ def main() -> None:
     if args.py_spy is not None:
         search = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
         if shutil.which("py-spy", path=search) is None:
-            parser.error("--py-spy needs the py-spy executable next to Python or on PATH (pip install py-spy)")
+            parser.error("--py-spy needs the py-spy executable next to Python or on PATH (pip install -e '.[bench]')")
         args.py_spy.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(1)
     load_before = os.getloadavg()
@@ -626,7 +624,8 @@ def plot(result: dict, path: Path) -> None:
         for i, r in enumerate(rows):
             bars.annotate(f"{r['events_per_second']:,.0f}/s\n{r['ratio_to_raw_pipe']:.2f}x raw", (i, r["events_per_second"]),
                           ha="center", va="bottom", fontsize=8)
-        bars.set(ylabel="usage events per second", title="(a) throughput on one broker, same backlog")
+        bars.set(ylabel="usage events per second", title="(a) throughput on one broker, same backlog",
+                 ylim=(0, 1.2 * max(r["events_per_second"] for r in rows)))
         bars.tick_params(axis="x", labelsize=8)
     latency = result["latency"]
     if latency:
