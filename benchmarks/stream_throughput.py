@@ -56,7 +56,6 @@ import orjson
 import torch
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
-from aiokafka.errors import KafkaError
 from tqdm import tqdm
 
 from host import describe, steal_seconds
@@ -68,7 +67,7 @@ from picrl_core.simulator import censor
 from producers.workload import Workload, copies_of
 from stream.decisions import DecisionEngine, Incoming
 from stream.records import UsageEvent, decode_action
-from stream.topics import TopicNames, ensure_topics, topic_specs
+from stream.topics import TopicNames, committed_offsets, end_offsets, ensure_topics, topic_specs
 
 REPO = Path(__file__).resolve().parents[1]
 POLL_SECONDS = 0.05  # committed-offset polling period (the resolution of the measured window's ends)
@@ -119,16 +118,6 @@ async def produce(bootstrap: str, topic: str, messages: list[Message], desc: str
                 bar.update(len(chunk))
     finally:
         await producer.stop()
-
-
-async def end_offsets(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap)
-    await consumer.start()
-    try:
-        ends = await consumer.end_offsets([TopicPartition(topic, p) for p in range(partitions)])
-    finally:
-        await consumer.stop()
-    return {tp.partition: offset for tp, offset in ends.items()}
 
 
 # ---------------------------------------------------------------- progress of a consumer group
@@ -185,11 +174,7 @@ async def drain(bootstrap: str, group: str, topic: str, begin: dict[int, int], t
         with tqdm(total=window.total, desc=desc, unit="ev", dynamic_ncols=True, leave=False) as bar:
             while True:
                 alive()
-                try:
-                    offsets = await admin.list_consumer_group_offsets(group)
-                except KafkaError:  # the group (or the offsets topic) does not exist yet
-                    offsets = {}
-                by_partition = {tp.partition: max(0, offsets[tp].offset) for tp in offsets if tp.topic == topic}
+                by_partition = await committed_offsets(admin, group, topic)
                 committed = sum(by_partition.values())
                 now, wall = time.perf_counter(), time.time()
                 if committed != last:

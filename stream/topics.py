@@ -16,7 +16,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import KafkaError
 
 DAY_MS = 86_400_000
 MIB = 1 << 20
@@ -111,3 +113,23 @@ async def ensure_topics(bootstrap: str, specs: list[TopicSpec]) -> dict[str, str
     finally:
         await admin.close()
     return {s.name: ("created" if s in missing else "exists") for s in specs}
+
+
+async def end_offsets(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
+    """The offset the next record of each partition of ``topic`` will get (``{partition: offset}``)."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap)
+    await consumer.start()
+    try:
+        ends = await consumer.end_offsets([TopicPartition(topic, p) for p in range(partitions)])
+    finally:
+        await consumer.stop()
+    return {tp.partition: offset for tp, offset in ends.items()}
+
+
+async def committed_offsets(admin: AIOKafkaAdminClient, group: str, topic: str) -> dict[int, int]:
+    """The offsets consumer group ``group`` committed on ``topic`` (``{}`` before its first commit)."""
+    try:
+        offsets = await admin.list_consumer_group_offsets(group)
+    except KafkaError:  # the group (or the offsets topic) does not exist yet
+        return {}
+    return {tp.partition: max(0, meta.offset) for tp, meta in offsets.items() if tp.topic == topic}

@@ -53,13 +53,13 @@ async def wait_until(predicate: Any, timeout: float, interval: float = 0.1) -> b
 
 
 def produce(bootstrap: str, topic: str, messages: list[tuple[bytes, bytes]]) -> None:
-    """Send ``(key, value)`` messages to ``topic`` in order, each acknowledged (idempotent producer)."""
+    """Send ``(key, value)`` messages to ``topic`` and wait until all are acknowledged (the idempotent
+    producer keeps each partition's order)."""
     async def send() -> None:
         producer = AIOKafkaProducer(bootstrap_servers=bootstrap, enable_idempotence=True)
         await producer.start()
         try:
-            for key, value in messages:
-                await producer.send_and_wait(topic, value, key=key)
+            await asyncio.gather(*[await producer.send(topic, value, key=key) for key, value in messages])
         finally:
             await producer.stop()
     asyncio.run(send())
