@@ -20,6 +20,7 @@ import time
 from collections import OrderedDict, deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import cast
 
 import faust
 from faust.types import EventT
@@ -31,6 +32,7 @@ from stream.metrics import WorkerMetrics
 from stream.policy_follower import PolicyFollower, PolicyGate
 from stream.intake import Letter, Raw, decide, decode_batch
 from stream.records import Action
+from stream.state_table import ServiceStateTable
 from stream.topics import TopicNames
 from stream.views import add_views
 
@@ -88,15 +90,28 @@ class StreamWorker:
             processing_guarantee=settings.guarantee, topic_partitions=settings.partitions,
             topic_replication_factor=1, broker_commit_interval=settings.commit_interval,
             broker_session_timeout=settings.session_timeout, broker_heartbeat_interval=settings.session_timeout / 5,
-            producer_max_request_size=8 << 20, **web)
+            producer_max_request_size=8 << 20, Table=ServiceStateTable, **web)
         self.usage = self.app.topic(self.topics.usage, key_type=bytes, value_type=bytes, key_serializer="raw",
                                     value_serializer="raw", partitions=settings.partitions)
-        self.states = self.app.Table("service-state", key_type=bytes, value_type=bytes,  # bytes: raw serializer
-                                     partitions=settings.partitions, use_partitioner=True)
+        self.states = cast(ServiceStateTable, self.app.Table(  # bytes: raw serializer
+            "service-state", key_type=bytes, value_type=bytes, partitions=settings.partitions, use_partitioner=True))
         self.app.agent(self.usage, name="decide")(self._decide)
+        self.app.on_rebalance_complete.connect(self._hold_records_until_seeked)
         self.app.task(self.follower.run)
         if settings.web_port is not None:
             add_views(self)
+
+    async def _hold_records_until_seeked(self, app: faust.App, **_: object) -> None:
+        """Keep usage records out of the stream until Faust has seeked to the committed offsets.
+
+        After a rebalance Faust resumes the usage partitions, awaits the seek to the committed offsets
+        and only then resumes flow control, which clears the stream queues. Flow control was already on
+        for the table recovery, so records fetched during the seek went into the queues, were cleared,
+        and the seek had reset the read offsets: Faust either committed past them (decisions lost) or
+        never committed that partition again (faust-streaming issue #596; seen here in a take-over of
+        a backlog, tests/stream/test_reliability.py). This signal comes just before the resume: with flow
+        control suspended, the fetcher waits on the first record until the seek is done."""
+        app.flow_control.suspend()
 
     def _adopt(self, policy: PolicyNetwork, version: int) -> None:
         self.engine.set_policy(policy, version)
@@ -124,7 +139,7 @@ class StreamWorker:
                   for t in outcome.transitions]
         sends += [self._send(self.topics.deadletter, letter.key, letter.record.to_bytes(), letter.partition)
                   for letter in letters]
-        await asyncio.gather(*[await send for send in sends])
+        await asyncio.gather(*[await send for send in sends], self.states.changelog_written())
         self._observe(events, incoming, outcome, letters)
 
     def _observe(self, events: Sequence[EventT], incoming: list[Incoming], outcome: BatchOutcome,
