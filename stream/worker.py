@@ -10,7 +10,9 @@ The agent takes the events it has in hand (``stream.take_events``, up to ``batch
 ``exactly_once`` guarantee (the default) the outputs of a batch, its table updates and its input
 offsets commit in one Kafka transaction per usage partition; Faust routes table writes itself, and
 the outputs are sent with the transactional producer of their source partition (Faust would send
-them outside any transaction: faust-streaming issue #177).
+them outside any transaction: faust-streaming issue #177). A batch waits for its outputs and table
+writes to be delivered, and commits run between batches, never within one; after a rebalance the
+agent gets no record before Faust has seeked to the committed offsets (faust-streaming issue #596).
 """
 from __future__ import annotations
 
@@ -41,6 +43,7 @@ log = logging.getLogger("picrl.worker")
 GUARANTEES = ("exactly_once", "at_least_once")
 RECENT_DECISIONS = 10  # last decisions kept per service for /services/<id>
 RECENT_SERVICES = 10_000  # services whose recent decisions are kept (least recently seen dropped)
+FAUST_COMMITS_OFF = 1 << 30  # Faust's own periodic commits (seconds, events): the worker commits between batches
 
 
 @dataclass(frozen=True)
@@ -88,7 +91,7 @@ class StreamWorker:
         self.app = faust.App(
             settings.app_id, broker=f"kafka://{settings.bootstrap}", store="memory://",
             processing_guarantee=settings.guarantee, topic_partitions=settings.partitions,
-            topic_replication_factor=1, broker_commit_interval=settings.commit_interval,
+            topic_replication_factor=1, broker_commit_interval=FAUST_COMMITS_OFF, broker_commit_every=FAUST_COMMITS_OFF,
             broker_session_timeout=settings.session_timeout, broker_heartbeat_interval=settings.session_timeout / 5,
             producer_max_request_size=8 << 20, Table=ServiceStateTable, **web)
         self.usage = self.app.topic(self.topics.usage, key_type=bytes, value_type=bytes, key_serializer="raw",
@@ -96,6 +99,8 @@ class StreamWorker:
         self.states = cast(ServiceStateTable, self.app.Table(  # bytes: raw serializer
             "service-state", key_type=bytes, value_type=bytes, partitions=settings.partitions, use_partitioner=True))
         self.app.agent(self.usage, name="decide")(self._decide)
+        self._batch = asyncio.Lock()  # held while a batch is decided and sent, and while offsets commit
+        self.app.timer(settings.commit_interval, name="commit")(self._commit_between_batches)
         self.app.on_rebalance_complete.connect(self._hold_records_until_seeked)
         self.app.task(self.follower.run)
         if settings.web_port is not None:
@@ -122,8 +127,23 @@ class StreamWorker:
             await self.follower.ready.wait()
             await self.handle(events)
 
+    async def _commit_between_batches(self) -> None:
+        """Commit the offsets of the batches handled so far, never in the middle of one.
+
+        Faust commits on a timer of its own, and under exactly_once a commit ends the open transaction:
+        one landing mid-batch would commit part of the batch's actions and rows with the previous
+        batch's offsets, and a crash before the next commit would decide the rest again on rows that
+        already hold some of it. So Faust's timer is off and this one takes the batch lock. (Faust still
+        commits itself on rebalance and shutdown, after the streams have acked their events.)"""
+        async with self._batch:
+            await self.app.consumer.commit()
+
     async def handle(self, events: Sequence[EventT]) -> None:
-        """Decode, decide, store and send one batch of usage events."""
+        """Decode, decide, store and send one batch of usage events; no commit runs meanwhile."""
+        async with self._batch:
+            await self._handle(events)
+
+    async def _handle(self, events: Sequence[EventT]) -> None:
         now = time.time()
         incoming, letters = decode_batch([Raw(e.message.topic, e.message.partition, e.message.offset, e.message.key,
                                               e.message.value) for e in events], now)
