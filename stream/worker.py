@@ -125,7 +125,8 @@ class StreamWorker:
     async def _decide(self, stream: faust.StreamT) -> None:
         async for events in stream.take_events(self.settings.batch_max, within=self.settings.batch_within):
             await self.follower.ready.wait()
-            await self.handle(events)
+            async with self._batch:  # no commit while a batch is decided and sent
+                await self.handle(events)
 
     async def _commit_between_batches(self) -> None:
         """Commit the offsets of the batches handled so far, never in the middle of one.
@@ -139,11 +140,7 @@ class StreamWorker:
             await self.app.consumer.commit()
 
     async def handle(self, events: Sequence[EventT]) -> None:
-        """Decode, decide, store and send one batch of usage events; no commit runs meanwhile."""
-        async with self._batch:
-            await self._handle(events)
-
-    async def _handle(self, events: Sequence[EventT]) -> None:
+        """Decode, decide, store and send one batch of usage events."""
         now = time.time()
         incoming, letters = decode_batch([Raw(e.message.topic, e.message.partition, e.message.offset, e.message.key,
                                               e.message.value) for e in events], now)

@@ -166,8 +166,8 @@ def _committed_everything(bootstrap: str, group: str, topic: str, partitions: in
                     return
                 if committed != last:
                     last, moved = committed, time.monotonic()
-                behind = {p: f"{committed.get(p, 0)}/{offset}" for p, offset in end.items() if committed.get(p, 0) < offset}
-                assert time.monotonic() - moved < stall_after, f"no commit for {stall_after:.0f} s; behind: {behind}"
+                assert time.monotonic() - moved < stall_after, f"no commit for {stall_after:.0f} s; behind: " + str(
+                    {p: f"{committed.get(p, 0)}/{offset}" for p, offset in end.items() if committed.get(p, 0) < offset})
                 await asyncio.sleep(0.5)
         finally:
             await admin.close()
