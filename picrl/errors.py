@@ -2,11 +2,9 @@
 from __future__ import annotations
 
 from picrl.kafka.local_broker import BrokerError
-from picrl_core.artifact import ArtifactError
-from picrl_core.series import UnusableSeriesError
 from producers.closed_loop import NoActionError
-from stream.topics import TopicMismatchError
 
-# Expected failures a user can act on: bad input, missing tools, an unreachable broker.
-UserError = (BrokerError, ArtifactError, UnusableSeriesError, TopicMismatchError, NoActionError, FileNotFoundError,
-             ValueError, ConnectionError)
+# Expected failures a user can act on: bad input, missing tools, an unreachable broker. ValueError covers
+# picrl_core's ArtifactError and UnusableSeriesError and stream's TopicMismatchError, whose modules are
+# not imported here: they load torch, which the light commands do without.
+UserError = (BrokerError, NoActionError, FileNotFoundError, ValueError, ConnectionError)

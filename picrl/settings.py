@@ -17,10 +17,11 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from stream.decisions import EngineSettings, ServiceOverride
-from stream.worker import GUARANTEES, WorkerSettings
+if TYPE_CHECKING:  # imported where used: the worker's modules load torch and Faust, `picrl config` needs neither
+    from stream.decisions import ServiceOverride
+    from stream.worker import WorkerSettings
 
 
 class SettingsError(ValueError):
@@ -42,6 +43,12 @@ def _choice(*allowed: str) -> Callable[[Any], str]:
             raise ValueError(f"expected one of {', '.join(allowed)}")
         return str(value)
     return parse
+
+
+def _guarantee(value: Any) -> str:
+    from stream.worker import GUARANTEES  # only when one is set: the worker module loads Faust
+
+    return _choice(*GUARANTEES)(value)
 
 
 def _non_negative(value: Any) -> float:
@@ -69,7 +76,7 @@ SPECS: dict[str, Spec] = {
     "prefix": Spec(str, "picrl", "topic name prefix"),
     "partitions": Spec(_positive_int, 8, "partitions of the keyed topics"),
     "app_id": Spec(str, "picrl-worker", "Faust app id of the workers (consumer group, changelog names)"),
-    "guarantee": Spec(_choice(*GUARANTEES), "exactly_once", "processing guarantee"),
+    "guarantee": Spec(_guarantee, "exactly_once", "processing guarantee"),
     "mode": Spec(_choice("enforce", "recommend"), "enforce", "enforce: actions are to be applied; recommend: "
                                                              "actions are labelled advisory"),
     "policy_name": Spec(str, "default", "policy followed on <prefix>.policy"),
@@ -102,6 +109,9 @@ class Settings:
         return self.values[name]
 
     def worker(self, bootstrap: str) -> WorkerSettings:
+        from stream.decisions import EngineSettings
+        from stream.worker import WorkerSettings
+
         v = self.values
         engine = EngineSettings(scaling=v["scaling"], headroom=v["headroom"], max_services=v["max_services"],
                                 max_tick_gap=v["max_tick_gap"], advisory=v["mode"] == "recommend",
@@ -124,6 +134,8 @@ def _parse(name: str, raw: Any, source: str) -> Any:
 def _services(raw: Any, source: str) -> dict[str, ServiceOverride]:
     if not isinstance(raw, Mapping):
         raise SettingsError(f"setting services (from {source}) must map service ids to overrides")
+    from stream.decisions import ServiceOverride
+
     allowed = {f.name for f in fields(ServiceOverride)}
     out = {}
     for service, override in raw.items():

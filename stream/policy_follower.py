@@ -17,13 +17,15 @@ import logging
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from picrl_core.artifact import ArtifactError, policy_from_bytes
 from picrl_core.config import PicRLConfig
-from picrl_core.policy import PolicyNetwork
 from stream.records import DecodeError, PolicyVersion, decode_policy
+
+if TYPE_CHECKING:  # torch is loaded by the gate, not by `picrl policy list`, which reads versions only
+    from picrl_core.policy import PolicyNetwork
 
 log = logging.getLogger("picrl.policy")
 
@@ -52,6 +54,8 @@ class PolicyGate:
         self.score_margin = score_margin
 
     def review(self, record: PolicyVersion) -> Review:
+        from picrl_core.artifact import ArtifactError, policy_from_bytes
+
         try:
             policy = policy_from_bytes(record.weights, self.config)
         except ArtifactError as exc:

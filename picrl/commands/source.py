@@ -1,4 +1,8 @@
-"""Shared CLI plumbing for commands that read a trace: ``--dataset NAME`` or ``--trace FILE --column``."""
+"""Shared CLI plumbing for commands that read a trace: ``--dataset NAME`` or ``--trace FILE --column``.
+
+torch and the training pipeline are imported by the functions that train or load a model, so that
+``picrl produce`` (which only reads traces) starts without them.
+"""
 from __future__ import annotations
 
 import argparse
@@ -6,17 +10,18 @@ import hashlib
 import json
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
 from picrl.datasets import DATASETS, Trace, load_csv, load_dataset
 from picrl.kafka.local_broker import default_cache
 from picrl.progress import PhaseBars
-from picrl_core.artifact import ModelArtifact, load_artifact, save_artifact
 from picrl_core.config import PicRLConfig
-from picrl_core.pipeline import train_offline
 from picrl_core.series import PreparedSeries, prepare_series
+
+if TYPE_CHECKING:
+    from picrl_core.artifact import ModelArtifact
 
 
 def add_trace_source(parser: argparse.ArgumentParser, *, pods: bool = False) -> None:
@@ -27,7 +32,8 @@ def add_trace_source(parser: argparse.ArgumentParser, *, pods: bool = False) -> 
         source.add_argument("--pods", action="store_true",
                             help="the 91 per-pod GenAI GPU-memory series (bundled): each service its own series")
     source.add_argument("--dataset", choices=sorted(DATASETS),
-                        help="a bundled Alibaba trace: " + "; ".join(f"{k}: {v}" for k, v in sorted(DATASETS.items())))
+                        help="a bundled Alibaba trace: " + "; ".join(f"{k}: {v}" for k, v in sorted(DATASETS.items()))
+                        .replace("%", "%%"))  # argparse %-formats help: a description's "%" is literal
     source.add_argument("--trace", type=Path, help="a CSV file (plain or .gz) with a demand column")
     group.add_argument("--column", help="demand column of --trace")
     group.add_argument("--time-column", help="time column of --trace (seconds or ISO 8601); rows are sorted by it")
@@ -71,6 +77,9 @@ def load_series(args: argparse.Namespace) -> tuple[Trace, PreparedSeries]:
 
 
 def config_from_args(args: argparse.Namespace) -> PicRLConfig:
+    """The config of ``--config``, ``--seed`` and ``--quick``; sets torch's CPU threads (``--threads``)."""
+    import torch
+
     torch.set_num_threads(max(1, args.threads))
     overrides = {}
     if args.config is not None:
@@ -100,6 +109,8 @@ def cache_key(trace: Trace, config: PicRLConfig) -> str:
 
 def train_with_progress(series: PreparedSeries, config: PicRLConfig) -> ModelArtifact:
     """Phases 1 and 2 with a progress bar each."""
+    from picrl_core.pipeline import train_offline
+
     with PhaseBars() as bars:
         return train_offline(
             series, config,
@@ -112,6 +123,8 @@ def train_with_progress(series: PreparedSeries, config: PicRLConfig) -> ModelArt
 def cached_model(trace: Trace, series: PreparedSeries, config: PicRLConfig, cache: Path | None = None) -> tuple[ModelArtifact, Path, bool]:
     """The model for this trace and config from the cache, training (and caching) it when absent.
     Returns (artifact, its folder, whether it was trained now)."""
+    from picrl_core.artifact import load_artifact, save_artifact
+
     folder = (cache or default_cache()) / "models" / f"{_slug(trace.name)}-{cache_key(trace, config)}"
     if (folder / "artifact.json").exists():
         return load_artifact(folder), folder, False
