@@ -2,11 +2,15 @@
 
     GET /healthz            200 once the worker follows the policy topic and is assigned partitions, else 503
     GET /metrics            Prometheus exposition of :class:`stream.metrics.WorkerMetrics`
-    GET /services/<id>/     the service's state (range, calibrator, streaks, pending decision) and its last
+    GET /services/<id>      the service's state (range, calibrator, streaks, pending decision) and its last
                             decisions with their breakdown; 404 when this worker does not hold the service
+
+Each path answers with and without a trailing slash: Prometheus scrapes ``/metrics`` by default, and
+aiohttp (Faust's web driver) matches paths exactly.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -42,10 +46,19 @@ def service_view(worker: "StreamWorker", service: str) -> dict[str, Any] | None:
     return state
 
 
+def _page(app: Any, path: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """``app.page`` for ``path`` both without and with its trailing slash."""
+    def register(handler: Callable[..., Any]) -> Callable[..., Any]:
+        app.page(path, name=handler.__name__)(handler)
+        app.page(path + "/", name=handler.__name__ + "_slash")(handler)
+        return handler
+    return register
+
+
 def add_views(worker: "StreamWorker") -> None:
     app = worker.app
 
-    @app.page("/healthz/")
+    @_page(app, "/healthz")
     async def healthz(self: Any, request: Any) -> Any:
         ready = worker.follower.ready.is_set() and bool(app.consumer.assignment())
         body = {"status": "ok" if ready else "starting", "policy_version": worker.engine.policy_version,
@@ -53,13 +66,13 @@ def add_views(worker: "StreamWorker") -> None:
                                                                      if tp.topic == worker.topics.usage)}
         return self.json(body, status=200 if ready else 503)
 
-    @app.page("/metrics/")
+    @_page(app, "/metrics")
     async def metrics(self: Any, request: Any) -> Any:
         # aiohttp wants the charset out of content_type ("text/plain; version=0.0.4; charset=utf-8")
         content_type = "; ".join(p for p in CONTENT_TYPE_LATEST.split("; ") if not p.startswith("charset"))
         return self.bytes(generate_latest(worker.metrics.registry), content_type=content_type)
 
-    @app.page("/services/{service}/")
+    @_page(app, "/services/{service}")
     async def services(self: Any, request: Any, service: str) -> Any:
         view = service_view(worker, service)
         if view is None:

@@ -22,7 +22,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def fetch(url: str, service: str) -> tuple[int, dict[str, Any]]:
-    address = f"{url.rstrip('/')}/services/{urllib.parse.quote(service, safe='')}/"
+    address = f"{url.rstrip('/')}/services/{urllib.parse.quote(service, safe='')}"
     try:
         with urllib.request.urlopen(address, timeout=10) as response:
             return response.status, json.loads(response.read())
