@@ -5,18 +5,39 @@ Each worker has its own registry, served by the worker's web server at ``/metric
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Collection
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
 
 disable_created_metrics()  # no *_created series next to every counter
 
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+IN_STREAK = 3  # consecutive censored ticks from which a service counts as in a censoring streak
+
+
+class CensorStreaks:
+    """Each service's current run of consecutive censored ticks (from its newest action) and its usage
+    partition, so that the streak gauges cover every service the worker decides for, not one batch."""
+
+    def __init__(self) -> None:
+        self._by_service: dict[str, tuple[int, int]] = {}  # service -> (partition, streak)
+
+    def update(self, service: str, partition: int, streak: int) -> None:
+        self._by_service[service] = (partition, streak)
+
+    def current(self, partitions: Collection[int]) -> list[int]:
+        """The streaks of the services on ``partitions``; services of other partitions (moved to another
+        worker by a rebalance) are forgotten."""
+        for service in [s for s, (p, _) in self._by_service.items() if p not in partitions]:
+            del self._by_service[service]
+        return [streak for _, streak in self._by_service.values()]
 
 
 class WorkerMetrics:
-    """Counters, gauges and the decision-latency histogram of one stream worker."""
+    """Counters, gauges and the decision-latency histogram of one stream worker; ``held_partitions``
+    returns the usage partitions the worker holds when the streak gauges are read."""
 
-    def __init__(self) -> None:
+    def __init__(self, held_partitions: Callable[[], Collection[int]]) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
         self.events = Counter("picrl_events_total", "Usage events consumed", registry=r)
@@ -33,11 +54,14 @@ class WorkerMetrics:
         self.policy_version = Gauge("picrl_policy_version", "Version of the acting policy", registry=r)
         self.policy_age = Gauge("picrl_policy_age_seconds", "Seconds since the acting policy was adopted", registry=r)
         self.services = Gauge("picrl_services", "Services whose state this worker holds", registry=r)
-        self.streak_max = Gauge("picrl_censor_streak_max",
-                                "Longest current run of consecutive censored ticks among the last batch's services",
-                                registry=r)
-        self.in_streak = Gauge("picrl_services_in_censor_streak",
-                               "Services of the last batch with 3 or more consecutive censored ticks", registry=r)
+        self.streaks = CensorStreaks()
+        streak_max = Gauge("picrl_censor_streak_max",
+                           "Longest current run of consecutive censored ticks among the services this worker holds",
+                           registry=r)
+        streak_max.set_function(lambda: max(self.streaks.current(held_partitions()), default=0))
+        in_streak = Gauge("picrl_services_in_censor_streak",
+                          f"Services this worker holds whose last {IN_STREAK} or more ticks were censored", registry=r)
+        in_streak.set_function(lambda: sum(s >= IN_STREAK for s in self.streaks.current(held_partitions())))
         self.latency = Histogram("picrl_decision_latency_seconds",
                                  "From a usage event's production to its action's decision", buckets=_LATENCY_BUCKETS,
                                  registry=r)

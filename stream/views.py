@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from stream.metrics import IN_STREAK
+
 if TYPE_CHECKING:
     from stream.worker import StreamWorker
 
@@ -40,7 +42,7 @@ def service_view(worker: "StreamWorker", service: str) -> dict[str, Any] | None:
             "mu": float(core["mu"]), "sigma": float(core["sigma"]), "k": float(core["k"]), "eta": float(core["eta"]),
             "k_sigma": float(core["k"] * core["sigma"]), "margin": float(core["margin"]), "bias": float(core["bias"]),
             "censor_streak": int(core["censor_streak"]), "over_streak": int(core["over_streak"]),
-            "in_censoring_streak": int(core["censor_streak"]) >= 3,
+            "in_censoring_streak": int(core["censor_streak"]) >= IN_STREAK,
         })
     state["last_decisions"] = [action.to_dict() for action in worker.recent.get(service, ())]
     return state
@@ -62,8 +64,7 @@ def add_views(worker: "StreamWorker") -> None:
     async def healthz(self: Any, request: Any) -> Any:
         ready = worker.follower.ready.is_set() and bool(app.consumer.assignment())
         body = {"status": "ok" if ready else "starting", "policy_version": worker.engine.policy_version,
-                "services": len(worker.states), "partitions": sorted(tp.partition for tp in app.consumer.assignment()
-                                                                     if tp.topic == worker.topics.usage)}
+                "services": len(worker.states), "partitions": sorted(worker.usage_partitions())}
         return self.json(body, status=200 if ready else 503)
 
     @_page(app, "/metrics")

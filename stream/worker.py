@@ -81,7 +81,7 @@ class StreamWorker:
         self.settings = settings
         self.topics = TopicNames(settings.prefix)
         self.engine = DecisionEngine(artifact, settings.engine)
-        self.metrics = WorkerMetrics()
+        self.metrics = WorkerMetrics(self.usage_partitions)
         self.recent: OrderedDict[str, deque[Action]] = OrderedDict()  # last decisions of recently seen services
         gate = PolicyGate(artifact.config, settings.policy_name, max_kl=settings.max_policy_kl,
                           score_margin=settings.policy_score_margin)
@@ -117,6 +117,10 @@ class StreamWorker:
         a backlog, tests/stream/test_reliability.py). This signal comes just before the resume: with flow
         control suspended, the fetcher waits on the first record until the seek is done."""
         app.flow_control.suspend()
+
+    def usage_partitions(self) -> set[int]:
+        """The usage partitions assigned to this worker now."""
+        return {tp.partition for tp in self.app.consumer.assignment() if tp.topic == self.topics.usage}
 
     def _adopt(self, policy: PolicyNetwork, version: int) -> None:
         self.engine.set_policy(policy, version)
@@ -168,11 +172,9 @@ class StreamWorker:
         m.transitions.inc(len(outcome.transitions))
         m.redelivered.inc(outcome.redelivered)
         m.services.set(len(self.states))
-        streaks = [a.censor_streak for a in outcome.actions]
-        if streaks:
-            m.streak_max.set(max(streaks))
-            m.in_streak.set(sum(s >= 3 for s in streaks))
+        partition_of = {item.event.service: item.partition for item in incoming}
         for action in outcome.actions:
+            m.streaks.update(action.service, partition_of[action.service], action.censor_streak)
             m.actions.labels(action.phase).inc()
             if action.source_produced_at > 0:
                 m.latency.observe(max(0.0, action.decided_at - action.source_produced_at))

@@ -57,7 +57,7 @@ def test_config_show_prints_values_and_sources(tmp_path: Path, capsys: pytest.Ca
 
 
 def _scrape(port: int) -> str:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics/", timeout=5) as response:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:  # Prometheus's default path
         return response.read().decode()
 
 
