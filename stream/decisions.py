@@ -14,6 +14,15 @@ keep the capacity in force, raised by ``warmup_bump`` after a shortage so the wi
 demand. After the ``W``-th tick the range is set (from the model artifact, or from the window
 widened by ``headroom`` on each side), the window becomes the controller's history (Algorithm 1,
 line 17) and the first PIC-RL decision is emitted for the next tick.
+
+A tick's record refused for its value rather than its identity (a :class:`BadValue` from the
+decoder, or an event missing a context channel the model reads) is dead-lettered and answered with a
+hold: an action for the next tick with ``phase="hold"`` that keeps the capacity in force (and carries
+the last decision's breakdown), so a scheduler waiting on that tick is not left without an answer.
+The service's state does not move: the controller sees the tick as missing (its next event moves the
+clock), and a corrected record for the same tick is still accepted and decided on. Only the tick the
+service is waiting for is held, once (a redelivery is not held again), and only for services the
+worker already holds (there is no capacity in force to hold for a new one).
 """
 from __future__ import annotations
 
@@ -93,6 +102,20 @@ class Incoming:
     partition: int
     offset: int
 
+    @property
+    def service(self) -> str:
+        return self.event.service
+
+
+@dataclass(frozen=True)
+class BadValue:
+    """A usage record refused for its values (already a dead letter) whose service and tick are valid."""
+
+    service: str
+    tick: int
+    partition: int
+    offset: int
+
 
 @dataclass(frozen=True)
 class Refusal:
@@ -158,14 +181,14 @@ class DecisionEngine:
             raise ValueError(f"stored state has {len(raw)} bytes, this model's rows have {self.row_bytes}")
         return np.frombuffer(raw, dtype=self.row_dtype).copy()
 
-    def process(self, batch: Sequence[Incoming], stored: Mapping[str, bytes | None],
+    def process(self, batch: Sequence[Incoming | BadValue], stored: Mapping[str, bytes | None],
                 services_held: int = 0) -> BatchOutcome:
         """Apply ``batch`` (in arrival order) to the services' ``stored`` rows (None: first seen);
         ``services_held`` is how many services the worker already keeps (for ``max_services``)."""
         outcome = BatchOutcome()
-        queues: dict[str, list[Incoming]] = {}
+        queues: dict[str, list[Incoming | BadValue]] = {}
         for item in batch:
-            queues.setdefault(item.event.service, []).append(item)
+            queues.setdefault(item.service, []).append(item)
         services = list(queues)
         rows = np.zeros(len(services), dtype=self.row_dtype)
         known = np.zeros(len(services), dtype=bool)
@@ -180,6 +203,10 @@ class DecisionEngine:
             present = [(i, queues[s][round_]) for i, s in enumerate(services) if round_ < len(queues[s])]
             warming, controlled, ready = [], [], []
             for i, item in present:
+                if isinstance(item, BadValue):
+                    if known[i]:
+                        self._hold(rows[i:i + 1], item.service, item.tick, item.offset, 0.0, outcome, now)
+                    continue
                 if not known[i]:
                     if room is not None and room <= 0:
                         outcome.refused.append(Refusal(item, "service_limit", f"new service {item.event.service!r} "
@@ -193,6 +220,9 @@ class DecisionEngine:
                     outcome.redelivered += 1
                 elif refusal is not None:
                     outcome.refused.append(refusal)
+                    if refusal.reason == "missing_context":  # about the value: the tick is still answered
+                        self._hold(rows[i:i + 1], item.service, item.event.tick, item.offset,
+                                   item.event.produced_at, outcome, now)
                 elif rows[i]["warm_count"] < self.window:
                     warming.append((i, item))
                 else:
@@ -230,6 +260,20 @@ class DecisionEngine:
             return Refusal(item, "missing_context", f"context channel(s) {sorted(missing)} absent; the model reads "
                                                     f"{list(self.context_names)}")
         return None
+
+    def _hold(self, row: np.ndarray, service: str, tick: int, offset: int, produced_at: float,
+              outcome: BatchOutcome, now: float) -> None:
+        """Answer the awaited ``tick`` of a refused record with the capacity in force for ``tick + 1``."""
+        if tick != int(row["expected_tick"][0]) or offset <= int(row["last_offset"][0]):
+            return  # not the tick the service waits for, or a redelivered refusal already held
+        row["last_offset"] = offset
+        core = row["core"][0]
+        k, sigma = float(core["k"]), float(core["sigma"])
+        outcome.actions.append(Action(
+            service, tick + 1, float(row["capacity"][0]), float(core["action"]), float(core["mu"]), sigma, k,
+            float(core["eta"]), float(core["margin"]), float(core["bias"]), int(row["policy_version"][0]),
+            int(core["censor_streak"]), self.settings.advisory, now, produced_at, phase="hold",
+            k_sigma=k * sigma if self.config.ablation.use_k_sigma else 0.0))
 
     def _context_vector(self, event: UsageEvent) -> np.ndarray:
         context = event.context or {}

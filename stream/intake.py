@@ -2,7 +2,9 @@
 
 The worker hands every consumed message to :func:`decode_batch`; what does not decode becomes a
 dead letter with the decoder's reason, what the engine refuses (or cannot process) becomes one with
-the engine's reason. Every message ends up in exactly one of the two lists.
+the engine's reason. Every message ends up in exactly one of the two lists; a dead letter whose
+service and tick are valid (refused for its value) also goes to the engine as a :class:`BadValue`,
+which answers the tick with a hold.
 """
 from __future__ import annotations
 
@@ -10,8 +12,8 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from stream.decisions import BatchOutcome, DecisionEngine, Incoming
-from stream.records import DeadLetter, DecodeError, decode_usage
+from stream.decisions import BadValue, BatchOutcome, DecisionEngine, Incoming
+from stream.records import DeadLetter, DecodeError, decode_usage, usage_identity
 
 log = logging.getLogger("picrl.worker")
 
@@ -40,16 +42,23 @@ class Letter:
     tick: int | None = None
 
 
-def decode_batch(messages: Sequence[Raw], now: float) -> tuple[list[Incoming], list[Letter]]:
-    """Decoded usage events and the dead letters of the messages that are not valid usage records."""
-    incoming, letters = [], []
+def decode_batch(messages: Sequence[Raw], now: float) -> tuple[list[Incoming | BadValue], list[Letter]]:
+    """The engine's input in arrival order (decoded usage events, and the service and tick of records
+    refused for their values) and the dead letters of the messages that are not valid usage records."""
+    incoming: list[Incoming | BadValue] = []
+    letters = []
     for m in messages:
         try:
             incoming.append(Incoming(decode_usage(m.value), m.partition, m.offset))  # type: ignore[arg-type]
         except DecodeError as exc:
             raw = bytes(m.value) if isinstance(m.value, (bytes, bytearray, memoryview)) else b""
+            identity = usage_identity(raw)
+            service, tick = identity if identity is not None else (None, None)
             letters.append(Letter(m.partition, m.key or b"",
-                                  DeadLetter(exc.reason, exc.detail, m.topic, m.partition, m.offset, raw, now)))
+                                  DeadLetter(exc.reason, exc.detail, m.topic, m.partition, m.offset, raw, now),
+                                  service, tick))
+            if identity is not None:
+                incoming.append(BadValue(*identity, m.partition, m.offset))
     return incoming, letters
 
 
@@ -59,8 +68,8 @@ def _letter(item: Incoming, topic: str, reason: str, detail: str, now: float) ->
                   item.event.service, item.event.tick)
 
 
-def decide(engine: DecisionEngine, incoming: list[Incoming], stored: Mapping[str, bytes | None], services_held: int,
-           topic: str, now: float) -> tuple[BatchOutcome, list[Letter]]:
+def decide(engine: DecisionEngine, incoming: list[Incoming | BadValue], stored: Mapping[str, bytes | None],
+           services_held: int, topic: str, now: float) -> tuple[BatchOutcome, list[Letter]]:
     """``engine.process`` on the batch, with refusals as dead letters. Should the engine fail on the
     batch, each event is retried alone and only the ones that still fail are set aside (``internal_error``)."""
     try:
@@ -71,10 +80,11 @@ def decide(engine: DecisionEngine, incoming: list[Incoming], stored: Mapping[str
     merged, letters, rows = BatchOutcome(), [], dict(stored)
     for item in incoming:
         try:
-            one = engine.process([item], {item.event.service: rows.get(item.event.service)}, services_held)
+            one = engine.process([item], {item.service: rows.get(item.service)}, services_held)
         except Exception as exc:
-            log.exception("event %s@%d set aside", item.event.service, item.offset)
-            letters.append(_letter(item, topic, INTERNAL_ERROR, f"{type(exc).__name__}: {exc}", now))
+            log.exception("event %s@%d set aside", item.service, item.offset)
+            if isinstance(item, Incoming):  # a BadValue is a dead letter already
+                letters.append(_letter(item, topic, INTERNAL_ERROR, f"{type(exc).__name__}: {exc}", now))
             continue
         rows.update(one.rows)
         merged.rows.update(one.rows)

@@ -29,7 +29,14 @@ Reasons (the closed set :data:`DECODE_REASONS`):
     bad_parent                a policy version whose parent is not older than itself
     length_mismatch           transition features and next_features of different lengths
     usage_above_capacity      uncensored usage above the capacity in force (beyond a relative 1e-9)
-    censored_usage_mismatch   censored usage that differs from the capacity by more than a relative 1e-6
+    censored_usage_mismatch   censored usage that differs from the capacity by more than 1% of it
+
+A censored report within 1% of the capacity (``CENSORED_USAGE_RTOL``) is accepted as censored:
+telemetry rounds, and a gauge sampled at a limit reads just under it. The worker then takes the
+capacity itself as the observation (``y_t = a_t``), whatever usage says.
+
+A usage record refused for its values whose ``service`` and ``tick`` are valid (:func:`usage_identity`)
+still names the tick it reports: the worker answers it with a hold (``stream.decisions``).
 """
 from __future__ import annotations
 
@@ -49,7 +56,7 @@ MAX_ID_LENGTH = 200
 MAX_TICK = 2**53  # ticks stay exact integers in every JSON reader, and tick + 1 never overflows
 MAX_QUANTITY = 1e18  # usage and capacity: far above any real unit, and their ranges stay finite
 USAGE_ABOVE_CAPACITY_RTOL = 1e-9
-CENSORED_USAGE_RTOL = 1e-6
+CENSORED_USAGE_RTOL = 0.01
 _INT64_MAX = 2**63 - 1
 _SHOWN_CHARS = 80
 _FORBIDDEN_ID_CATEGORIES = frozenset({"Cc", "Cf", "Cs"})  # control, format (e.g. bidi overrides), surrogate
@@ -329,7 +336,8 @@ class UsageEvent(_Record):
                                                       "and censored is false")
         if self.censored and abs(self.usage - self.capacity) > CENSORED_USAGE_RTOL * self.capacity:
             raise DecodeError("censored_usage_mismatch", f"usage: {self.usage!r} is censored, so it must equal "
-                                                         f"capacity {self.capacity!r}")
+                                                         f"capacity {self.capacity!r} (within "
+                                                         f"{CENSORED_USAGE_RTOL:.0%})")
 
 
 @dataclass(frozen=True, slots=True)
@@ -338,7 +346,9 @@ class Action(_Record):
     prediction ``mu``, ``sigma``, policy outputs ``k``, ``eta``, calibrator ``margin`` and ``bias``.
 
     ``phase`` is ``"warmup"`` while the worker is still collecting a new service's first window (it then
-    holds the capacity in force, raising it after a shortage) and ``"control"`` once PIC-RL decides.
+    holds the capacity in force, raising it after a shortage), ``"control"`` once PIC-RL decides, and
+    ``"hold"`` when the tick's usage record was refused for its value (dead-lettered): the capacity in
+    force is kept, with the breakdown of the decision that set it.
     ``k_sigma`` is the risk buffer ``k * sigma``; ``clipped`` says whether ``mu + k*sigma + margin + bias``
     was cut to the range (``"low"``/``"high"``) or replaced by an operator's override (``"override"``).
     ``censor_streak`` counts the consecutive censored ticks up to the decision (0: the last tick was not short)."""
@@ -367,7 +377,7 @@ class Action(_Record):
         "service": _SERVICE, "tick": _TICK, "capacity": _NON_NEGATIVE, "capacity_norm": _FINITE,
         "mu": _FINITE, "sigma": _NON_NEGATIVE, "k": _FINITE, "eta": _FINITE, "margin": _FINITE,
         "bias": _FINITE, "policy_version": _COUNT, "censor_streak": _COUNT, "advisory": _FLAG,
-        "decided_at": _TIMESTAMP, "source_produced_at": _TIMESTAMP, "phase": _choice("warmup", "control"),
+        "decided_at": _TIMESTAMP, "source_produced_at": _TIMESTAMP, "phase": _choice("warmup", "control", "hold"),
         "k_sigma": _FINITE, "clipped": _choice("none", "low", "high", "override"),
     }
 
@@ -465,6 +475,22 @@ class DeadLetter(_Record):
 
 def decode_usage(raw: bytes) -> UsageEvent:
     return _decode(raw, UsageEvent)
+
+
+def usage_identity(raw: bytes) -> tuple[str, int] | None:
+    """``(service, tick)`` of a message that is a usage record of this schema with a valid service id and
+    tick, whatever its other fields hold; None otherwise (the refusal is then about its identity)."""
+    try:
+        obj = orjson.loads(raw)
+    except (orjson.JSONDecodeError, TypeError):
+        return None
+    if not isinstance(obj, dict) or type(obj.get("schema")) is not int or obj["schema"] != SCHEMA_VERSION \
+            or obj.get("type") != UsageEvent._TYPE:
+        return None
+    try:
+        return _SERVICE.decode("service", obj.get("service")), _TICK.decode("tick", obj.get("tick"))
+    except DecodeError:
+        return None
 
 
 def decode_action(raw: bytes) -> Action:

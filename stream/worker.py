@@ -29,7 +29,7 @@ from faust.types import EventT
 
 from picrl_core.artifact import ModelArtifact
 from picrl_core.policy import PolicyNetwork
-from stream.decisions import BatchOutcome, DecisionEngine, EngineSettings, Incoming
+from stream.decisions import BadValue, BatchOutcome, DecisionEngine, EngineSettings, Incoming
 from stream.metrics import WorkerMetrics
 from stream.policy_follower import PolicyFollower, PolicyGate
 from stream.intake import Letter, Raw, decide, decode_batch
@@ -148,7 +148,7 @@ class StreamWorker:
         now = time.time()
         incoming, letters = decode_batch([Raw(e.message.topic, e.message.partition, e.message.offset, e.message.key,
                                               e.message.value) for e in events], now)
-        partition_of = {item.event.service: item.partition for item in incoming}
+        partition_of = {item.service: item.partition for item in incoming}
         stored = {service: self.states.get(service.encode()) for service in partition_of}
         outcome, refused = decide(self.engine, incoming, stored, len(self.states), self.topics.usage, now)
         letters += refused
@@ -163,16 +163,16 @@ class StreamWorker:
         await asyncio.gather(*[await send for send in sends], self.states.changelog_written())
         self._observe(events, incoming, outcome, letters)
 
-    def _observe(self, events: Sequence[EventT], incoming: list[Incoming], outcome: BatchOutcome,
+    def _observe(self, events: Sequence[EventT], incoming: list[Incoming | BadValue], outcome: BatchOutcome,
                  letters: list[Letter]) -> None:
         """Metrics, recent decisions and logs of one handled batch."""
         m = self.metrics
         m.events.inc(len(events))
-        m.censored.inc(sum(item.event.censored for item in incoming))
+        m.censored.inc(sum(isinstance(item, Incoming) and item.event.censored for item in incoming))
         m.transitions.inc(len(outcome.transitions))
         m.redelivered.inc(outcome.redelivered)
         m.services.set(len(self.states))
-        partition_of = {item.event.service: item.partition for item in incoming}
+        partition_of = {item.service: item.partition for item in incoming}
         for action in outcome.actions:
             m.streaks.update(action.service, partition_of[action.service], action.censor_streak)
             m.actions.labels(action.phase).inc()

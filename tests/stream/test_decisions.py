@@ -133,6 +133,16 @@ def test_far_future_tick_and_wrong_context_are_refused(tiny_artifact: ModelArtif
     assert not fine.refused
 
 
+def test_a_missing_context_channel_is_refused_and_the_tick_held(tiny_context_artifact: ModelArtifact) -> None:
+    engine = DecisionEngine(tiny_context_artifact)
+    warm = [Incoming(UsageEvent("svc", t, 4.0 + t % 3, False, 10.0, {"duty_pct": 40.0}), 0, t) for t in range(WINDOW)]
+    decided = engine.process(warm, {"svc": None})
+    outcome = engine.process([Incoming(UsageEvent("svc", WINDOW, 5.0, False, 10.0), 0, WINDOW)], decided.rows)
+    assert [r.reason for r in outcome.refused] == ["missing_context"]
+    (hold,) = outcome.actions
+    assert (hold.phase, hold.tick, hold.capacity) == ("hold", WINDOW + 1, decided.actions[-1].capacity)
+
+
 def test_a_capacity_applied_by_the_scheduler_replaces_the_decided_one(tiny_artifact: ModelArtifact) -> None:
     engine = DecisionEngine(tiny_artifact)
     rows = _warm(engine)
