@@ -19,10 +19,10 @@ A tick's record refused for its value rather than its identity (a :class:`BadVal
 decoder, or an event missing a context channel the model reads) is dead-lettered and answered with a
 hold: an action for the next tick with ``phase="hold"`` that keeps the capacity in force (and carries
 the last decision's breakdown), so a scheduler waiting on that tick is not left without an answer.
-The service's state does not move: the controller sees the tick as missing (its next event moves the
-clock), and a corrected record for the same tick is still accepted and decided on. Only the tick the
-service is waiting for is held, once (a redelivery is not held again), and only for services the
-worker already holds (there is no capacity in force to hold for a new one).
+The tick then counts as missing: the controller's state does not move (the next event moves its
+clock), and a later record for the same tick is a ``duplicate_tick``. Only a tick the service may
+still report (the expected one or a later one within ``max_tick_gap``) is held, once, and only for
+services the worker already holds (there is no capacity in force to hold for a new one).
 """
 from __future__ import annotations
 
@@ -263,9 +263,11 @@ class DecisionEngine:
 
     def _hold(self, row: np.ndarray, service: str, tick: int, offset: int, produced_at: float,
               outcome: BatchOutcome, now: float) -> None:
-        """Answer the awaited ``tick`` of a refused record with the capacity in force for ``tick + 1``."""
-        if tick != int(row["expected_tick"][0]) or offset <= int(row["last_offset"][0]):
-            return  # not the tick the service waits for, or a redelivered refusal already held
+        """Answer the refused record of ``tick`` with the capacity in force for ``tick + 1``; the tick is missed."""
+        expected = int(row["expected_tick"][0])
+        if not expected <= tick <= expected + self.settings.max_tick_gap:
+            return  # a tick already applied or held (or a redelivery), or one the engine would refuse anyway
+        row["expected_tick"] = tick + 1
         row["last_offset"] = offset
         core = row["core"][0]
         k, sigma = float(core["k"]), float(core["sigma"])

@@ -92,15 +92,16 @@ def test_a_record_refused_for_its_value_is_answered_with_a_hold(tiny_artifact: M
     assert letter.record.reason == "censored_usage_mismatch" and (letter.service, letter.tick) == ("svc", window)
     assert hold.phase == "hold" and hold.tick == window + 1 and hold.capacity == decided.capacity
     assert (hold.mu, hold.margin, hold.policy_version) == (decided.mu, decided.margin, decided.policy_version)
-    assert _feed(engine, rows, [bad], window) == ([], [letter])  # a redelivered refusal is not held twice
+    assert _feed(engine, rows, [bad], window) == ([], [letter])  # redelivered: held once
+    assert _feed(engine, rows, [bad], window + 1)[0] == []  # another bad record for the tick: held once
     fixed = UsageEvent("svc", window, decided.capacity, True, decided.capacity).to_bytes()
-    (corrected,), letters = _feed(engine, rows, [fixed], window + 1)  # the producer re-sends the tick, fixed
-    assert not letters and corrected.phase == "control" and corrected.tick == window + 1
+    actions, letters = _feed(engine, rows, [fixed], window + 2)  # too late: the tick was missed
+    assert not actions and [letter.record.reason for letter in letters] == ["duplicate_tick"]
     next_bad = bad.replace(b'"tick": %d' % window, b'"tick": %d' % (window + 1))
-    later = UsageEvent("svc", window + 2, 5.0, False, corrected.capacity).to_bytes()
-    held, after_gap = _feed(engine, rows, [next_bad, later], window + 2)[0]  # in one batch, in order
-    assert (held.phase, held.tick, held.capacity) == ("hold", window + 2, corrected.capacity)
-    assert (after_gap.phase, after_gap.tick) == ("control", window + 3)  # the missing tick moved the clock
+    later = UsageEvent("svc", window + 2, 5.0, False, hold.capacity).to_bytes()
+    held, after_gap = _feed(engine, rows, [next_bad, later], window + 3)[0]  # in one batch, in order
+    assert (held.phase, held.tick, held.capacity) == ("hold", window + 2, hold.capacity)
+    assert (after_gap.phase, after_gap.tick) == ("control", window + 3)  # the missed ticks moved the clock
 
 
 def test_identity_refusals_and_unknown_services_get_no_hold(tiny_artifact: ModelArtifact) -> None:
