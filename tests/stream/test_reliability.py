@@ -276,16 +276,18 @@ def test_bad_input_goes_to_the_dead_letter_topic_with_a_reason_and_the_worker_ke
     with picrl_process(args, tmp_path / "worker.log") as worker:
         produce(kafka_bootstrap, topics.usage,
                  good + [(b"other", usage_json("other", 0, 1.0, 10.0))] + [(b"svc", v) for v in bad.values()]
-                 + [(b"svc", v) for v in nan_and_inf] + [(b"svc", usage_json("svc", 3, 6.0, 10.0))])
+                 + [(b"svc", v) for v in nan_and_inf] + [(b"svc", usage_json("svc", 4, 6.0, 10.0))])
         letters = [decode_dead_letter(m.value)
                    for m in asyncio.run(consume(kafka_bootstrap, topics.deadletter, len(bad) + 2, timeout=90))]
-        actions = [decode_action(m.value) for m in asyncio.run(consume(kafka_bootstrap, topics.actions, 5, timeout=30))]
+        actions = [decode_action(m.value) for m in asyncio.run(consume(kafka_bootstrap, topics.actions, 6, timeout=30))]
         status, text = http_get(port, "/metrics/")
         assert worker.poll() is None, tail(tmp_path / "worker.log")
     reasons = collections.Counter(letter.reason for letter in letters)
     assert reasons == collections.Counter({**{reason: 1 for reason in bad}, "malformed_json": 3}), reasons
     assert all(letter.topic == topics.usage and letter.raw for letter in letters)
-    assert {(a.service, a.tick) for a in actions} == {("svc", 1), ("svc", 2), ("svc", 3), ("other", 1), ("svc", 4)}
+    assert {(a.service, a.tick) for a in actions} == {("svc", 1), ("svc", 2), ("svc", 3), ("other", 1), ("svc", 4),
+                                                     ("svc", 5)}
+    assert [a.phase for a in actions if a.tick == 4] == ["hold"]  # tick 3 refused for its values: held, missed
     assert status == 200 and isinstance(text, str)
     for reason, count in reasons.items():
         assert metric(text, "picrl_dead_letters_total", reason=reason) == count, reason
