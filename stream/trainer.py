@@ -8,7 +8,10 @@ version with its parent, KL to the parent and both scores. Offsets are committed
 publish, so a restarted trainer resumes where the last published version left off.
 
 On start it continues from the newest version of its policy on the topic; on an empty topic it
-first publishes the model artifact's policy as version 0.
+first publishes the model artifact's policy as version 0. It publishes as the policy's only writer
+(``stream.policy_writer``): when another writer published since its last version (``picrl policy
+rollback``), it drops the update it was about to publish and continues from that version, so a
+rollback holds and the versions after it descend from the rolled-back weights.
 """
 from __future__ import annotations
 
@@ -20,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka import AIOKafkaConsumer
 
 from picrl_core.artifact import ArtifactError, ModelArtifact, policy_from_bytes, policy_to_bytes
 from picrl_core.controller import Transition
@@ -28,7 +31,7 @@ from picrl_core.noise import service_key
 from picrl_core.online import ReplayBuffer, SlowPolicyLearner, off_policy_score
 from picrl_core.policy import N_FEATURES, PolicyNetwork
 from stream.metrics import TrainerMetrics
-from stream.policy_follower import read_policy_versions
+from stream.policy_writer import next_version, publish_next
 from stream.records import DecodeError, PolicyVersion, TransitionRecord, decode_transition
 from stream.topics import TopicNames
 
@@ -104,14 +107,11 @@ class PolicyTrainer:
     async def run(self) -> list[Published]:
         """Train and publish until stopped or ``max_updates`` versions are out."""
         settings = self.settings
-        producer = AIOKafkaProducer(bootstrap_servers=settings.bootstrap, enable_idempotence=True,
-                                    max_request_size=8 << 20)
-        await producer.start()
         consumer = AIOKafkaConsumer(self.topics.replay, bootstrap_servers=settings.bootstrap,
                                     group_id=settings.group_id, enable_auto_commit=False,
                                     auto_offset_reset="earliest", isolation_level="read_committed")
         try:
-            version, policy = await self._latest(producer)
+            version, policy = await self._latest()
             learner = SlowPolicyLearner(policy, self.artifact.value, self.artifact.config)
             await consumer.start()
             since_update = 0
@@ -142,18 +142,48 @@ class PolicyTrainer:
                         settings.policy_name, version + 1, version, stats.kl_to_parent,
                         off_policy_score(learner.acting, held_out), time.time(), policy_to_bytes(learner.acting),
                         parent_score=off_policy_score(parent_policy, held_out))
-                    await producer.send_and_wait(self.topics.policy, record.to_bytes(), key=record.key)
+                    newest = await self._publish(record)
                     await consumer.commit()
-                    version += 1
                     since_update = 0
+                    if newest is not record:
+                        version, learner = self._continue_from(newest, learner)
+                        continue
+                    version += 1
                     self._record(record, stats.transitions_seen)
                     self.metrics.update_seconds.observe(time.monotonic() - started)
                     if settings.max_updates is not None and len(self.published) >= settings.max_updates:
                         break
         finally:
             await consumer.stop()
-            await producer.stop()
         return self.published
+
+    async def _publish(self, record: PolicyVersion) -> PolicyVersion:
+        """Publish ``record`` if its parent is still the newest version; else (another writer, a rollback,
+        published since) publish nothing and return that writer's newest version."""
+        theirs: list[PolicyVersion] = []
+
+        def build(versions: list[PolicyVersion]) -> PolicyVersion | None:
+            theirs[:] = [max(versions, key=lambda v: v.version)] if versions else []
+            return record if next_version(versions) == record.version else None
+
+        published = await publish_next(self.settings.bootstrap, self.topics.policy, self.settings.policy_name, build)
+        return published or theirs[0]
+
+    def _continue_from(self, newest: PolicyVersion, learner: SlowPolicyLearner) -> tuple[int, SlowPolicyLearner]:
+        """The version and learner to go on with after another writer published ``newest``: its weights
+        (the value network is kept), or the current weights numbered above it when they are unreadable."""
+        name = self.settings.policy_name
+        try:
+            policy = policy_from_bytes(newest.weights, self.artifact.config)
+        except ArtifactError as exc:
+            log.warning("policy %s version %d, published by another writer, is unreadable (%s); the next version "
+                        "continues from this trainer's weights", name, newest.version, exc)
+            return newest.version, learner
+        origin = (f"a rollback to version {newest.rollback_of}" if newest.rollback_of is not None
+                  else f"parent {newest.parent}")
+        log.info("policy %s version %d was published by another writer (%s): continuing from it, this update "
+                 "is dropped", name, newest.version, origin, extra={"version": newest.version})
+        return newest.version, SlowPolicyLearner(policy, learner.value, self.artifact.config)
 
     def _decode(self, messages: list) -> list[TransitionRecord]:
         records = []
@@ -179,21 +209,24 @@ class PolicyTrainer:
         if self.on_publish is not None:
             self.on_publish(published)
 
-    async def _latest(self, producer: AIOKafkaProducer) -> tuple[int, PolicyNetwork]:
-        """The newest readable version of our policy on the topic; publishes the artifact's as 0 if none."""
+    async def _latest(self) -> tuple[int, PolicyNetwork]:
+        """The newest readable version of our policy on the topic; publishes the artifact's policy as the
+        next version (0 on an empty topic) if there is none."""
         name = self.settings.policy_name
-        newest: tuple[int, PolicyNetwork] | None = None
-        for record in await read_policy_versions(self.settings.bootstrap, self.topics.policy, name):
-            try:
-                policy = policy_from_bytes(record.weights, self.artifact.config)
-            except ArtifactError as exc:
-                log.warning("skipping unreadable policy %s version %d: %s", name, record.version, exc)
-                continue
-            if newest is None or record.version > newest[0]:
-                newest = (record.version, policy)
-        if newest is not None:
-            log.info("continuing from policy %s version %d", name, newest[0])
-            return newest
-        root = PolicyVersion(name, 0, None, 0.0, 0.0, time.time(), policy_to_bytes(self.artifact.policy))
-        await producer.send_and_wait(self.topics.policy, root.to_bytes(), key=root.key)
-        return 0, copy.deepcopy(self.artifact.policy)
+        found: list[tuple[int, PolicyNetwork]] = []
+
+        def build(versions: list[PolicyVersion]) -> PolicyVersion | None:
+            for record in sorted(versions, key=lambda v: v.version, reverse=True):
+                try:
+                    found[:] = [(record.version, policy_from_bytes(record.weights, self.artifact.config))]
+                    return None
+                except ArtifactError as exc:
+                    log.warning("skipping unreadable policy %s version %d: %s", name, record.version, exc)
+            return PolicyVersion(name, next_version(versions), None, 0.0, 0.0, time.time(),
+                                 policy_to_bytes(self.artifact.policy))
+
+        root = await publish_next(self.settings.bootstrap, self.topics.policy, name, build)
+        if root is not None:
+            return root.version, copy.deepcopy(self.artifact.policy)
+        log.info("continuing from policy %s version %d", name, found[0][0])
+        return found[0]

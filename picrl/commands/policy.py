@@ -6,10 +6,9 @@ import asyncio
 import time
 from dataclasses import replace
 
-from aiokafka import AIOKafkaProducer
-
 from picrl.commands.bus import add_bus_arguments, bootstrap_or_local, settings_from_args
 from stream.policy_follower import read_policy_versions
+from stream.policy_writer import next_version, publish_next
 from stream.records import PolicyVersion
 from stream.topics import TopicNames
 
@@ -20,7 +19,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="`list` prints every version of the policy on <prefix>.policy with its parent, KL to the "
                     "parent and validation scores. `rollback --to VERSION` re-publishes that version's weights as "
                     "the next version (marked as a rollback, so the workers' KL and score guardrails do not apply); "
-                    "every worker switches to it.")
+                    "every worker switches to it and a running trainer continues training from it. Versions are "
+                    "numbered by one writer at a time (trainer or rollback), so no two share a number.")
     parser.add_argument("action", choices=("list", "rollback"))
     parser.add_argument("--to", type=int, metavar="VERSION", help="rollback: the version whose weights to restore")
     parser.add_argument("--policy-name", default="default", help="policy name (default default)")
@@ -37,21 +37,19 @@ def _line(record: PolicyVersion) -> str:
 
 
 async def rollback(bootstrap: str, topics: TopicNames, name: str, target: int) -> PolicyVersion:
-    """Publish version ``target``'s weights as the next version; ValueError if it does not exist."""
-    versions = await read_policy_versions(bootstrap, topics.policy, name)
-    chosen = [v for v in versions if v.version == target]
-    if not chosen:
-        known = ", ".join(str(v.version) for v in versions) or "none"
-        raise ValueError(f"policy {name!r} has no version {target} on {topics.policy} (versions: {known})")
-    newest = max(v.version for v in versions)
-    record = replace(chosen[-1], version=newest + 1, parent=newest, kl_to_parent=0.0, created_at=time.time(),
-                     parent_score=None, rollback_of=target)
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, enable_idempotence=True, max_request_size=8 << 20)
-    await producer.start()
-    try:
-        await producer.send_and_wait(topics.policy, record.to_bytes(), key=record.key)
-    finally:
-        await producer.stop()
+    """Publish version ``target``'s weights as the next version, as the policy's only writer (a running
+    trainer continues from it); ValueError if it does not exist."""
+    def build(versions: list[PolicyVersion]) -> PolicyVersion:
+        chosen = [v for v in versions if v.version == target]
+        if not chosen:
+            known = ", ".join(str(v.version) for v in versions) or "none"
+            raise ValueError(f"policy {name!r} has no version {target} on {topics.policy} (versions: {known})")
+        newest = next_version(versions) - 1
+        return replace(chosen[-1], version=newest + 1, parent=newest, kl_to_parent=0.0, created_at=time.time(),
+                       parent_score=None, rollback_of=target)
+
+    record = await publish_next(bootstrap, topics.policy, name, build)
+    assert record is not None  # build always returns a record
     return record
 
 

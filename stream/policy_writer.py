@@ -1,0 +1,96 @@
+"""One writer at a time on a policy's versions, so that no two versions share a number.
+
+The trainer and ``picrl policy rollback`` publish through :func:`publish_next`. Both use one Kafka
+transactional id per policy (:func:`writer_id`). Starting a transactional producer fences every
+other producer with that id and aborts its open transaction, so from the start of
+:func:`publish_next` to its commit the caller is the policy's only writer: it reads the policy topic
+to its end (``read_committed``), numbers its record one above the newest version, and commits. A
+writer fenced in between gets :class:`aiokafka.errors.ProducerFenced` and none of its records
+becomes visible; it reads the topic again before its next try.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Callable
+from typing import Any
+
+from aiokafka import AIOKafkaProducer
+from aiokafka.errors import ProducerFenced
+
+from stream.policy_follower import read_policy_versions
+from stream.records import PolicyVersion
+
+log = logging.getLogger("picrl.policy")
+
+MAX_POLICY_BYTES = 8 << 20  # policy messages carry weights
+
+
+def writer_id(topic: str, name: str) -> str:
+    """The transactional id every writer of policy ``name`` on ``topic`` uses."""
+    return f"{topic}.writer.{name}"
+
+
+def next_version(versions: list[PolicyVersion]) -> int:
+    """The number the next version of a policy gets: one above the newest (0 for the first)."""
+    return max((v.version for v in versions), default=-1) + 1
+
+
+async def publish_next(bootstrap: str, topic: str, name: str,
+                       build: Callable[[list[PolicyVersion]], PolicyVersion | None],
+                       attempts: int = 5) -> PolicyVersion | None:
+    """As the only writer of policy ``name``: read its versions, publish ``build(versions)`` (numbered
+    :func:`next_version`) unless it is None, and return what was published (None: nothing).
+
+    When another writer starts before the commit, nothing is published and this starts over (``build``
+    then sees that writer's version), up to ``attempts`` times in all; then ProducerFenced. ``build``'s
+    errors propagate."""
+    _quiet_fenced_futures(asyncio.get_running_loop())
+    for attempt in range(1, attempts):
+        try:
+            return await _publish_once(bootstrap, topic, name, build)
+        except ProducerFenced:
+            log.warning("another writer of policy %s started meanwhile; reading its versions again", name)
+            await asyncio.sleep(random.uniform(0.1, 0.5) * attempt)  # let the other writer finish
+    return await _publish_once(bootstrap, topic, name, build)
+
+
+def _quiet_fenced_futures(loop: asyncio.AbstractEventLoop) -> None:
+    """A fenced aiokafka producer leaves futures failed with ProducerFenced that nobody awaits, which
+    asyncio reports with a traceback each when they are collected; the fence is an expected, already
+    logged event, so those reports are dropped (everything else goes to the loop's handler as before)."""
+    previous = loop.get_exception_handler()
+    if getattr(previous, "drops_fenced_futures", False):
+        return
+
+    def handler(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        if isinstance(context.get("exception"), ProducerFenced):
+            return
+        if previous is None:
+            loop.default_exception_handler(context)
+        else:
+            previous(loop, context)
+
+    handler.drops_fenced_futures = True  # type: ignore[attr-defined]
+    loop.set_exception_handler(handler)
+
+
+async def _publish_once(bootstrap: str, topic: str, name: str,
+                        build: Callable[[list[PolicyVersion]], PolicyVersion | None]) -> PolicyVersion | None:
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, transactional_id=writer_id(topic, name),
+                                max_request_size=MAX_POLICY_BYTES)
+    await producer.start()  # fences the other writers from here on
+    try:
+        versions = await read_policy_versions(bootstrap, topic, name)
+        record = build(versions)
+        if record is None:
+            return None
+        if record.name != name or record.version != next_version(versions):
+            raise ValueError(f"policy {record.name} version {record.version} is not the next version of {name} "
+                             f"({next_version(versions)})")
+        async with producer.transaction():
+            await producer.send_and_wait(topic, record.to_bytes(), key=record.key)
+        return record
+    finally:
+        await producer.stop()
