@@ -138,8 +138,8 @@ class PolicyTrainer:
                     parent_policy = copy.deepcopy(learner.acting)
                     stats = learner.update(self.buffer)
                     held_out = self.holdout.contents()
-                    record = PolicyVersion(
-                        settings.policy_name, version + 1, version, stats.kl_to_parent,
+                    record = PolicyVersion(  # a KL of identical policies can round to -1e-8: it is 0
+                        settings.policy_name, version + 1, version, max(stats.kl_to_parent, 0.0),
                         off_policy_score(learner.acting, held_out), time.time(), policy_to_bytes(learner.acting),
                         parent_score=off_policy_score(parent_policy, held_out))
                     newest = await self._publish(record)
