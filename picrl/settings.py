@@ -8,7 +8,8 @@ is read; an invalid one fails at start with a message naming the setting and its
 Per-service overrides live only in the file, under ``"services"``::
 
     {"bootstrap": "kafka-1:9092", "partitions": 16, "mode": "recommend",
-     "services": {"web-frontend": {"min_capacity": 4, "max_capacity": 64}, "batch": {"freeze": 8}}}
+     "services": {"web-frontend": {"min_capacity": 4, "max_capacity": 64}, "batch": {"freeze": 8},
+                  "gpu-pool": {"low": 0, "high": 512}}}
 """
 from __future__ import annotations
 
@@ -51,6 +52,13 @@ def _guarantee(value: Any) -> str:
     return _choice(*GUARANTEES)(value)
 
 
+def _growth(value: Any) -> float:
+    number = float(value)
+    if not number >= 1:
+        raise ValueError("expected a number >= 1")
+    return number
+
+
 def _non_negative(value: Any) -> float:
     number = float(value)
     if not number >= 0:
@@ -86,6 +94,8 @@ SPECS: dict[str, Spec] = {
     "session_timeout": Spec(_non_negative, 10.0, "seconds after which a silent worker's partitions move"),
     "scaling": Spec(_choice("window", "artifact"), "window", "service ranges from the first window or the model"),
     "headroom": Spec(_non_negative, 0.5, "window scaling: spans added on each side of the first window's range"),
+    "range_growth": Spec(_growth, 2.0, "an outgrown range grows upward to this many times its span (1: never)"),
+    "grow_after": Spec(_positive_int, 3, "short ticks in a row, the last at the top of the range, before it grows"),
     "max_services": Spec(_optional(_positive_int), None, "cap on services per worker (none: no cap)"),
     "max_tick_gap": Spec(_positive_int, 1_000, "ticks further than this from the expected one are refused"),
     "max_kl": Spec(_non_negative, 0.5, "policy guardrail: largest KL to the parent accepted"),
@@ -115,7 +125,8 @@ class Settings:
         v = self.values
         engine = EngineSettings(scaling=v["scaling"], headroom=v["headroom"], max_services=v["max_services"],
                                 max_tick_gap=v["max_tick_gap"], advisory=v["mode"] == "recommend",
-                                overrides=dict(self.services))
+                                overrides=dict(self.services), range_growth=v["range_growth"],
+                                grow_after=v["grow_after"])
         return WorkerSettings(
             bootstrap=bootstrap, prefix=v["prefix"], app_id=v["app_id"], partitions=v["partitions"],
             guarantee=v["guarantee"], policy_name=v["policy_name"], batch_max=v["batch_max"],

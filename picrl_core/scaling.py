@@ -3,10 +3,21 @@
 The paper scales each series with the minimum and maximum of its training part and clips to
 ``[0, 1]``; actions live in ``[0, 1]`` too. These vectorised forms take one ``(low, high)`` per
 service, so a stream worker can scale a batch of services with different ranges at once.
+
+A range fixed from a service's first ticks caps its capacity at ``high``: a service that outgrows it
+is short on every tick with the capacity pinned at the top, and what it reveals (``y = a``) never
+says by how much. :func:`outgrown` detects that and :func:`grown_high` widens the range;
+:func:`rescale_state` carries a controller state over to a new range.
 """
 from __future__ import annotations
 
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
 import numpy as np
+
+if TYPE_CHECKING:
+    from picrl_core.controller import ControllerState
 
 # A range narrower than this fraction of its magnitude (or than 1e-9 absolute) is widened to it.
 _MIN_RELATIVE_SPAN = 1e-3
@@ -36,3 +47,46 @@ def window_range(values: np.ndarray, headroom: float) -> tuple[np.ndarray, np.nd
     low, high = values.min(axis=1), values.max(axis=1)
     span = np.maximum(high - low, np.maximum(_MIN_RELATIVE_SPAN * np.abs(high), 1e-9))
     return np.maximum(low - headroom * span, 0.0), high + headroom * span
+
+
+def outgrown(action_in_force: np.ndarray, censored: np.ndarray, censor_streak: np.ndarray, after: int) -> np.ndarray:
+    """Services whose range has been outgrown: the tick just observed was short with the capacity in force
+    at the top of the range (``action == 1``), and it makes a run of at least ``after`` short ticks."""
+    return np.asarray(censored, bool) & (np.asarray(action_in_force) >= 1.0) & (np.asarray(censor_streak) >= after)
+
+
+def grown_high(low: np.ndarray, high: np.ndarray, factor: float) -> np.ndarray:
+    """The top of a range grown upward to ``factor`` times its span (the bottom stays)."""
+    if factor <= 1.0:
+        raise ValueError(f"a range grows by a factor > 1; got {factor}")
+    return np.asarray(low, dtype=np.float64) + factor * (np.asarray(high, dtype=np.float64) - low)
+
+
+# How each ControllerState field moves with the range: levels are affine in the native unit, spreads
+# (standard deviations, calibrator offsets) scale with the span, the rest does not depend on it (the
+# features and the policy sample stay as the decision saw them: the replay transition is built from them).
+LEVEL_FIELDS = ("observations", "action", "mu")
+SPREAD_FIELDS = ("sigma", "margin", "bias")
+UNIT_FREE_FIELDS = ("keys", "tick", "censored", "context", "censor_streak", "over_streak", "eta", "k", "pre",
+                    "log_prob", "features")
+
+
+def rescale_state(state: ControllerState, low: np.ndarray, high: np.ndarray, new_low: np.ndarray,
+                  new_high: np.ndarray) -> ControllerState:
+    """``state`` (per service, in ``[low, high]``) expressed in ``[new_low, new_high]``: the same native
+    history, prediction, calibrator offsets and capacity in force. Observations and the action stay in
+    ``[0, 1]`` (clipped when the new range is narrower)."""
+    low, high = np.asarray(low, np.float64), np.asarray(high, np.float64)
+    new_low, new_high = np.asarray(new_low, np.float64), np.asarray(new_high, np.float64)
+    ratio = (high - low) / (new_high - new_low)
+    shift = (low - new_low) / (new_high - new_low)
+    changes = {}
+    for name in LEVEL_FIELDS:
+        value = getattr(state, name)
+        per_service = (slice(None),) + (None,) * (value.ndim - 1)
+        moved = value * ratio[per_service] + shift[per_service]
+        changes[name] = (np.clip(moved, 0.0, 1.0) if name != "mu" else moved).astype(value.dtype)
+    for name in SPREAD_FIELDS:
+        value = getattr(state, name)
+        changes[name] = (value * ratio).astype(value.dtype)
+    return replace(state, **changes)

@@ -15,6 +15,15 @@ demand. After the ``W``-th tick the range is set (from the model artifact, or fr
 widened by ``headroom`` on each side), the window becomes the controller's history (Algorithm 1,
 line 17) and the first PIC-RL decision is emitted for the next tick.
 
+Ranges that grow: capacities stay within the service's range, so a service that outgrows it would be
+short for ever with the capacity pinned at the top. When a tick is short with the capacity in force at
+the top of the range and makes a run of ``grow_after`` short ticks, the range grows upward to
+``range_growth`` times its span (``picrl_core.scaling.outgrown`` and ``grown_high``) and the controller
+state is carried over to it (``rescale_state``: same native history, prediction, calibrator offsets
+and capacity in force), so the next decisions can go above the old top. An operator can set a
+service's range instead (``ServiceOverride.low``/``high``): the state is carried over to it at the
+service's next event and that range never grows. Each change is reported in ``BatchOutcome.ranges``.
+
 A tick's record refused for its value rather than its identity (a :class:`BadValue` from the
 decoder, or an event missing a context channel the model reads) is dead-lettered and answered with a
 hold: an action for the next tick with ``phase="hold"`` that keeps the capacity in force (and carries
@@ -38,7 +47,7 @@ from picrl_core.artifact import ModelArtifact
 from picrl_core.controller import ControllerState, PicRLController, Transition
 from picrl_core.noise import service_key
 from picrl_core.policy import PolicyNetwork
-from picrl_core.scaling import from_unit, to_unit, window_range
+from picrl_core.scaling import from_unit, grown_high, outgrown, rescale_state, to_unit, window_range
 from picrl_core.series import MinMaxScaler
 from picrl_core.state_codec import StateCodec
 from stream.records import Action, TransitionRecord, UsageEvent
@@ -57,13 +66,17 @@ class ServiceOverride:
     min_capacity: float | None = None
     max_capacity: float | None = None
     freeze: float | None = None  # hold exactly this capacity; PIC-RL keeps learning but does not act
+    low: float | None = None  # the service's range [low, high], set by the operator (it never grows)
+    high: float | None = None
 
     def __post_init__(self) -> None:
-        values = [v for v in (self.min_capacity, self.max_capacity, self.freeze) if v is not None]
+        values = [v for v in (self.min_capacity, self.max_capacity, self.freeze, self.low, self.high) if v is not None]
         if any(not np.isfinite(v) or v < 0 for v in values):
             raise ValueError("override capacities must be finite and >= 0")
         if self.min_capacity is not None and self.max_capacity is not None and self.min_capacity > self.max_capacity:
             raise ValueError(f"min_capacity {self.min_capacity} > max_capacity {self.max_capacity}")
+        if (self.low is None) != (self.high is None) or (self.low is not None and self.low >= self.high):
+            raise ValueError(f"a range needs both low and high with low < high; got [{self.low}, {self.high}]")
 
     def apply(self, capacity: float) -> float:
         if self.freeze is not None:
@@ -84,12 +97,16 @@ class EngineSettings:
     max_services: int | None = None  # new services beyond this many are refused (None: no cap)
     advisory: bool = False  # label actions advisory (recommend mode)
     overrides: Mapping[str, ServiceOverride] = field(default_factory=dict)  # per service id
+    range_growth: float = 2.0  # an outgrown range grows to this many times its span (1: ranges never grow)
+    grow_after: int = 3  # short ticks in a row, the last at the top of the range, before it grows
 
     def __post_init__(self) -> None:
         if self.scaling not in get_args(Scaling):
             raise ValueError(f"scaling must be one of {get_args(Scaling)}; got {self.scaling!r}")
         if self.headroom < 0 or self.warmup_bump < 0 or self.max_tick_gap < 1:
             raise ValueError("headroom and warmup_bump must be >= 0 and max_tick_gap >= 1")
+        if self.range_growth < 1 or self.grow_after < 1:
+            raise ValueError("range_growth must be >= 1 (1: never) and grow_after >= 1")
         if self.max_services is not None and self.max_services < 1:
             raise ValueError("max_services must be >= 1 (or None for no cap)")
 
@@ -124,6 +141,19 @@ class Refusal:
     detail: str
 
 
+@dataclass(frozen=True)
+class RangeChange:
+    """A service's range moved from ``[low, high]`` to ``[new_low, new_high]`` at ``tick``."""
+
+    service: str
+    tick: int
+    reason: Literal["outgrown", "operator"]
+    low: float
+    high: float
+    new_low: float
+    new_high: float
+
+
 @dataclass
 class BatchOutcome:
     """What one batch produced: updated rows per service, records to send, events refused."""
@@ -133,6 +163,7 @@ class BatchOutcome:
     transitions: list[TransitionRecord] = field(default_factory=list)
     refused: list[Refusal] = field(default_factory=list)
     redelivered: int = 0  # events already applied (at-least-once redelivery), skipped silently
+    ranges: list[RangeChange] = field(default_factory=list)
 
 
 class DecisionEngine:
@@ -305,12 +336,38 @@ class DecisionEngine:
 
     # ------------------------------------------------------------------ controller calls
 
-    def _ranges(self, warm_usage: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _ranges(self, warm_usage: np.ndarray, items: list[Incoming]) -> tuple[np.ndarray, np.ndarray]:
+        """The first ranges: the operator's, else the model's (``scaling="artifact"``) or the window's."""
         if self.settings.scaling == "artifact":
             assert self._series is not None
             n = warm_usage.shape[0]
-            return np.full(n, self._series.low), np.full(n, self._series.high)
-        return window_range(warm_usage, self.settings.headroom)
+            low, high = np.full(n, self._series.low), np.full(n, self._series.high)
+        else:
+            low, high = window_range(warm_usage, self.settings.headroom)
+        return self._operator_ranges(items, low, high)
+
+    def _operator_ranges(self, items: list[Incoming], low: np.ndarray, high: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(low, high)`` with the operator's range where one is set."""
+        low, high = low.copy(), high.copy()
+        for j, item in enumerate(items):
+            override = self.settings.overrides.get(item.service)
+            if override is not None and override.low is not None:
+                low[j], high[j] = override.low, override.high
+        return low, high
+
+    def _move_ranges(self, sub: np.ndarray, state: ControllerState, new_low: np.ndarray, new_high: np.ndarray,
+                     items: list[Incoming], reason: Literal["outgrown", "operator"],
+                     outcome: BatchOutcome) -> ControllerState:
+        """Carry ``state`` over to the new ranges (identical ones are left exactly as they are)."""
+        low, high = sub["low"].copy(), sub["high"].copy()
+        moved = (new_low != low) | (new_high != high)
+        if not moved.any():
+            return state
+        for j in np.flatnonzero(moved):
+            outcome.ranges.append(RangeChange(items[j].service, int(items[j].event.tick), reason, float(low[j]),
+                                              float(high[j]), float(new_low[j]), float(new_high[j])))
+        sub["low"], sub["high"] = new_low, new_high
+        return rescale_state(state, low, high, new_low, new_high)
 
     def _scale_context(self, context: np.ndarray) -> np.ndarray:
         return to_unit(context, self._context_low, self._context_high)
@@ -319,7 +376,7 @@ class DecisionEngine:
                          now: float) -> None:
         index = np.array([i for i, _ in ready])
         sub = rows[index]
-        low, high = self._ranges(sub["warm_usage"])
+        low, high = self._ranges(sub["warm_usage"], [item for _, item in ready])
         history = to_unit(sub["warm_usage"], low[:, None], high[:, None])
         history_context = self._scale_context(sub["warm_context"]) if self.context_names else None
         ticks = np.array([item.event.tick for _, item in ready], dtype=np.int64)
@@ -335,7 +392,9 @@ class DecisionEngine:
         items = [item for _, item in controlled]
         sub = rows[index]
         state = self.codec.unpack(sub["core"])
-        low, high = sub["low"], sub["high"]
+        state = self._move_ranges(sub, state, *self._operator_ranges(items, sub["low"], sub["high"]), items,
+                                  "operator", outcome)
+        low, high = sub["low"].copy(), sub["high"].copy()
         capacity = np.array([item.event.capacity for item in items])
         usage = np.array([item.event.usage for item in items])
         censored = np.array([item.event.censored for item in items])
@@ -346,8 +405,14 @@ class DecisionEngine:
         context = (self._scale_context(np.stack([self._context_vector(item.event) for item in items]))
                    if self.context_names else None)
         new, transition = self.controller.step(state, y, censored, context)
+        if self.settings.range_growth > 1:
+            grow = outgrown(state.action, censored, new.censor_streak, self.settings.grow_after)
+            grow &= np.array([getattr(self.settings.overrides.get(item.service), "low", None) is None
+                              for item in items])  # an operator's range stays
+            new_high = np.where(grow, grown_high(low, high, self.settings.range_growth), high)
+            new = self._move_ranges(sub, new, low, new_high, items, "outgrown", outcome)
         behaviour_versions = sub["policy_version"].copy()
-        clipped = self._store(sub, new, low, high, items)
+        clipped = self._store(sub, new, sub["low"].copy(), sub["high"].copy(), items)
         rows[index] = sub
         self._emit_actions(outcome, items, new, sub["capacity"], clipped, now)
         self._emit_transitions(outcome, items, state, new, transition, y, behaviour_versions)

@@ -66,6 +66,8 @@ class WorkerMetrics:
                                  "From a usage event's production to its action's decision", buckets=_LATENCY_BUCKETS,
                                  registry=r)
         self.lag = Gauge("picrl_consumer_lag", "Usage messages not yet consumed", ["partition"], registry=r)
+        self.range_changes = Counter("picrl_range_changes_total", "Service ranges moved: outgrown (grown at the top) "
+                                     "or operator (set in the settings file)", ["reason"], registry=r)
         self._adopted_at = time.time()
         self.policy_age.set_function(lambda: time.time() - self._adopted_at)
 

@@ -184,6 +184,11 @@ class StreamWorker:
             highwater = self.app.consumer.highwater(tp)
             if highwater is not None:
                 m.lag.labels(str(tp.partition)).set(max(0, highwater - event.message.offset - 1))
+        for change in outcome.ranges:
+            m.range_changes.labels(change.reason).inc()
+            log.warning("range of %s moved from [%.6g, %.6g] to [%.6g, %.6g] at tick %d (%s)", change.service,
+                        change.low, change.high, change.new_low, change.new_high, change.tick, change.reason,
+                        extra={"service": change.service, "tick": change.tick, "reason": change.reason})
         for letter in letters:
             dead = letter.record
             m.dead_letters.labels(dead.reason).inc()

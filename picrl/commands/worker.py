@@ -21,6 +21,9 @@ _FLAGS: dict[str, tuple[type, str]] = {
     "app_id": (str, "Faust app id: consumer group and table changelog names (default picrl-worker)"),
     "policy_name": (str, "policy to follow on <prefix>.policy (default default)"),
     "headroom": (float, "window scaling: widen the first window's range by this many spans each side (default 0.5)"),
+    "range_growth": (float, "a range outgrown (short at its top grow-after ticks in a row) grows upward to this many "
+                            "times its span (default 2; 1: ranges never grow)"),
+    "grow_after": (int, "short ticks in a row, the last at the top of the range, before it grows (default 3)"),
     "batch_max": (int, "most events decided in one batch (default 1000)"),
     "batch_within": (float, "seconds to wait for more events before deciding (default 0.005)"),
     "commit_interval": (float, "seconds between commits, transactions under exactly_once (default 0.1)"),

@@ -68,7 +68,7 @@ def workload(native_trace: Trace) -> Workload:
 def test_decisions_equal_the_simulator_whatever_the_batching(tiny_artifact: ModelArtifact, workload: Workload,
                                                              one_event_per_batch: bool) -> None:
     loop = Loop(DecisionEngine(tiny_artifact, EngineSettings(headroom=0.5)), workload, one_event_per_batch).run()
-    reference = reference_run(tiny_artifact, workload.demand, workload.services, headroom=0.5)
+    reference = reference_run(tiny_artifact, workload.demand, workload.services, headroom=0.5).trajectory
     assert np.array_equal(loop.normalised("capacity_norm"), reference.action)
     assert np.array_equal(loop.normalised("mu"), reference.mu)
     assert np.array_equal(loop.normalised("margin"), reference.margin)
@@ -156,7 +156,8 @@ def test_a_capacity_applied_by_the_scheduler_replaces_the_decided_one(tiny_artif
 def test_context_services_match_the_simulator(tiny_context_artifact: ModelArtifact, native_trace: Trace) -> None:
     workload = copies_of(native_trace, 3, WINDOW + 20, start=900, seed=4)
     loop = Loop(DecisionEngine(tiny_context_artifact), workload).run()
-    reference = reference_run(tiny_context_artifact, workload.demand, workload.services, 0.5, workload.context)
+    reference = reference_run(tiny_context_artifact, workload.demand, workload.services, 0.5,
+                              workload.context).trajectory
     assert np.array_equal(loop.normalised("capacity_norm"), reference.action)
 
 
@@ -193,3 +194,63 @@ def test_operator_overrides_bound_or_freeze_a_service(tiny_artifact: ModelArtifa
     assert control and all(a.k_sigma == pytest.approx(a.k * a.sigma) for a in control)
     with pytest.raises(ValueError, match="min_capacity"):
         ServiceOverride(min_capacity=5.0, max_capacity=1.0)
+
+
+def _tripling(native_trace: Trace, services: int = 3) -> Workload:
+    """Copies of the trace whose demand triples over 20 ticks after the warm-up window."""
+    base = copies_of(native_trace, services, WINDOW + 100, start=900, seed=3)
+    ramp = np.clip((np.arange(base.ticks) - WINDOW - 5) / 20.0, 0.0, 1.0)[:, None]
+    return replace(base, demand=base.demand * (1.0 + 2.0 * ramp))
+
+
+def test_an_outgrown_range_grows_in_the_stream_as_in_the_simulator(tiny_artifact: ModelArtifact,
+                                                                   native_trace: Trace) -> None:
+    workload = _tripling(native_trace)
+    engine = DecisionEngine(tiny_artifact, EngineSettings(headroom=0.5, range_growth=2.0, grow_after=3))
+    changes = []
+    original = engine.process
+
+    def process(*args, **kwargs):  # keep the range changes the batches report
+        outcome = original(*args, **kwargs)
+        changes.extend(outcome.ranges)
+        return outcome
+
+    engine.process = process  # type: ignore[method-assign]
+    loop = Loop(engine, workload).run()
+    reference = reference_run(tiny_artifact, workload.demand, workload.services, headroom=0.5, range_growth=2.0,
+                              grow_after=3)
+    assert np.array_equal(loop.normalised("capacity_norm"), reference.trajectory.action)  # bit for bit
+    assert np.array_equal(loop.normalised("capacity"), reference.capacity)
+    first_high = reference.high[0]
+    above = loop.normalised("capacity") > first_high * (1 + 1e-9)
+    first_above = above.argmax(axis=0)
+    assert above.any(axis=0).all() and (first_above < 40).all(), first_above  # within 40 ticks of the ramp's end
+    assert changes and {c.reason for c in changes} == {"outgrown"}
+    assert all(c.new_low == c.low and c.new_high == pytest.approx(c.low + 2 * (c.high - c.low)) for c in changes)
+    late = slice(-20, None)  # the range has caught up: the shortage rate is back below one half
+    assert (workload.demand[WINDOW:][late] > loop.normalised("capacity")[late]).mean() < 0.5
+    fixed = Loop(DecisionEngine(tiny_artifact, EngineSettings(headroom=0.5, range_growth=1.0)), workload).run()
+    assert (fixed.normalised("capacity") <= first_high * (1 + 1e-9)).all()  # without growth: pinned for ever
+
+
+def test_an_operator_sets_a_range_that_the_state_follows_and_that_never_grows(tiny_artifact: ModelArtifact,
+                                                                              native_trace: Trace) -> None:
+    workload = _tripling(native_trace, services=1)
+    service = workload.services[0]
+    engine = DecisionEngine(tiny_artifact, EngineSettings(overrides={service: ServiceOverride(low=0.0, high=90.0)}))
+    loop = Loop(engine, workload).run()
+    row = engine.decode_row(loop.rows[service])[0]
+    assert (row["low"], row["high"]) == (0.0, 90.0)  # from the first decision on, and never grown
+    assert (loop.normalised("capacity") <= 90.0).all() and loop.normalised("capacity").max() > 80.0
+    later = DecisionEngine(tiny_artifact, EngineSettings(overrides={service: ServiceOverride(low=0.0, high=300.0)}))
+    tick = workload.ticks
+    event = Incoming(UsageEvent(service, tick, 90.0, True, 90.0), 0, 10_000)
+    before = engine.decode_row(loop.rows[service])[0]
+    outcome = later.process([event], {service: loop.rows[service]})  # the operator widened it: a restart applies it
+    (change,) = outcome.ranges
+    assert (change.reason, change.low, change.high, change.new_low, change.new_high) == ("operator", 0.0, 90.0, 0.0,
+                                                                                         300.0)
+    after = later.decode_row(outcome.rows[service])[0]
+    assert (after["low"], after["high"]) == (0.0, 300.0)
+    np.testing.assert_allclose(after["core"]["observations"][:-1] * 300.0, before["core"]["observations"][1:] * 90.0,
+                               rtol=1e-5)  # the same native history, one tick later

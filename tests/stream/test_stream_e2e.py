@@ -56,7 +56,7 @@ def test_stream_actions_equal_the_embedded_runner_tick_for_tick(fixed_policy_run
                                                                 tiny_artifact: ModelArtifact) -> None:
     _, record = fixed_policy_run
     workload = record.workload
-    reference = reference_run(tiny_artifact, workload.demand, workload.services, headroom=0.5)
+    reference = reference_run(tiny_artifact, workload.demand, workload.services, headroom=0.5).trajectory
     assert record.control[WINDOW:].all() and not record.control[:WINDOW].any()
     assert np.array_equal(record.breakdown["capacity_norm"][WINDOW:], reference.action)
     assert np.array_equal(record.censored[WINDOW:], reference.censored)
@@ -72,7 +72,7 @@ def test_replay_transitions_carry_the_paper_rewards(fixed_policy_run: tuple[str,
     messages = asyncio.run(consume(kafka_bootstrap, TopicNames(prefix).replay, expected, timeout=30))
     transitions = {(t.service, t.tick): t for t in (decode_transition(m.value) for m in messages)}
     assert len(transitions) == expected == len(messages)
-    reference = reference_run(tiny_artifact, workload.demand, workload.services, headroom=0.5)
+    reference = reference_run(tiny_artifact, workload.demand, workload.services, headroom=0.5).trajectory
     cfg = tiny_artifact.config
     kinds = set()
     for j, service in enumerate(workload.services):

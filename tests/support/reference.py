@@ -2,33 +2,69 @@
 from __future__ import annotations
 
 import copy
+from dataclasses import dataclass, fields
 
 import numpy as np
 
 from picrl_core.artifact import ModelArtifact
 from picrl_core.controller import PicRLController
 from picrl_core.noise import service_key
-from picrl_core.scaling import to_unit, window_range
+from picrl_core.scaling import from_unit, grown_high, outgrown, rescale_state, to_unit, window_range
 from picrl_core.series import MinMaxScaler
-from picrl_core.simulator import Trajectory, simulate
+from picrl_core.simulator import Trajectory, censor
+
+
+@dataclass
+class ReferenceRun:
+    """The simulator's trajectory (normalised, in each tick's range) and each tick's range and capacity."""
+
+    trajectory: Trajectory
+    low: np.ndarray  # (T, N) range in force at each tick
+    high: np.ndarray
+    capacity: np.ndarray  # (T, N) native capacity in force
 
 
 def reference_run(artifact: ModelArtifact, demand: np.ndarray, services: tuple[str, ...], headroom: float,
-                  context: np.ndarray | None = None) -> Trajectory:
-    """``simulate`` over the ticks after the warm-up window, with each service scaled by the range a
-    worker derives from its first window and the warm-up as uncensored history.
+                  context: np.ndarray | None = None, range_growth: float = 2.0, grow_after: int = 3) -> ReferenceRun:
+    """The simulator's closed loop (``picrl_core.simulator``) over the ticks after the warm-up window,
+    with each service scaled by the range a worker derives from its first window, the warm-up as
+    uncensored history, and the worker's range growth (``range_growth`` 1: none).
 
     Demand above a service's range stays above 1 (no capacity in range covers it: the tick is short, as
     on the cluster); below it, it is 0, as the worker sees usage under its range."""
     window = artifact.config.predictor.window
     low, high = window_range(demand[:window].T, headroom)
-    unit = np.maximum((demand - low) / (high - low), 0.0)
     scaled_context = None
     if context is not None:
         scalers = [MinMaxScaler.from_dict(s) for s in artifact.scaling["context"]]
         scaled_context = to_unit(context, np.array([s.low for s in scalers]), np.array([s.high for s in scalers]))
     controller = PicRLController(artifact.predictor, copy.deepcopy(artifact.policy), artifact.config)
     keys = np.array([service_key(s) for s in services], dtype=np.uint64)
-    return simulate(controller, unit[window:], unit[:window].T, keys=keys, start_tick=window,
-                    context=None if scaled_context is None else scaled_context[window:],
-                    history_context=None if scaled_context is None else scaled_context[:window].transpose(1, 0, 2))
+    state = controller.initial_state(keys, _unit(demand[:window], low, high).T,
+                                     None if scaled_context is None else scaled_context[:window].transpose(1, 0, 2),
+                                     window)
+    ticks = demand.shape[0] - window
+    record = {f.name: np.empty((ticks, len(services)), dtype=bool if f.name == "censored" else np.float64)
+              for f in fields(Trajectory)}
+    lows, highs, capacity = (np.empty((ticks, len(services))) for _ in range(3))
+    for t in range(ticks):
+        unit = _unit(demand[window + t], low, high)
+        observed, censored = censor(unit, state.action)
+        for name in ("action", "mu", "sigma", "k", "eta", "margin", "bias"):
+            record[name][t] = getattr(state, name)
+        record["demand"][t], record["observed"][t], record["censored"][t] = unit, observed, censored
+        lows[t], highs[t], capacity[t] = low, high, from_unit(state.action, low, high)
+        new, transition = controller.step(state, observed, censored,
+                                          None if scaled_context is None else scaled_context[window + t])
+        record["reward"][t] = transition.reward
+        if range_growth > 1:
+            grow = outgrown(state.action, censored, new.censor_streak, grow_after)
+            if grow.any():
+                new_high = np.where(grow, grown_high(low, high, range_growth), high)
+                new, high = rescale_state(new, low, high, low, new_high), new_high
+        state = new
+    return ReferenceRun(Trajectory(**record), lows, highs, capacity)
+
+
+def _unit(demand: np.ndarray, low: np.ndarray, high: np.ndarray) -> np.ndarray:
+    return np.maximum((demand - low) / (high - low), 0.0)

@@ -1,0 +1,64 @@
+"""Range growth rules and the carry-over of a controller state to a new range (picrl_core.scaling)."""
+from __future__ import annotations
+
+from dataclasses import fields
+
+import numpy as np
+import pytest
+
+from picrl_core.controller import ControllerState
+from picrl_core.scaling import (LEVEL_FIELDS, SPREAD_FIELDS, UNIT_FREE_FIELDS, from_unit, grown_high, outgrown,
+                                rescale_state)
+
+
+def _state(services: int = 3, window: int = 4, seed: int = 0) -> ControllerState:
+    rng = np.random.default_rng(seed)
+    unit = lambda *shape: rng.random(shape)  # noqa: E731
+    return ControllerState(
+        keys=np.arange(services, dtype=np.uint64), tick=np.full(services, 40, np.int64),
+        observations=unit(services, window).astype(np.float32), censored=unit(services, window) < 0.3,
+        context=np.zeros((services, window, 0), np.float32), margin=0.1 * unit(services) - 0.05,
+        bias=0.02 * unit(services), censor_streak=np.array([0, 4, 7])[:services],
+        over_streak=np.zeros(services, np.int64), action=unit(services), mu=unit(services), sigma=0.1 * unit(services),
+        eta=unit(services), k=unit(services), pre=unit(services, 2).astype(np.float32),
+        log_prob=unit(services).astype(np.float32), features=unit(services, 5).astype(np.float32))
+
+
+def test_every_controller_state_field_says_how_it_moves_with_the_range() -> None:
+    classified = [*LEVEL_FIELDS, *SPREAD_FIELDS, *UNIT_FREE_FIELDS]
+    assert sorted(classified) == sorted(f.name for f in fields(ControllerState)) and len(set(classified)) == len(
+        classified), "a new ControllerState field needs a place in picrl_core/scaling.py"
+
+
+def test_a_state_carried_to_a_wider_range_keeps_its_native_values() -> None:
+    state = _state()
+    low, high = np.array([10.0, 0.0, 5.0]), np.array([70.0, 1.0, 6.0])
+    new_low, new_high = np.array([10.0, 0.0, 2.0]), np.array([130.0, 3.0, 9.0])
+    moved = rescale_state(state, low, high, new_low, new_high)
+    for name in LEVEL_FIELDS:
+        old, new = getattr(state, name), getattr(moved, name)
+        column = (slice(None),) + (None,) * (old.ndim - 1)
+        np.testing.assert_allclose(from_unit(new, new_low[column], new_high[column]),
+                                   from_unit(old, low[column], high[column]), rtol=1e-6)
+    for name in SPREAD_FIELDS:
+        np.testing.assert_allclose(getattr(moved, name) * (new_high - new_low), getattr(state, name) * (high - low))
+    for name in UNIT_FREE_FIELDS:
+        assert np.array_equal(getattr(moved, name), getattr(state, name)), name
+
+
+def test_an_unchanged_range_leaves_the_state_bit_for_bit() -> None:
+    state = _state()
+    low, high = np.array([10.0, 0.0, 5.0]), np.array([70.0, 1.0, 6.0])
+    moved = rescale_state(state, low, high, low.copy(), high.copy())
+    for f in fields(ControllerState):
+        assert np.array_equal(getattr(moved, f.name), getattr(state, f.name)), f.name
+
+
+def test_a_range_is_outgrown_after_a_run_of_short_ticks_ending_at_its_top() -> None:
+    action = np.array([1.0, 1.0, 0.97, 1.0])
+    censored = np.array([True, True, True, False])
+    streak = np.array([3, 2, 9, 0])
+    assert outgrown(action, censored, streak, after=3).tolist() == [True, False, False, False]
+    assert grown_high(np.array([10.0]), np.array([70.0]), 2.0).tolist() == [130.0]
+    with pytest.raises(ValueError):
+        grown_high(np.array([0.0]), np.array([1.0]), 1.0)
