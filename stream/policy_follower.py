@@ -60,15 +60,23 @@ class PolicyGate:
             policy = policy_from_bytes(record.weights, self.config)
         except ArtifactError as exc:
             return Review(record.version, None, "unreadable_weights", str(exc))
-        if record.rollback_of is None:
-            if record.kl_to_parent > self.max_kl:
-                return Review(record.version, None, "kl_above_bound",
-                              f"KL to parent {record.kl_to_parent:.4g} > bound {self.max_kl:g}")
-            if record.parent_score is not None and record.validation_score < record.parent_score - self.score_margin:
-                return Review(record.version, None, "score_below_parent",
-                              f"validation score {record.validation_score:.4g} < parent's {record.parent_score:.4g} "
-                              f"- margin {self.score_margin:g}")
+        refusal = guardrail_refusal(record, self.max_kl, self.score_margin)
+        if refusal is not None:
+            return Review(record.version, None, *refusal)
         return Review(record.version, policy, "accepted")
+
+
+def guardrail_refusal(record: PolicyVersion, max_kl: float, score_margin: float) -> tuple[str, str] | None:
+    """``(reason, detail)`` when the KL or score guardrail refuses ``record``, else None (a rollback is an
+    operator's decision: they do not apply to it). The weights are checked by :meth:`PolicyGate.review`."""
+    if record.rollback_of is not None:
+        return None
+    if record.kl_to_parent > max_kl:
+        return "kl_above_bound", f"KL to parent {record.kl_to_parent:.4g} > bound {max_kl:g}"
+    if record.parent_score is not None and record.validation_score < record.parent_score - score_margin:
+        return "score_below_parent", (f"validation score {record.validation_score:.4g} < parent's "
+                                      f"{record.parent_score:.4g} - margin {score_margin:g}")
+    return None
 
 
 async def read_policy_versions(bootstrap: str, topic: str, name: str) -> list[PolicyVersion]:

@@ -7,7 +7,7 @@ import time
 from dataclasses import replace
 
 from picrl.commands.bus import add_bus_arguments, bootstrap_or_local, settings_from_args
-from stream.policy_follower import read_policy_versions
+from stream.policy_follower import guardrail_refusal, read_policy_versions
 from stream.policy_writer import next_version, publish_next
 from stream.records import PolicyVersion
 from stream.topics import TopicNames
@@ -17,7 +17,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser(
         "policy", help="list the published policy versions, or roll the workers back to one",
         description="`list` prints every version of the policy on <prefix>.policy with its parent, KL to the "
-                    "parent and validation scores. `rollback --to VERSION` re-publishes that version's weights as "
+                    "parent and validation scores, marks with * the version in force (the newest the workers' "
+                    "guardrails, --settings max_kl and score_margin, accept) and says which they refuse. `rollback --to VERSION` re-publishes that version's weights as "
                     "the next version (marked as a rollback, so the workers' KL and score guardrails do not apply); "
                     "every worker switches to it and a running trainer continues training from it. Versions are "
                     "numbered by one writer at a time (trainer or rollback), so no two share a number.")
@@ -61,8 +62,16 @@ def run(args: argparse.Namespace) -> int:
         versions = asyncio.run(read_policy_versions(bootstrap, topics.policy, args.policy_name))
         if not versions:
             print(f"no versions of policy {args.policy_name!r} on {topics.policy}")
+        refused = {v.version: guardrail_refusal(v, settings["max_kl"], settings["score_margin"]) for v in versions}
+        in_force = max((v.version for v in versions if refused[v.version] is None), default=None)
         for record in versions:
-            print(_line(record))
+            refusal = refused[record.version]
+            print(("* " if record.version == in_force else "  ") + _line(record)
+                  + ("" if refusal is None else f"  refused by the workers: {refusal[0]}"))
+        if in_force is not None:
+            print(f"* in force: version {in_force}, the newest the workers' guardrails accept (max_kl "
+                  f"{settings['max_kl']:g}, score_margin {settings['score_margin']:g}; workers also refuse "
+                  "unreadable weights)")
         return 0
     if args.to is None:
         raise ValueError("rollback needs --to VERSION")

@@ -113,3 +113,19 @@ def test_concurrent_writers_get_distinct_numbers(kafka_bootstrap: str, tiny_arti
     assert sorted(v.version for v in versions) == list(range(12))  # every write landed, each number once
     assert sorted(r.version for r in published if r is not None) == list(range(12))
     assert "never retrieved" not in caplog.text
+
+
+def test_policy_list_marks_the_version_in_force_and_those_the_workers_refuse(
+        kafka_bootstrap: str, tiny_artifact: ModelArtifact, capsys: pytest.CaptureFixture[str]) -> None:
+    prefix = unique("list")
+    asyncio.run(ensure_topics(kafka_bootstrap, topic_specs(prefix, 1)))
+    weights = policy_to_bytes(tiny_artifact.policy)
+    versions = [PolicyVersion("default", 0, None, 0.0, 0.0, time.time(), weights),
+                PolicyVersion("default", 1, 0, 0.01, 0.5, time.time(), weights, parent_score=0.5),
+                PolicyVersion("default", 2, 1, 5.0, 0.5, time.time(), weights, parent_score=0.5)]  # KL too large
+    produce(kafka_bootstrap, TopicNames(prefix).policy, [(v.key, v.to_bytes()) for v in versions])
+    assert main(["policy", "list", "--bootstrap", kafka_bootstrap, "--prefix", prefix]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line[:2] for line in lines[:3]] == ["  ", "* ", "  "]
+    assert lines[2].endswith("refused by the workers: kl_above_bound")
+    assert lines[3].startswith("* in force: version 1")
