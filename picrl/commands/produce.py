@@ -5,11 +5,10 @@ import argparse
 import asyncio
 from pathlib import Path
 
-from tqdm import tqdm
-
 from picrl.commands.bus import add_bus_arguments, bootstrap_or_local, settings_from_args
 from picrl.commands.source import add_trace_source, load_trace
 from picrl.datasets import load_pod_fleet
+from picrl.progress import progress_bar
 from picrl.reports.closed_loop import COLUMNS, write_report
 from producers.closed_loop import ClosedLoopEnvironment, ClosedLoopRecord, TickSummary
 from producers.replay import replay_usage
@@ -78,7 +77,7 @@ def run_replay(args: argparse.Namespace) -> int:
     bootstrap = bootstrap_or_local(settings["bootstrap"])
     workload = workload_from_args(args)
     topics = TopicNames(settings["prefix"])
-    with tqdm(total=workload.ticks, desc="replay", unit="tick", dynamic_ncols=True) as bar:
+    with progress_bar(workload.ticks, "replay", "tick") as bar:
         sent = asyncio.run(replay_usage(bootstrap, topics, workload, rate=args.rate,
                                         capacity_headroom=args.capacity_headroom, on_tick=lambda _: bar.update(1)))
     print(f"sent {sent} usage events for {len(workload.services)} services to {topics.usage}")
@@ -100,7 +99,7 @@ def print_summary(summary: dict, out: Path) -> None:
 def play_closed_loop(bootstrap: str, prefix: str, workload: Workload, *, interval: float = 0.0,
                      initial_headroom: float = 1.1, action_timeout: float = 60.0) -> ClosedLoopRecord:
     """Run the environment with a live progress bar (ticks, censoring rate, policy version)."""
-    with tqdm(total=workload.ticks, desc="closed loop", unit="tick", dynamic_ncols=True) as bar:
+    with progress_bar(workload.ticks, "closed loop", "tick") as bar:
         def progress(summary: TickSummary) -> None:
             bar.set_postfix(censored=f"{summary.censoring_rate:.1%}", policy=summary.policy_version,
                             picrl=f"{summary.control_services}/{len(workload.services)}")
