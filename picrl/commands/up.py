@@ -100,4 +100,10 @@ def run(args: argparse.Namespace) -> int:
                 print(f"warning: the {name} exited early (code {process.returncode}); see {args.out / (name + '.log')}")
     summary = write_report(record, args.out, f"picrl up: {args.services} copies of {trace.name} (test split) over Kafka")
     print_summary(summary, args.out)
+    print(f"how to read these next to `picrl evaluate` (the README's results): here MAE and the rates are means over "
+          f"the {summary['control_ticks']} control ticks of {args.services} services, each scaled by its own demand "
+          "range over this run, and regret is summed over all of them; every service is a shifted, scaled copy "
+          "that starts cold (its first range from its first window of ticks, not the training range). `evaluate` "
+          "scores one series scaled by its training range over the whole test split, so the two are not comparable "
+          "one to one.")
     return 0
