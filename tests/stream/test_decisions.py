@@ -13,7 +13,7 @@ from producers.workload import Workload, copies_of
 from stream.decisions import DecisionEngine, EngineSettings, Incoming, ServiceOverride
 from stream.records import Action, UsageEvent
 from tests.stream.conftest import WINDOW
-from tests.support.reference import reference_run
+from tests.support.reference import reference_run, tripled
 
 
 class Loop:
@@ -197,10 +197,7 @@ def test_operator_overrides_bound_or_freeze_a_service(tiny_artifact: ModelArtifa
 
 
 def _tripling(native_trace: Trace, services: int = 3) -> Workload:
-    """Copies of the trace whose demand triples over 20 ticks after the warm-up window."""
-    base = copies_of(native_trace, services, WINDOW + 100, start=900, seed=3)
-    ramp = np.clip((np.arange(base.ticks) - WINDOW - 5) / 20.0, 0.0, 1.0)[:, None]
-    return replace(base, demand=base.demand * (1.0 + 2.0 * ramp))
+    return tripled(copies_of(native_trace, services, WINDOW + 100, start=900, seed=3), WINDOW)
 
 
 def test_an_outgrown_range_grows_in_the_stream_as_in_the_simulator(tiny_artifact: ModelArtifact,

@@ -3,6 +3,7 @@ the closed-loop environment in process."""
 from __future__ import annotations
 
 import asyncio
+import json
 import urllib.request
 from pathlib import Path
 
@@ -19,7 +20,7 @@ from stream.topics import TopicNames, ensure_topics, topic_specs
 from tests.stream.conftest import WINDOW
 from tests.support.kafka import consume, unique
 from tests.support.processes import picrl_process, tail
-from tests.support.reference import reference_run
+from tests.support.reference import reference_run, tripled
 from tests.support.web import free_port
 
 PARTITIONS = 2
@@ -126,3 +127,25 @@ def test_trainer_versions_reach_the_workers_actions(kafka_bootstrap: str, tiny_m
     # the records' version stamps are on every action after the first trained version arrives
     first = int(np.argmax(record.policy_version.max(axis=1) >= 1))
     assert (record.policy_version[first + 2:] >= 1).all()
+
+
+def test_a_worker_grows_the_range_of_a_service_that_outgrew_it(kafka_bootstrap: str, tiny_model_dir: Path,
+                                                                 native_trace: Trace, tiny_artifact: ModelArtifact,
+                                                                 tmp_path: Path) -> None:
+    prefix = unique("e2e-grow")
+    asyncio.run(ensure_topics(kafka_bootstrap, topic_specs(prefix, PARTITIONS)))
+    workload = tripled(copies_of(native_trace, 2, WINDOW + 60, start=900, seed=3), WINDOW)
+    port = free_port()
+    with picrl_process([*_worker_args(tiny_model_dir, kafka_bootstrap, prefix), "--web-port", str(port)],
+                       tmp_path / "worker.log") as worker:
+        record = _play(kafka_bootstrap, prefix, workload)
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+            scraped = response.read().decode()
+        assert worker.poll() is None, tail(tmp_path / "worker.log")
+    reference = reference_run(tiny_artifact, workload.demand, workload.services, headroom=0.5)
+    assert np.array_equal(record.breakdown["capacity_norm"][WINDOW:], reference.trajectory.action)  # bit for bit
+    assert (record.capacity[WINDOW:] > reference.high[0] * (1 + 1e-9)).any(axis=0).all()  # above the first range
+    grown = [json.loads(line) for line in (tmp_path / "worker.log").read_text().splitlines()
+             if line.startswith("{") and "range of" in line]
+    assert grown and all(entry["reason"] == "outgrown" and entry["service"] in workload.services for entry in grown)
+    assert f'picrl_range_changes_total{{reason="outgrown"}} {float(len(grown))}' in scraped

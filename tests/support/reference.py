@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 
 import numpy as np
 
@@ -12,6 +12,7 @@ from picrl_core.noise import service_key
 from picrl_core.scaling import from_unit, grown_high, outgrown, rescale_state, to_unit, window_range
 from picrl_core.series import MinMaxScaler
 from picrl_core.simulator import Trajectory, censor
+from producers.workload import Workload
 
 
 @dataclass
@@ -68,3 +69,10 @@ def reference_run(artifact: ModelArtifact, demand: np.ndarray, services: tuple[s
 
 def _unit(demand: np.ndarray, low: np.ndarray, high: np.ndarray) -> np.ndarray:
     return np.maximum((demand - low) / (high - low), 0.0)
+
+
+def tripled(workload: Workload, window: int) -> Workload:
+    """``workload`` with demand rising to three times its level over 20 ticks, 5 ticks after the warm-up
+    window: every service outgrows the range its first window gave it."""
+    ramp = np.clip((np.arange(workload.ticks) - window - 5) / 20.0, 0.0, 1.0)[:, None]
+    return replace(workload, demand=workload.demand * (1.0 + 2.0 * ramp))
