@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import subprocess
 import sys
 import time
@@ -79,6 +80,10 @@ def _child(args: list[str], log: Path) -> Iterator[subprocess.Popen]:
 
 
 def run(args: argparse.Namespace) -> int:
+    # The first sends to the topics created here meet partitions whose leader is still being elected;
+    # aiokafka retries them and warns each time ("NotLeaderForPartitionError"). A send that keeps
+    # failing still raises, so only the retries are kept off the output.
+    logging.getLogger("aiokafka.producer.sender").setLevel(logging.ERROR)
     trace = load_dataset(args.dataset)
     series = prepare_series(trace.values, trace.name, trace.context, trace.context_names)
     _, model, trained = cached_model(trace, series, config_from_args(args))
