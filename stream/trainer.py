@@ -167,6 +167,9 @@ class PolicyTrainer:
             return record if next_version(versions) == record.version else None
 
         published = await publish_next(self.settings.bootstrap, self.topics.policy, self.settings.policy_name, build)
+        if published is None and not theirs:
+            raise ValueError(f"{self.topics.policy} holds no version of policy {self.settings.policy_name} any more "
+                             "(was the topic deleted?); restart the trainer to publish the model's policy again")
         return published or theirs[0]
 
     def _continue_from(self, newest: PolicyVersion, learner: SlowPolicyLearner) -> tuple[int, SlowPolicyLearner]:
