@@ -19,7 +19,7 @@ from picrl_core.config import PicRLConfig
 from picrl_core.policy import PolicyNetwork, ValueNetwork
 from picrl_core.predictor import GaussianLSTM
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 WEIGHTS = "weights.safetensors"
 MANIFEST = "artifact.json"
 

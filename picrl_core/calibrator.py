@@ -3,23 +3,59 @@ from __future__ import annotations
 
 import numpy as np
 
-from picrl_core.config import CalibratorConfig
+from picrl_core.config import CalibratorConfig, CostConfig, PicRLConfig
+from picrl_core.reward import pessimism_factor
 
 
-def calibrate(margin: np.ndarray, bias: np.ndarray, eta: np.ndarray, censored: np.ndarray,
-              over_provisioned: np.ndarray, cfg: CalibratorConfig) -> tuple[np.ndarray, np.ndarray]:
-    """One reactive-calibrator step for a batch of services, Eq. (12):
+def over_weights(cfg: CalibratorConfig, cost: CostConfig) -> tuple[float, float]:
+    """How much one over-provisioned step lowers ``(m, b)`` relative to how much a shortage raises them.
 
-        m_{t+1} = m_t + eta_t * delta_m * [1(c_t) - 1(not c_t and a_t > y_t)]
-        b_{t+1} = b_t + eta_t * delta_b * [1(c_t) - gamma * 1(not c_t and a_t > y_t)]
-
-    A shortage raises both the fast margin and the slow bias; an over-provisioned step lowers the
-    margin fully and the bias by the smaller factor ``gamma``. Both stay within their configured
-    bounds so a long streak cannot run them away.
+    ``"paper"`` (Eq. 12 as printed): ``(1, gamma)``. The margin then settles where shortages and
+    over-provisioned steps are equally frequent (a 50% shortage rate) while the bias settles at
+    ``gamma / (1 + gamma)``: the two drift against each other.
+    ``"pinball"``: ``(c_over / c_under, c_over / c_under)``, the stochastic (sub)gradient of the
+    asymmetric cost Eq. (1) in the action, which is computable under PIC because ``1[d > a]`` is the
+    censoring flag (the censored newsvendor step of Huh & Rusmevichientong, Math. of OR 2009). Both
+    variables then settle at the shortage rate ``c_over / (c_under + c_over)``, the critical fractile.
     """
-    shortage = censored.astype(np.float64)
+    if cfg.rule == "paper":
+        return 1.0, cfg.gamma
+    ratio = cost.c_over / cost.c_under
+    return ratio, ratio
+
+
+def calibrate(margin: np.ndarray, bias: np.ndarray, eta: np.ndarray, shortage: np.ndarray,
+              over_provisioned: np.ndarray, cfg: CalibratorConfig, cost: CostConfig,
+              scale: np.ndarray | float = 1.0, escalation: np.ndarray | float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+    """One reactive-calibrator step for a batch of services, Eq. (12) with the weights of :func:`over_weights`:
+
+        m_{t+1} = m_t + eta_t * delta_m * s_t * [1(short_t) - w_m * 1(over_t)]
+        b_{t+1} = b_t + eta_t * delta_b * [1(short_t) - w_b * 1(over_t)]
+
+    ``short_t = 1[d_t > a_t]`` (the censoring flag under PIC), ``over_t = 1[d_t < a_t]`` (not short and
+    ``a_t > y_t``). ``s_t`` is the margin's unit: 1 in the paper; the predicted ``sigma_t`` when
+    ``cfg.margin_in_sigma`` (the margin then corrects the quantile in standardized units, so its step is
+    as large as the uncertainty it corrects). ``escalation`` multiplies the margin's shortage step
+    (the pessimism factor of Eq. 9 over a censoring streak, see the controller). Both stay within their configured bounds so a long streak
+    cannot run them away.
+    """
+    w_margin, w_bias = over_weights(cfg, cost)
+    short = shortage.astype(np.float64)
     over = over_provisioned.astype(np.float64)
-    margin = margin + eta * cfg.delta_m * (shortage - over)
-    bias = bias + eta * cfg.delta_b * (shortage - cfg.gamma * over)
+    margin = margin + eta * cfg.delta_m * scale * (escalation * short - w_margin * over)
+    bias = bias + eta * cfg.delta_b * (short - w_bias * over)
     return (np.clip(margin, -cfg.margin_limit, cfg.margin_limit),
             np.clip(bias, -cfg.bias_limit, cfg.bias_limit))
+
+
+def reactive_step(margin: np.ndarray, bias: np.ndarray, eta: np.ndarray, shortage: np.ndarray,
+                  over_provisioned: np.ndarray, censor_streak: np.ndarray, sigma: np.ndarray,
+                  config: PicRLConfig) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`calibrate` as PIC-RL's Phase 3 applies it after the feedback of ``a_t``: the margin in units
+    of the ``sigma_t`` that action was planned with when ``margin_in_sigma``, and with ``escalate`` the
+    ``n``-th censored tick in a row stepping it ``Psi(n - 1)`` times (Eq. 9's pessimism factor: a lone
+    shortage weighs 1, a streak more and more, so a surge is left faster)."""
+    cal = config.calibrator
+    escalation = pessimism_factor(np.maximum(censor_streak - 1, 0), config.reward) if cal.escalate else 1.0
+    return calibrate(margin, bias, eta, shortage, over_provisioned, cal, config.cost,
+                     sigma if cal.margin_in_sigma else 1.0, escalation)

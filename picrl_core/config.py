@@ -32,6 +32,7 @@ class PredictorConfig:
     patience: int = 5  # epochs without validation-NLL improvement before stopping
     censor_prob: float = 0.3  # share of training windows re-censored so the model sees PIC inputs
     max_train_windows: int = 20_000  # windows sampled per epoch (bounded epoch time on long traces)
+    calibrate_sigma: bool = True  # temperature of sigma fitted on the validation split by NLL; paper: False
 
 
 @dataclass(frozen=True)
@@ -55,24 +56,33 @@ class RewardConfig:
 
 @dataclass(frozen=True)
 class CalibratorConfig:
-    """Phase 3 reactive calibrator, Eq. (12) / Algorithm 1 fast update."""
+    """Phase 3 reactive calibrator, Eq. (12) / Algorithm 1 fast update (see ``calibrator.over_weights``)."""
 
-    delta_m: float = 0.004  # margin step (fast variable)
+    rule: str = "pinball"  # "pinball": both variables step on the cost's subgradient; "paper": Eq. (12) as printed
+    margin_in_sigma: bool = True  # the margin's step is delta_m * sigma_t (standardized units); paper: False
+    delta_m: float = 0.1  # margin step (fast variable), in units of sigma_t when margin_in_sigma; paper: 0.004
     delta_b: float = 0.0005  # bias step (slow drift-tracking variable)
     gamma: float = 0.5  # bias decrease ratio on over-provisioned steps
     margin_limit: float = 0.5  # |m| is clipped to this bound
     bias_limit: float = 0.5  # |b| is clipped to this bound
+    escalate: bool = False  # the n-th censored tick in a row steps the margin Psi(n - 1) times (Eq. 9; not in the paper)
+    select_on_validation: bool = False  # pick delta_m, delta_b (x0.25..x4) on the validation split (an option)
+
+    def __post_init__(self) -> None:
+        if self.rule not in ("pinball", "paper"):
+            raise ValueError(f"calibrator.rule must be 'pinball' or 'paper'; got {self.rule!r}")
 
 
 @dataclass(frozen=True)
 class PolicyConfig:
-    """Policy and value networks (Sec. 3.2.1); outputs eta in [0.5, 3] and k in [0, 2]."""
+    """Policy and value networks (Sec. 3.2.1); outputs eta in [0.5, 3] and k in z* + [-1, 1] (paper: [0, 2])."""
 
     hidden: int = 64
     eta_low: float = 0.5
     eta_high: float = 3.0
-    k_low: float = 0.0
-    k_high: float = 2.0
+    k_low: float = -1.0  # k's range is centre + [k_low, k_high]; paper: [0, 2] around 0
+    k_high: float = 1.0
+    k_around_fractile: bool = True  # centre = the newsvendor fractile Phi^-1(c_under / (c_under + c_over)); paper: False
     init_log_std: float = -1.0  # exploration std in pre-squash space at initialisation
     horizon: int = 512  # ticks that make "progress through the episode" reach 1
 
@@ -104,7 +114,7 @@ class OnlineConfig:
     lr: float = 3e-4
     kl_coef: float = 1.0  # weight of KL(pi_new || pi_old); ablation A5 sets 0
     ema_decay: float = 0.9  # acting parameters = EMA of updated ones; ablation A6 sets 0
-    explore: bool = True  # sample (eta, k) with counter-based noise (reproducible per service/tick)
+    explore: bool = False  # sample (eta, k) with counter-based noise (reproducible per service/tick); paper: True
     discount: float = 0.95
     # Rows per network forward pass when acting (picrl_core.batching): a service's decision is bit-identical
     # whatever batch it arrives in as long as this is fixed, so the stream and the simulator read it from the

@@ -14,12 +14,12 @@ import numpy as np
 import torch
 
 from picrl_core.batching import in_fixed_chunks
-from picrl_core.calibrator import calibrate
+from picrl_core.calibrator import reactive_step
 from picrl_core.censored_estimator import estimate_censored_demand
 from picrl_core.config import PicRLConfig
 from picrl_core.features import state_features
 from picrl_core.noise import counter_normal
-from picrl_core.policy import N_OUTPUTS, PolicyNetwork, gaussian_log_prob, squash
+from picrl_core.policy import N_OUTPUTS, PolicyNetwork, gaussian_log_prob, risk_centre, squash
 from picrl_core.predictor import GaussianLSTM, predict_gaussian
 from picrl_core.reward import step_reward
 
@@ -124,12 +124,14 @@ class PicRLController:
         y = np.asarray(y, dtype=np.float64).reshape(len(state))
         censored = np.asarray(censored, dtype=bool).reshape(len(state))
         a = state.action
-        over = ~censored & (a > y)
+        shortage = censored | (y > a)  # y > a only under full information (the reference run)
+        over = ~shortage & (a > y)
         censor_streak = np.where(censored, state.censor_streak + 1, 0)
         over_streak = np.where(over, state.over_streak + 1, 0)
         cfg = self.config
         reward = step_reward(a, y, censored, state.mu, state.sigma, censor_streak, cfg.cost, cfg.reward)
-        margin, bias = calibrate(state.margin, state.bias, state.eta, censored, over, cfg.calibrator)
+        margin, bias = reactive_step(state.margin, state.bias, state.eta, shortage, over, censor_streak, state.sigma,
+                                     cfg)
         row_context = self._check_context(None if context is None else np.asarray(context)[:, None, :],
                                           (len(state), 1), "context")
         new = self._decide(
@@ -173,7 +175,7 @@ class PicRLController:
             estimate=estimate, n_max=cfg.reward.n_max, horizon=cfg.policy.horizon,
         )
         pre, log_prob = self._plan(features, keys, tick)
-        eta, k = squash(pre, cfg.policy)
+        eta, k = squash(pre, cfg.policy, risk_centre(cfg))
         buffer = k * sigma if cfg.ablation.use_k_sigma else 0.0
         action = np.clip(mu + buffer + margin + bias, 0.0, 1.0)
         return ControllerState(

@@ -63,7 +63,9 @@ def train_offline(series: PreparedSeries, config: PicRLConfig, *, phase1_progres
     Phase 1 or Phase 2 (the comparison's baselines); an artifact with a substituted predictor is
     used in memory only (``save_artifact`` stores a Gaussian LSTM). Inside
     :func:`~picrl_core.training_memo.shared_training` identical phases are trained once; Phase 2
-    never reads ``config.online``, so configs differing only there share it."""
+    never reads ``config.online``, so configs differing only there share it. With
+    ``config.calibrator.select_on_validation`` the fast step is then chosen on the validation split
+    (:func:`select_calibrator`; the report is under ``reports["phase3_selection"]``)."""
     config = config_for(series, config)
     predictor, predictor_report = train_phase1(series, config, model_factory=model_factory,
                                                progress=phase1_progress)
@@ -71,13 +73,17 @@ def train_offline(series: PreparedSeries, config: PicRLConfig, *, phase1_progres
     policy, value, pretrain_report = memoized(
         ("phase2", series_fingerprint(series), offline_config, model_factory, pretrainer),
         lambda: pretrainer(predictor, series.train, config, train_context=series.train_ctx, progress=phase2_progress))
-    return ModelArtifact(
+    artifact = ModelArtifact(
         config=config, predictor=predictor, policy=policy, value=value,
         scaling={"series": series.scaler.to_dict(), "context": [s.to_dict() for s in series.context_scalers],
                  "context_names": list(series.context_names)},
         reports={"series": series.name, "notes": list(series.notes), "phase1": predictor_report.to_dict(),
                  "phase2": pretrain_report.to_dict()},
     )
+    if not config.calibrator.select_on_validation:
+        return artifact
+    artifact, selection = select_calibrator(artifact, series)
+    return replace(artifact, reports={**artifact.reports, "phase3_selection": selection})
 
 
 @dataclass
@@ -147,10 +153,40 @@ def run_online(artifact: ModelArtifact, demand: np.ndarray, history: np.ndarray,
                      [] if slow is None else slow.updates)
 
 
-def evaluation_inputs(series: PreparedSeries, window: int) -> dict[str, np.ndarray | None]:
+def evaluation_inputs(series: PreparedSeries, window: int, split: str = "test") -> dict[str, np.ndarray | None]:
     """Single-service Phase 3 inputs for the test split: its demand, with the end of validation as the
-    cold-start history (offline logs are uncensored)."""
-    context = None if series.test_ctx is None else series.test_ctx[:, None, :]
-    history_context = None if series.val_ctx is None else series.val_ctx[None, -window:, :]
-    return {"demand": series.test[:, None], "history": series.val[None, -window:],
-            "context": context, "history_context": history_context}
+    cold-start history (offline logs are uncensored). ``split="val"`` gives the validation split with
+    the end of training as history: what every method's knobs are chosen on (:func:`select_calibrator`,
+    :mod:`picrl_core.methods.selection`), so the test split is never read before the reported run."""
+    if split not in ("test", "val"):
+        raise ValueError(f"split must be 'test' or 'val'; got {split!r}")
+    demand, ctx, past, past_ctx = ((series.test, series.test_ctx, series.val, series.val_ctx) if split == "test" else
+                                   (series.val, series.val_ctx, series.train, series.train_ctx))
+    return {"demand": demand[:, None], "history": past[None, -window:],
+            "context": None if ctx is None else ctx[:, None, :],
+            "history_context": None if past_ctx is None else past_ctx[None, -window:, :]}
+
+
+# Candidate fast-loop steps, as multiples of ``CalibratorConfig.delta_m``, tried on the validation split.
+STEP_MULTIPLIERS = (0.25, 0.5, 1.0, 2.0, 4.0)
+
+
+def select_calibrator(artifact: ModelArtifact, series: PreparedSeries) -> tuple[ModelArtifact, dict[str, Any]]:
+    """Phase 3's fast step chosen on the validation split: Phase 3 (:func:`run_online`) runs on it once
+    per candidate ``delta_m * STEP_MULTIPLIERS`` (``delta_b`` scaled alike) from the end of the
+    training split, and the artifact keeps the step of lowest validation regret. How fast the margin
+    must move depends on how fast a trace changes, which a fixed constant cannot know."""
+    config = artifact.config
+    inputs = evaluation_inputs(series, config.predictor.window, "val")
+    scores: dict[float, float] = {}
+    for multiplier in STEP_MULTIPLIERS:
+        candidate = replace(config, calibrator=replace(config.calibrator,
+                                                       delta_m=config.calibrator.delta_m * multiplier,
+                                                       delta_b=config.calibrator.delta_b * multiplier))
+        run = run_online(replace(artifact, config=candidate), **inputs)
+        scores[multiplier] = run.metrics.regret
+    best = min(scores, key=lambda m: (scores[m], abs(np.log(m))))  # ties: the step closest to the default
+    chosen = replace(config, calibrator=replace(config.calibrator, delta_m=config.calibrator.delta_m * best,
+                                                delta_b=config.calibrator.delta_b * best))
+    report = {"multipliers": list(STEP_MULTIPLIERS), "validation_regret": list(scores.values()), "chosen": best}
+    return replace(artifact, config=chosen), report

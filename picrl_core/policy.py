@@ -1,18 +1,19 @@
 """Policy and value networks of Sec. 3.2.1: ``(eta_t, k_t) = pi_phi(s_t)`` and ``V_psi(s_t)``.
 
 The policy is a diagonal Gaussian over two pre-squash variables; a sigmoid maps them into the
-paper's ranges ``eta in [0.5, 3]`` (calibrator step multiplier) and ``k in [0, 2]`` (risk-buffer
-coefficient). Acting deterministically uses the Gaussian mean; exploring adds ``std * noise``.
+ranges ``eta in [0.5, 3]`` (calibrator step multiplier, the paper's) and ``k in z* + [-1, 1]`` (risk-buffer
+coefficient around the newsvendor fractile, :func:`risk_centre`; the paper's ``[0, 2]`` in its preset). Acting deterministically uses the Gaussian mean; exploring adds ``std * noise``.
 """
 from __future__ import annotations
 
 import math
+from statistics import NormalDist
 
 import numpy as np
 import torch
 from torch import nn
 
-from picrl_core.config import PolicyConfig
+from picrl_core.config import PicRLConfig, PolicyConfig
 from picrl_core.features import FEATURE_NAMES
 
 N_FEATURES = len(FEATURE_NAMES)
@@ -66,9 +67,18 @@ def gaussian_kl(mean_p: torch.Tensor, std_p: torch.Tensor, mean_q: torch.Tensor,
     return (torch.log(std_q / std_p) + (std_p.pow(2) + (mean_p - mean_q).pow(2)) / (2.0 * std_q.pow(2)) - 0.5).sum(-1)
 
 
-def squash(pre: np.ndarray, cfg: PolicyConfig) -> tuple[np.ndarray, np.ndarray]:
-    """Map pre-squash samples ``(B, 2)`` to ``eta in [eta_low, eta_high]`` and ``k in [k_low, k_high]``."""
+def risk_centre(config: PicRLConfig) -> float:
+    """Where the risk-buffer range is centred: the critical fractile ``z* = Phi^{-1}(c_under / (c_under +
+    c_over))`` of a (calibrated) Gaussian forecast when ``policy.k_around_fractile`` (``mu + z* sigma`` is then
+    the newsvendor's order, Eq. 1, and the policy learns the state-dependent deviation from it), else 0."""
+    if not config.policy.k_around_fractile:
+        return 0.0
+    return NormalDist().inv_cdf(config.cost.c_under / (config.cost.c_under + config.cost.c_over))
+
+
+def squash(pre: np.ndarray, cfg: PolicyConfig, centre: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+    """Map pre-squash samples ``(B, 2)`` to ``eta in [eta_low, eta_high]`` and ``k in centre + [k_low, k_high]``."""
     gate = 1.0 / (1.0 + np.exp(-pre.astype(np.float64)))
     eta = cfg.eta_low + (cfg.eta_high - cfg.eta_low) * gate[:, 0]
-    k = cfg.k_low + (cfg.k_high - cfg.k_low) * gate[:, 1]
+    k = centre + cfg.k_low + (cfg.k_high - cfg.k_low) * gate[:, 1]
     return eta, k

@@ -37,18 +37,24 @@ class PredictorInputError(ValueError):
 
 def gaussian_head(hidden: int, cfg: PredictorConfig) -> torch.nn.Linear:
     """The Gaussian output layer ``h -> (mu offset, pre-softplus sigma)``: small weights, zero mean
-    offset and a sigma bias that starts the predicted std near ``_INITIAL_SIGMA``."""
+    offset and a sigma bias that starts the predicted std near ``_INITIAL_SIGMA``. It carries the
+    temperature ``sigma_scale`` (a buffer, 1 until :func:`calibrate_sigma` sets it), so a saved model
+    holds its calibration."""
     head = torch.nn.Linear(hidden, 2)
     with torch.no_grad():
         head.weight.mul_(0.1)
         head.bias[0] = 0.0
         head.bias[1] = math.log(math.expm1(max(_INITIAL_SIGMA - cfg.sigma_min, 1e-3)))
+    head.register_buffer("sigma_scale", torch.ones(()))
     return head
 
 
-def gaussian_output(out: torch.Tensor, level: torch.Tensor, sigma_min: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """Head output ``(B, 2)`` -> ``mu = level + out[:, 0]``, ``sigma = softplus(out[:, 1]) + sigma_min``."""
-    return level + out[:, 0], torch.nn.functional.softplus(out[:, 1]) + sigma_min
+def gaussian_output(head: torch.nn.Linear, h: torch.Tensor, level: torch.Tensor,
+                    sigma_min: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Features ``h`` ``(B, H)`` -> ``mu = level + out[:, 0]``, ``sigma = T * (softplus(out[:, 1]) + sigma_min)``
+    with ``out = head(h)`` and ``T`` the head's temperature ``sigma_scale``."""
+    out = head(h)
+    return level + out[:, 0], (torch.nn.functional.softplus(out[:, 1]) + sigma_min) * head.sigma_scale
 
 
 class GaussianLSTM(torch.nn.Module):
@@ -75,7 +81,7 @@ class GaussianLSTM(torch.nn.Module):
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         _, (h_n, _) = self.lstm(x)
-        return gaussian_output(self.head(h_n[-1]), x[:, -1, 0], self.cfg.sigma_min)
+        return gaussian_output(self.head, h_n[-1], x[:, -1, 0], self.cfg.sigma_min)
 
 
 # Any Phase-1 model with GaussianLSTM's interface (``cfg``, ``input_size``, window -> (mu, sigma)).
@@ -89,7 +95,8 @@ def gaussian_nll(mu: torch.Tensor, sigma: torch.Tensor, d: torch.Tensor) -> torc
 
 @dataclass(frozen=True)
 class PredictorReport:
-    """Outcome of :func:`train_predictor`; validation metrics are those of the restored best epoch."""
+    """Outcome of :func:`train_predictor`; validation metrics are those of the restored best epoch
+    (after the temperature ``sigma_scale``)."""
 
     epochs_run: int
     best_epoch: int  # 1-based, as ``history[i]["epoch"]``
@@ -98,6 +105,7 @@ class PredictorReport:
     val_mae: float
     coverage_1sigma: float  # share of validation targets within mu +- sigma
     coverage_2sigma: float  # share of validation targets within mu +- 2 sigma
+    sigma_scale: float = 1.0  # temperature of sigma fitted on validation (1: not calibrated)
 
     def to_dict(self) -> dict[str, object]:
         data = asdict(self)
@@ -196,10 +204,9 @@ def predict_gaussian(model: GaussianLSTM, windows: np.ndarray,
     return mu.astype(np.float64), sigma.astype(np.float64)
 
 
-def evaluate_predictor(
-    model: GaussianLSTM, series: np.ndarray, context: np.ndarray | None, window: int
-) -> dict[str, float]:
-    """NLL (Eq. 3), MAE of ``mu`` and 1/2-sigma coverage on every uncensored window of ``series``."""
+def _predict_series(model: GaussianLSTM, series: np.ndarray, context: np.ndarray | None,
+                    window: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(mu, sigma, target)`` on every uncensored window of ``series``, built in bounded blocks."""
     series = np.asarray(series, dtype=np.float64)
     context = None if context is None else np.asarray(context, dtype=np.float64)
     _check_series(series, context, window, model.cfg.context_channels, "evaluation")
@@ -213,7 +220,14 @@ def evaluate_predictor(
         mu.append(m)
         sigma.append(s)
         target.append(t.astype(np.float64))
-    m, s, t = np.concatenate(mu), np.concatenate(sigma), np.concatenate(target)
+    return np.concatenate(mu), np.concatenate(sigma), np.concatenate(target)
+
+
+def evaluate_predictor(
+    model: GaussianLSTM, series: np.ndarray, context: np.ndarray | None, window: int
+) -> dict[str, float]:
+    """NLL (Eq. 3), MAE of ``mu`` and 1/2-sigma coverage on every uncensored window of ``series``."""
+    m, s, t = _predict_series(model, series, context, window)
     z = np.abs(t - m) / s
     return {
         "nll": float(np.mean(np.log(s) + 0.5 * z**2)),
@@ -221,6 +235,18 @@ def evaluate_predictor(
         "coverage_1sigma": float(np.mean(z <= 1.0)),
         "coverage_2sigma": float(np.mean(z <= 2.0)),
     }
+
+
+def calibrate_sigma(model: GaussianLSTM, series: np.ndarray, context: np.ndarray | None, window: int) -> float:
+    """Temperature scaling of the predicted std on held-out data (Kuleshov et al., ICML 2018, for
+    regression): ``T = sqrt(mean(((d - mu) / sigma)^2))`` is the scale that minimises the Gaussian NLL
+    Eq. (3) of ``T * sigma`` over the windows of ``series``; it is stored in the model's head and returned."""
+    with torch.no_grad():
+        model.head.sigma_scale.fill_(1.0)
+        m, s, t = _predict_series(model, series, context, window)
+        scale = float(np.sqrt(np.mean(((t - m) / s) ** 2)))
+        model.head.sigma_scale.fill_(max(scale, 1e-6))
+    return scale
 
 
 def train_predictor(
@@ -238,7 +264,8 @@ def train_predictor(
 
     Adam on minibatches of at most ``cfg.max_train_windows`` windows per epoch (re-sampled and
     re-censored every epoch), early stopping on the validation NLL after ``cfg.patience`` epochs
-    without improvement; the best epoch's weights are restored. Deterministic under ``seed``; the
+    without improvement; the best epoch's weights are restored and, with ``cfg.calibrate_sigma``, its
+    ``sigma`` is temperature-scaled on the validation split (:func:`calibrate_sigma`). Deterministic under ``seed``; the
     global torch RNG is left untouched. ``progress`` receives ``{"epoch", "train_nll", "val_nll",
     "val_mae"}`` once per epoch. ``model_factory`` builds the model from ``cfg`` (the Gaussian LSTM;
     the Phase-1 substitutions of the comparison pass theirs and train by the same loop).
@@ -292,6 +319,7 @@ def train_predictor(
 
     model.load_state_dict(best_state)
     model.zero_grad(set_to_none=True)
+    scale = calibrate_sigma(model, val, val_context, cfg.window) if cfg.calibrate_sigma else 1.0
     final = evaluate_predictor(model, val, val_context, cfg.window)
     report = PredictorReport(
         epochs_run=len(history),
@@ -301,5 +329,6 @@ def train_predictor(
         val_mae=final["mae"],
         coverage_1sigma=final["coverage_1sigma"],
         coverage_2sigma=final["coverage_2sigma"],
+        sigma_scale=scale,
     )
     return model, report

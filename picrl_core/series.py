@@ -7,7 +7,7 @@ splits chronologically 60/20/20. :func:`prepare_series` does exactly that after
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
 import numpy as np
@@ -249,3 +249,20 @@ def describe_series(values: np.ndarray, step_seconds: float) -> dict[str, float]
     stats["acf_1h"] = _acf(x, round(3600 / step_seconds)) if step_ok else nan
     stats["acf_1d"] = _acf(x, round(86400 / step_seconds)) if step_ok else nan
     return stats
+
+
+def development_series(series: PreparedSeries, fraction: float = 0.75) -> PreparedSeries:
+    """The nested split on which design choices are made without the test split: the first ``fraction``
+    of the training split trains, its rest validates (early stopping, calibration, knob selection) and
+    the validation split plays the test split. The test split is dropped; the scaling stays the
+    training split's, as in the paper."""
+    if not 0.0 < fraction < 1.0:
+        raise ValueError(f"fraction must lie in (0, 1); got {fraction}")
+    cut = int(round(series.train.size * fraction))
+
+    def part(values: np.ndarray | None, lo: int | None, hi: int | None) -> np.ndarray | None:
+        return None if values is None else values[lo:hi]
+
+    return replace(series, name=f"{series.name} (development)", train=series.train[:cut],
+                   val=series.train[cut:], test=series.val, train_ctx=part(series.train_ctx, None, cut),
+                   val_ctx=part(series.train_ctx, cut, None), test_ctx=series.val_ctx)

@@ -68,3 +68,30 @@ def heavy_tailed_bursts(n: int, base: float = 0.3, noise: float = 0.02, burst_ra
         level = decay * level + sizes[t]
         excess[t] = level
     return np.clip(base + excess + noise * eps, 0.0, 1.0)
+
+
+def surges(n: int, base: float = 0.3, noise: float = 0.02, period: int = 288, amplitude: float = 0.05,
+           count: int = 12, height: tuple[float, float] = (0.2, 0.4), length: tuple[int, int] = (5, 30),
+           seed: int = 0) -> np.ndarray:
+    """A daily wave ``base + amplitude * sin(2 pi t / period)`` with ``count`` flat surges of uniform
+    ``height`` lasting a uniform number of steps in ``length`` (a deploy, a traffic spike), clipped."""
+    _check_length(n)
+    if count < 0 or length[0] < 1 or length[1] < length[0] or n <= length[1]:
+        raise ValueError(f"need count >= 0, 1 <= length[0] <= length[1] < n; got {count}, {length}, n={n}")
+    rng = np.random.default_rng(seed)
+    t = np.arange(n)
+    demand = base + amplitude * np.sin(2 * np.pi * t / period) + noise * rng.standard_normal(n)
+    for start in rng.choice(n - length[1], count, replace=False):
+        demand[start:start + rng.integers(length[0], length[1] + 1)] += rng.uniform(*height)
+    return np.clip(demand, 0.0, 1.0)
+
+
+def linear_drift(n: int, start: float = 0.3, end: float = 0.8, period: int = 144, amplitude: float = 0.05,
+                 noise: float = 0.02, seed: int = 0) -> np.ndarray:
+    """Demand rising linearly from ``start`` to ``end`` under a wave of ``period`` steps (a growing
+    service), clipped: under train-only scaling its later part lies above the training range."""
+    _check_length(n)
+    rng = np.random.default_rng(seed)
+    t = np.arange(n)
+    trend = start + (end - start) * t / max(n - 1, 1)
+    return np.clip(trend + amplitude * np.sin(2 * np.pi * t / period) + noise * rng.standard_normal(n), 0.0, 1.0)

@@ -141,7 +141,7 @@ class GaussianTFT(nn.Module):
         theta = self.enrich(phi)
         delta = self.attention_gate(self.attention(theta), theta[:, -1])
         psi = self.output_gate(self.position_wise(delta), phi[:, -1])
-        return gaussian_output(self.head(psi), x[:, -1, 0], self.cfg.sigma_min)
+        return gaussian_output(self.head, psi, x[:, -1, 0], self.cfg.sigma_min)
 
 
 # --- Informer (Zhou et al., "Informer: beyond efficient transformer for long sequence time-series
@@ -299,7 +299,7 @@ class GaussianInformer(nn.Module):
         dec = norm1(dec + self.self_attention(dec, dec))
         dec = norm2(dec + self.cross_attention(dec, enc))
         dec = final(norm3(dec + self.feed_forward(dec)))
-        return gaussian_output(self.head(dec[:, -1]), x[:, -1, 0], self.cfg.sigma_min)
+        return gaussian_output(self.head, dec[:, -1], x[:, -1, 0], self.cfg.sigma_min)
 
 
 # --- Autoformer (Wu et al., "Autoformer: decomposition transformers with auto-correlation for
@@ -419,7 +419,7 @@ class GaussianAutoformer(nn.Module):
         dec, trend3 = self.decompose_decoder(dec + self.feed_forward(dec))
         residual_trend = self.trend_projection((trend1 + trend2 + trend3).transpose(1, 2)).transpose(1, 2)
         level = (trend_init + residual_trend)[:, -1, 0]
-        return gaussian_output(self.head(self.decoder_norm(dec)[:, -1]), level, self.cfg.sigma_min)
+        return gaussian_output(self.head, self.decoder_norm(dec)[:, -1], level, self.cfg.sigma_min)
 
 
 def fit_with_predictor(model_factory: Callable[[PredictorConfig], nn.Module], series: PreparedSeries,

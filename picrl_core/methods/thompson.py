@@ -5,7 +5,7 @@ replaced by a Bayesian bandit over a grid of the policy's decision parameters: :
 values of ``eta`` in ``[eta_low, eta_high]`` times :data:`K_LEVELS` values of ``k`` in
 ``[k_low, k_high]`` (:class:`~picrl_core.config.PolicyConfig`). Everything else is PIC-RL's: the
 Phase-1 predictor, the action rule ``a = clip(mu + k sigma + m + b, 0, 1)``, the reactive calibrator
-Eq. (12) driven by the chosen ``eta`` (:func:`~picrl_core.calibrator.calibrate`), and the per-step
+Eq. (12) driven by the chosen ``eta`` (:func:`~picrl_core.calibrator.reactive_step`), and the per-step
 reward :func:`~picrl_core.reward.step_reward` (true cost when uncensored, the pessimistic surrogate
 Eq. (9) when censored), so only the exploration/exploitation mechanism differs (paper: "adapted only
 at the interface level to our continuous decision parameterization").
@@ -30,7 +30,8 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from picrl_core.batching import INVARIANT_CHUNK
-from picrl_core.calibrator import calibrate
+from picrl_core.calibrator import reactive_step
+from picrl_core.policy import risk_centre
 from picrl_core.config import PicRLConfig
 from picrl_core.methods.base import Provisioner, run_pic_loop
 from picrl_core.methods.conformal import PredictorFeed
@@ -90,7 +91,7 @@ def arm_grid(config: PicRLConfig) -> tuple[np.ndarray, np.ndarray]:
     """``(eta, k)`` of every arm, each ``(ETA_LEVELS * K_LEVELS,)``."""
     policy = config.policy
     eta, k = np.meshgrid(np.linspace(policy.eta_low, policy.eta_high, ETA_LEVELS),
-                         np.linspace(policy.k_low, policy.k_high, K_LEVELS), indexing="ij")
+                         risk_centre(config) + np.linspace(policy.k_low, policy.k_high, K_LEVELS), indexing="ij")
     return eta.ravel(), k.ravel()
 
 
@@ -125,9 +126,9 @@ class ThompsonProvisioner(Provisioner):
         self.streak = np.where(censored, self.streak + 1, 0)
         reward = step_reward(self.action, y, censored, self.mu, self.sigma, self.streak, cfg.cost, cfg.reward)
         self.bandit.update(self.rows, self.arm, reward)
-        over = ~censored & (self.action > y)
-        self.margin, self.bias = calibrate(self.margin, self.bias, self.eta_arms[self.arm], censored, over,
-                                           cfg.calibrator)
+        shortage = censored | (y > self.action)  # y > a only under full information
+        self.margin, self.bias = reactive_step(self.margin, self.bias, self.eta_arms[self.arm], shortage,
+                                               ~shortage & (self.action > y), self.streak, self.sigma, cfg)
         self.feed.push(y, censored, context)
         return self._decide()
 

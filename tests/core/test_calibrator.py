@@ -1,34 +1,75 @@
-"""Reactive calibrator, Eq. (12) / Algorithm 1 fast update (picrl_core.calibrator)."""
+"""Reactive calibrator, Eq. (12) / Algorithm 1 fast update (picrl_core.calibrator), in both rules."""
 from __future__ import annotations
+
+from dataclasses import replace
 
 import numpy as np
 import pytest
 
-from picrl_core.calibrator import calibrate
-from picrl_core.config import CalibratorConfig
+from picrl_core.calibrator import calibrate, over_weights
+from picrl_core.config import CalibratorConfig, CostConfig
 
-CFG = CalibratorConfig(delta_m=0.01, delta_b=0.002, gamma=0.5, margin_limit=0.3, bias_limit=0.2)
+PAPER = CalibratorConfig(rule="paper", margin_in_sigma=False, delta_m=0.01, delta_b=0.002, gamma=0.5,
+                         margin_limit=0.3, bias_limit=0.2)
+PINBALL = replace(PAPER, rule="pinball")
+COST = CostConfig(c_under=2.0, c_over=1.0)
 
 
-def _one(margin: float, bias: float, eta: float, censored: bool, over: bool,
-         cfg: CalibratorConfig = CFG) -> tuple[float, float]:
+def _one(margin: float, bias: float, eta: float, censored: bool, over: bool, cfg: CalibratorConfig = PAPER,
+         scale: float = 1.0, escalation: float = 1.0) -> tuple[float, float]:
     m, b = calibrate(np.array([margin]), np.array([bias]), np.array([eta]), np.array([censored]),
-                     np.array([over]), cfg)
+                     np.array([over]), cfg, COST, scale, escalation)
     return float(m[0]), float(b[0])
 
 
+@pytest.mark.parametrize("cfg", [PAPER, PINBALL])
 @pytest.mark.parametrize("eta", [0.5, 1.7, 3.0])
-def test_shortage_raises_margin_and_bias_by_eta_delta(eta: float) -> None:
-    m, b = _one(0.05, -0.03, eta, censored=True, over=False)
-    assert m == pytest.approx(0.05 + eta * CFG.delta_m, abs=1e-15)
-    assert b == pytest.approx(-0.03 + eta * CFG.delta_b, abs=1e-15)
+def test_shortage_raises_margin_and_bias_by_eta_delta(eta: float, cfg: CalibratorConfig) -> None:
+    m, b = _one(0.05, -0.03, eta, censored=True, over=False, cfg=cfg)
+    assert m == pytest.approx(0.05 + eta * cfg.delta_m, abs=1e-15)
+    assert b == pytest.approx(-0.03 + eta * cfg.delta_b, abs=1e-15)
 
 
 @pytest.mark.parametrize("eta", [0.5, 1.7, 3.0])
-def test_over_provisioned_step_lowers_margin_fully_and_bias_by_gamma(eta: float) -> None:
+def test_paper_rule_lowers_margin_fully_and_bias_by_gamma(eta: float) -> None:
     m, b = _one(0.05, -0.03, eta, censored=False, over=True)
-    assert m == pytest.approx(0.05 - eta * CFG.delta_m, abs=1e-15)
-    assert b == pytest.approx(-0.03 - CFG.gamma * eta * CFG.delta_b, abs=1e-15)
+    assert m == pytest.approx(0.05 - eta * PAPER.delta_m, abs=1e-15)
+    assert b == pytest.approx(-0.03 - PAPER.gamma * eta * PAPER.delta_b, abs=1e-15)
+
+
+@pytest.mark.parametrize("cost", [CostConfig(2.0, 1.0), CostConfig(1.0, 1.0), CostConfig(9.0, 1.0)])
+def test_pinball_rule_lowers_both_by_the_cost_ratio(cost: CostConfig) -> None:
+    """The subgradient of Eq. (1): a shortage weighs c_under, an idle unit c_over."""
+    assert over_weights(PINBALL, cost) == (cost.c_over / cost.c_under, cost.c_over / cost.c_under)
+    m, b = calibrate(np.array([0.05]), np.array([-0.03]), np.array([2.0]), np.array([False]), np.array([True]),
+                     PINBALL, cost)
+    assert m[0] == pytest.approx(0.05 - 2.0 * PINBALL.delta_m * cost.c_over / cost.c_under, abs=1e-15)
+    assert b[0] == pytest.approx(-0.03 - 2.0 * PINBALL.delta_b * cost.c_over / cost.c_under, abs=1e-15)
+
+
+def test_margin_step_scales_with_sigma_and_escalation_only_on_shortages() -> None:
+    m, _ = _one(0.0, 0.0, 1.0, censored=True, over=False, cfg=PINBALL, scale=0.2, escalation=3.0)
+    assert m == pytest.approx(PINBALL.delta_m * 0.2 * 3.0, abs=1e-15)
+    m, _ = _one(0.0, 0.0, 1.0, censored=False, over=True, cfg=PINBALL, scale=0.2, escalation=3.0)
+    assert m == pytest.approx(-PINBALL.delta_m * 0.2 * 0.5, abs=1e-15)
+
+
+@pytest.mark.parametrize(("cfg", "expected"), [(PINBALL, 1 / 3), (PAPER, 1 / 2)])
+def test_margin_settles_at_its_rules_shortage_rate(cfg: CalibratorConfig, expected: float) -> None:
+    """Acting ``a = m`` on i.i.d. uniform demand, the shortage rate the margin settles at: the critical
+    fractile c_over / (c_under + c_over) = 1/3 under the pinball rule, 1/2 under Eq. (12) as printed."""
+    rng = np.random.default_rng(0)
+    n, steps = 2000, 3000
+    cfg = replace(cfg, delta_b=0.0, margin_limit=2.0)
+    margin, bias = np.full(n, 0.5), np.zeros(n)
+    short_count = np.zeros(n)
+    for t in range(steps):
+        demand = rng.random(n)
+        short = demand > margin
+        if t >= steps // 2:
+            short_count += short
+        margin, bias = calibrate(margin, bias, np.ones(n), short, ~short & (demand < margin), cfg, COST)
+    assert short_count.mean() / (steps - steps // 2) == pytest.approx(expected, abs=0.01)
 
 
 def test_uncensored_exact_match_changes_nothing() -> None:
@@ -37,17 +78,23 @@ def test_uncensored_exact_match_changes_nothing() -> None:
 
 
 def test_updates_are_clipped_at_the_limits() -> None:
-    m, b = _one(CFG.margin_limit - 1e-3, CFG.bias_limit - 1e-4, 3.0, censored=True, over=False)
-    assert (m, b) == (CFG.margin_limit, CFG.bias_limit)
-    m, b = _one(-CFG.margin_limit + 1e-3, -CFG.bias_limit + 1e-4, 3.0, censored=False, over=True)
-    assert (m, b) == (-CFG.margin_limit, -CFG.bias_limit)
+    m, b = _one(PAPER.margin_limit - 1e-3, PAPER.bias_limit - 1e-4, 3.0, censored=True, over=False)
+    assert (m, b) == (PAPER.margin_limit, PAPER.bias_limit)
+    m, b = _one(-PAPER.margin_limit + 1e-3, -PAPER.bias_limit + 1e-4, 3.0, censored=False, over=True)
+    assert (m, b) == (-PAPER.margin_limit, -PAPER.bias_limit)
 
 
 def test_long_shortage_streak_stays_within_bounds() -> None:
     margin, bias = np.zeros(1), np.zeros(1)
     for _ in range(500):
-        margin, bias = calibrate(margin, bias, np.array([3.0]), np.array([True]), np.array([False]), CFG)
-    assert margin[0] == CFG.margin_limit and bias[0] == CFG.bias_limit
+        margin, bias = calibrate(margin, bias, np.array([3.0]), np.array([True]), np.array([False]), PINBALL, COST,
+                                 1.0, 6.0)
+    assert margin[0] == PINBALL.margin_limit and bias[0] == PINBALL.bias_limit
+
+
+def test_unknown_rule_is_refused() -> None:
+    with pytest.raises(ValueError, match="pinball"):
+        CalibratorConfig(rule="adaptive")
 
 
 def test_batch_equals_row_by_row() -> None:
@@ -56,10 +103,11 @@ def test_batch_equals_row_by_row() -> None:
     margin = rng.uniform(-0.35, 0.35, n)  # some start outside the limits: clipping applies per row
     bias = rng.uniform(-0.25, 0.25, n)
     eta = rng.uniform(0.5, 3.0, n)
+    scale = rng.uniform(0.01, 0.2, n)
     censored = rng.random(n) < 0.4
     over = ~censored & (rng.random(n) < 0.7)
-    m_batch, b_batch = calibrate(margin, bias, eta, censored, over, CFG)
-    rows = [_one(margin[i], bias[i], eta[i], bool(censored[i]), bool(over[i])) for i in range(n)]
+    m_batch, b_batch = calibrate(margin, bias, eta, censored, over, PINBALL, COST, scale)
+    rows = [_one(margin[i], bias[i], eta[i], bool(censored[i]), bool(over[i]), PINBALL, scale[i]) for i in range(n)]
     np.testing.assert_array_equal(m_batch, [r[0] for r in rows])
     np.testing.assert_array_equal(b_batch, [r[1] for r in rows])
-    assert np.all(np.abs(m_batch) <= CFG.margin_limit) and np.all(np.abs(b_batch) <= CFG.bias_limit)
+    assert np.all(np.abs(m_batch) <= PINBALL.margin_limit) and np.all(np.abs(b_batch) <= PINBALL.bias_limit)

@@ -13,6 +13,7 @@ from picrl_core.config import PredictorConfig
 from picrl_core.predictor import (
     GaussianLSTM,
     PredictorInputError,
+    calibrate_sigma,
     evaluate_predictor,
     gaussian_nll,
     make_windows,
@@ -108,7 +109,7 @@ def test_progress_is_called_once_per_epoch_and_report_serialises(trained) -> Non
 
 def test_early_stopping_restores_best_epoch(sine) -> None:
     train, val = sine
-    cfg = replace(SMALL, epochs=30, patience=2, lr=2e-2)
+    cfg = replace(SMALL, epochs=30, patience=2, lr=2e-2, calibrate_sigma=False)
     model, report = train_predictor(train, val, cfg, seed=1)
     val_nlls = [h["val_nll"] for h in report.history]
     assert report.epochs_run < cfg.epochs  # stopped early
@@ -135,6 +136,24 @@ def test_same_seed_same_model_different_seed_different(sine) -> None:
     np.testing.assert_array_equal(mu_a, mu_b)
     np.testing.assert_array_equal(sigma_a, sigma_b)
     assert not np.allclose(mu_a, mu_c)
+
+
+def test_sigma_temperature_is_the_nll_optimal_scale_on_validation_and_is_saved(sine) -> None:
+    """``T = sqrt(mean(z^2))`` minimises the NLL of ``T * sigma``: calibrating never raises the validation NLL,
+    a second calibration finds the same T (it starts from the raw sigma), and the scale travels in the
+    model's state dict."""
+    train, val = sine
+    raw, raw_report = train_predictor(train, val, replace(SMALL, calibrate_sigma=False), seed=3)
+    model, report = train_predictor(train, val, SMALL, seed=3)
+    assert raw_report.sigma_scale == 1.0 and report.sigma_scale != 1.0
+    assert report.val_nll <= raw_report.val_nll
+    assert abs(report.coverage_1sigma - 0.68) <= abs(raw_report.coverage_1sigma - 0.68) + 0.02
+    scale = float(model.head.sigma_scale)
+    assert calibrate_sigma(model, val, None, SMALL.window) == pytest.approx(scale, rel=1e-6)
+    assert model.state_dict()["head.sigma_scale"].item() == pytest.approx(scale)
+    for (name, a), b in zip(model.state_dict().items(), raw.state_dict().values()):
+        if name != "head.sigma_scale":
+            torch.testing.assert_close(a, b)  # the temperature changes nothing else
 
 
 def test_calibrated_on_gaussian_noise_around_a_constant() -> None:
