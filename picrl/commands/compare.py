@@ -15,8 +15,8 @@ from tqdm import tqdm
 from picrl.commands.source import load_trace
 from picrl.comparison.figures import plot_ablation_bars, plot_cumulative_regret, plot_trajectories
 from picrl.comparison.runner import FULL, QUICK, CellCache, CellResult, run_comparison, test_series
-from picrl.comparison.tables import (markdown_table2, markdown_table3, summarise, table2_methods, table3_methods,
-                                     write_csv)
+from picrl.comparison.tables import (full_information_pairs, markdown_censoring_cost, markdown_table2,
+                                     markdown_table3, summarise, table2_methods, table3_methods, write_csv)
 from picrl.datasets import DATASETS, Trace, load_dataset
 from picrl.kafka.local_broker import default_cache
 from picrl_core.config import PicRLConfig
@@ -136,6 +136,12 @@ def run(args: argparse.Namespace) -> int:
         written += [args.out / "table2.md", write_csv(args.out / "table2.csv", summaries, table2_methods(methods), datasets)]
         print("\nTable 2: test-split MAE, regret and shortage rate (mean ± std over seeds; lowest regret in bold)\n")
         print(table2)
+    if full_information_pairs(methods):
+        censoring = markdown_censoring_cost(summaries, methods, datasets)
+        (args.out / "censoring_cost.md").write_text(censoring)
+        written.append(args.out / "censoring_cost.md")
+        print("Cost of censoring: regret under PIC over the same method's full-information regret\n")
+        print(censoring)
     if len(table3_methods(methods)) > 1:
         (args.out / "table3.md").write_text(table3)
         written += [args.out / "table3.md", write_csv(args.out / "table3.csv", summaries, table3_methods(methods), datasets)]

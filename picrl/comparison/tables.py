@@ -17,11 +17,13 @@ import numpy as np
 from picrl.comparison.runner import CellResult
 from picrl_core.methods import REGISTRY
 
-GROUP_ORDER = ("pic-rl", "phase-1", "phase-2", "phase-3", "phase-2+3", "full", "operator", "bound")
+GROUP_ORDER = ("pic-rl", "phase-1", "phase-2", "phase-3", "phase-2+3", "full", "operator", "reference", "bound")
 GROUP_TITLES = {"pic-rl": "", "phase-1": "Phase 1 substitution (predictor)", "phase-2": "Phase 2 substitution (offline RL)",
                 "phase-3": "Phase 3 substitution (online calibration; no Phase 2)",
                 "phase-2+3": "Phase 2+3 substitution (decision module)", "full": "Full-pipeline baselines",
-                "operator": "Operator and textbook baselines (beyond the paper)", "bound": "Bound (reads the test demand)",
+                "operator": "Operator and textbook baselines (beyond the paper)",
+                "reference": "Full-information references (the same controller, demand revealed every tick)",
+                "bound": "Bound (reads the test demand)",
                 "ablation": "Ablations"}
 METRICS = ("mae", "regret", "shortage_rate")
 # Below half the tables' last MAE digit a relative change is noise over zero (e.g. a trace clipped flat).
@@ -80,9 +82,11 @@ def _digits(metric: str) -> int:
 
 
 def _best_regret(summaries: dict[tuple[str, str], Summary], methods: Sequence[str], dataset: str) -> str | None:
-    """The method with the lowest mean regret on ``dataset`` (the hindsight bound excluded)."""
+    """The method with the lowest mean regret on ``dataset`` (the bound and the full-information references,
+    which see what no method sees, excluded)."""
     scored = [(summaries[(m, dataset)].mean["regret"], m) for m in methods
-              if (m, dataset) in summaries and summaries[(m, dataset)].n and REGISTRY[m].group != "bound"]
+              if (m, dataset) in summaries and summaries[(m, dataset)].n and REGISTRY[m].censoring
+              and REGISTRY[m].group != "bound"]
     return min(scored)[1] if scored else None
 
 
@@ -105,6 +109,31 @@ def markdown_table2(summaries: dict[tuple[str, str], Summary], methods: Sequence
             cells += [_cell(s, "mae", 4), f"**{regret}**" if best[d] == method else regret,
                       _cell(s, "shortage_rate", 3)]
         lines.append(f"| {REGISTRY[method].label} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def full_information_pairs(methods: Sequence[str]) -> list[tuple[str, str]]:
+    """``(method, its full-information reference)`` for every method of ``methods`` whose ``<name>-fi`` is there."""
+    return [(m, f"{m}-fi") for m in methods if REGISTRY[m].censoring and f"{m}-fi" in methods]
+
+
+def censoring_cost(summaries: dict[tuple[str, str], Summary], method: str, dataset: str) -> float:
+    """``regret(censored) / regret(full information)`` of ``method`` on ``dataset`` (NaN when unknown or 0)."""
+    censored, full = summaries.get((method, dataset)), summaries.get((f"{method}-fi", dataset))
+    if not censored or not full or not censored.n or not full.n or full.mean["regret"] <= 0:
+        return float("nan")
+    return censored.mean["regret"] / full.mean["regret"]
+
+
+def markdown_censoring_cost(summaries: dict[tuple[str, str], Summary], methods: Sequence[str],
+                            datasets: Sequence[str]) -> str:
+    """The cost of censoring: each method's mean regret over its full-information reference's, per dataset."""
+    lines = ["| Method | " + " | ".join(f"{d} regret / full-information regret" for d in datasets) + " |",
+             "|---|" + "---|" * len(datasets)]
+    for method, _ in full_information_pairs(methods):
+        ratios = [censoring_cost(summaries, method, d) for d in datasets]
+        lines.append(f"| {REGISTRY[method].label} | " + " | ".join("—" if np.isnan(r) else f"{r:.2f}x" for r in ratios)
+                     + " |")
     return "\n".join(lines) + "\n"
 
 

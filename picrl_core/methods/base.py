@@ -39,9 +39,11 @@ class Method:
     name: str  # command-line name, e.g. "pic-rl", "tft", "vpa"
     label: str  # table label
     reference: str  # the paper or documentation the implementation follows
-    group: str  # "pic-rl", "phase-1", "phase-2", "phase-3", "phase-2+3", "full", "operator", "bound", "ablation"
+    group: str  # "pic-rl", "phase-1", "phase-2", "phase-3", "phase-2+3", "full", "operator", "reference", "bound",
+    # "ablation"
     fit: Callable[..., Provisioner]  # (series, config) -> provisioner; timed methods take step_seconds too
     timed: bool = False  # its windows are in seconds: fit takes the trace's step_seconds
+    censoring: bool = True  # False: a full-information reference, run with the demand revealed every tick
 
     def fitted(self, series: PreparedSeries, config: PicRLConfig, step_seconds: float) -> Provisioner:
         """The trained provisioner for ``series``, with the trace's sampling period where it needs one."""
@@ -70,9 +72,14 @@ def _checked(actions: np.ndarray, n: int, who: Provisioner) -> np.ndarray:
 
 
 def run_pic_loop(provisioner: Provisioner, demand: np.ndarray, history: np.ndarray, *,
-                 context: np.ndarray | None = None, history_context: np.ndarray | None = None) -> LoopResult:
+                 context: np.ndarray | None = None, history_context: np.ndarray | None = None,
+                 censoring: bool = True) -> LoopResult:
     """The counterfactual PIC loop (Sec. 4.1.2) over ``demand`` ``(T, N)``: the provisioner acts, the
-    environment reveals ``min(d, a)`` and ``1[d > a]``, the provisioner acts again."""
+    environment reveals ``min(d, a)`` and ``1[d > a]``, the provisioner acts again.
+
+    ``censoring=False`` is the full-information reference: the environment reveals the demand itself
+    and never a censoring flag (a provisioner reads a shortage as ``y > a``). ``censored`` in the result
+    still records the shortages ``1[d > a]``."""
     demand = np.asarray(demand, dtype=np.float64)
     if demand.ndim != 2:
         raise ValueError(f"demand must have shape (ticks, services); got {demand.shape}")
@@ -84,7 +91,9 @@ def run_pic_loop(provisioner: Provisioner, demand: np.ndarray, history: np.ndarr
     for t in range(steps):
         actions[t] = a
         observed[t], censored[t] = censor(demand[t], a)
+        if not censoring:
+            observed[t] = demand[t]
         if t + 1 < steps:
-            a = _checked(provisioner.act(observed[t].copy(), censored[t].copy(),
+            a = _checked(provisioner.act(observed[t].copy(), censored[t] & censoring,
                                          None if context is None else context[t]), n, provisioner)
     return LoopResult(actions, observed, censored)

@@ -23,7 +23,8 @@ Miscoverage is exactly observable under PIC (it *is* the censoring flag ``c_t = 
 ``alpha_t`` follows adaptive conformal inference (Gibbs & Candes, "Adaptive Conformal Inference
 Under Distribution Shift", NeurIPS 2021, Eq. 2): ``alpha_{t+1} = alpha_t + gamma (alpha - c_t)``,
 which drives the long-run shortage rate to ``alpha`` whatever the drift (and undoes the conservatism
-of the ``+inf`` residuals). The rank is clipped to ``[1, n + 1]`` (``alpha_t >= 1`` would otherwise
+of the ``+inf`` residuals). Its step ``gamma`` is chosen on the validation split among :data:`ACI_STEPS`
+(:mod:`picrl_core.methods.selection`), as PIC-RL's fast step is. The rank is clipped to ``[1, n + 1]`` (``alpha_t >= 1`` would otherwise
 ask for an empty set, i.e. provision nothing).
 
 :class:`PredictorFeed` (the predictor's rolling ``[y, c, ctx]`` windows) is shared with
@@ -36,12 +37,14 @@ import numpy as np
 from picrl_core.config import PicRLConfig
 from picrl_core.controller import _last_window, _shift
 from picrl_core.methods.base import Provisioner
+from picrl_core.methods.selection import Selection, select_on_validation
 from picrl_core.pipeline import phase1_predictor
 from picrl_core.predictor import GaussianLSTM, make_windows, predict_gaussian
 from picrl_core.series import PreparedSeries
 
 CONFORMAL_WINDOW = 256  # residuals kept per service (the calibration set size n)
-ACI_STEP = 0.005  # gamma of adaptive conformal inference (Gibbs & Candes 2021 use 0.005)
+# Candidate gammas of adaptive conformal inference (Gibbs & Candes 2021 use 0.005), chosen on validation.
+ACI_STEPS = (0.001, 0.0025, 0.005, 0.01, 0.02)
 
 
 def context_rows(context: np.ndarray | None, shape: tuple[int, ...], channels: int, name: str) -> np.ndarray:
@@ -119,27 +122,40 @@ class ConformalProvisioner(Provisioner):
         return self._decide()
 
     def act(self, y: np.ndarray, censored: np.ndarray, context: np.ndarray | None) -> np.ndarray:
+        y = np.asarray(y, dtype=np.float64)
         censored = np.asarray(censored, dtype=bool)
-        residual = np.where(censored, np.inf, np.asarray(y, dtype=np.float64) - self.mu)
-        self.residuals = _shift(self.residuals, residual)
-        self.alpha_t = self.alpha_t + self.step * (self.alpha - censored)
+        shortage = censored | (y > self.action)  # y > a only under full information
+        self.residuals = _shift(self.residuals, np.where(censored, np.inf, y - self.mu))
+        self.alpha_t = self.alpha_t + self.step * (self.alpha - shortage)
         self.feed.push(y, censored, context)
         return self._decide()
 
     def _decide(self) -> np.ndarray:
         self.mu, _ = self.feed.predict()
-        return np.clip(self.mu + conformal_quantile(self.residuals, self.alpha_t), 0.0, 1.0)
+        self.action = np.clip(self.mu + conformal_quantile(self.residuals, self.alpha_t), 0.0, 1.0)
+        return self.action
+
+
+def validation_residuals(model: GaussianLSTM, values: np.ndarray, context: np.ndarray | None, config: PicRLConfig,
+                         window: int = CONFORMAL_WINDOW) -> np.ndarray:
+    """Residuals ``d - mu`` of the predictor on the last ``window`` (uncensored) windows of a split."""
+    width = model.cfg.window
+    starts = np.arange(len(values) - width)[-window:]
+    windows, targets = make_windows(values, context, width, np.random.default_rng(config.seed), 0.0, starts=starts)
+    mu, _ = predict_gaussian(model, windows)
+    return targets.astype(np.float64) - mu
 
 
 def fit_conformal(series: PreparedSeries, config: PicRLConfig, *, predictor: GaussianLSTM | None = None,
-                  window: int = CONFORMAL_WINDOW, step: float = ACI_STEP) -> ConformalProvisioner:
-    """Train the Phase-1 predictor (or take ``predictor``, trained on this series) and calibrate it on
-    the validation split's residuals (its last ``window`` windows)."""
+                  window: int = CONFORMAL_WINDOW, steps: tuple[float, ...] = ACI_STEPS) -> ConformalProvisioner:
+    """Train the Phase-1 predictor (or take ``predictor``, trained on this series), choose the ACI step
+    among ``steps`` on the validation split (calibrated there on the training split's last residuals,
+    :mod:`picrl_core.methods.selection`), then calibrate on the validation split's last ``window`` residuals."""
     model = phase1_predictor(series, config) if predictor is None else predictor.eval()
-    width = model.cfg.window
-    starts = np.arange(len(series.val) - width)[-window:]
-    windows, targets = make_windows(series.val, series.val_ctx, width, np.random.default_rng(config.seed), 0.0,
-                                    starts=starts)
-    mu, _ = predict_gaussian(model, windows)
     alpha = config.cost.c_over / (config.cost.c_under + config.cost.c_over)
-    return ConformalProvisioner(model, targets.astype(np.float64) - mu, alpha, step, config.online.inference_chunk)
+    chunk = config.online.inference_chunk
+    on_train = validation_residuals(model, series.train, series.train_ctx, config, window)
+    selection: Selection[float] = select_on_validation(
+        steps, lambda step: ConformalProvisioner(model, on_train, alpha, step, chunk), series, config)
+    return ConformalProvisioner(model, validation_residuals(model, series.val, series.val_ctx, config, window), alpha,
+                                selection.chosen, chunk)

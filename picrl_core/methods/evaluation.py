@@ -30,11 +30,12 @@ class TestSplitRun:
 
 def run_on_test_split(method: Method, series: PreparedSeries, config: PicRLConfig,
                       step_seconds: float) -> TestSplitRun:
-    """Fit ``method`` on the training (and validation) split, then run it on the test split."""
+    """Fit ``method`` on the training (and validation) split, then run it on the test split (with the
+    demand revealed every tick for a full-information reference, ``method.censoring`` False)."""
     provisioner = method.fitted(series, config, step_seconds)
     inputs = evaluation_inputs(series, config.predictor.window)
     loop: LoopResult = run_pic_loop(provisioner, inputs["demand"], inputs["history"], context=inputs["context"],
-                                    history_context=inputs["history_context"])
+                                    history_context=inputs["history_context"], censoring=method.censoring)
     demand = np.asarray(inputs["demand"])[:, 0]
     actions = loop.actions[:, 0]
     return TestSplitRun(demand, actions, loop.censored[:, 0], episode_metrics(actions, demand, config.cost))

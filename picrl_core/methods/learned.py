@@ -17,6 +17,8 @@ PAPER = "PIC-RL (this paper, pic-rl.tex, Algorithm 1)"
 
 METHODS: list[Method] = [
     Method("pic-rl", "PIC-RL (Ours)", PAPER, "pic-rl", fit_pic_rl),
+    Method("pic-rl-fi", "PIC-RL, full information", f"{PAPER}, run with the demand revealed every tick (no censoring)",
+           "reference", fit_pic_rl, censoring=False),
     Method("tft", "TFT", "Lim et al., Temporal Fusion Transformers for interpretable multi-horizon time series "
            "forecasting, International Journal of Forecasting 37(4), 2021", "phase-1",
            partial(fit_with_predictor, GaussianTFT)),

@@ -1,5 +1,6 @@
 """The operator and statistical rows of Tables 2 and 3: conformal, Thompson sampling, SPO+, Autopilot,
-VPA, the censored newsvendors, the naive learner of Proposition 1 and the hindsight bound.
+VPA, the censored newsvendors (Tobit, Kaplan-Meier, stochastic gradient), the naive learner of Proposition 1,
+the full-information references and the hindsight bound.
 
 ``fit_vpa`` and ``fit_autopilot`` take ``step_seconds`` (default 60 s, the DLRM step; 57 s for the
 GenAI traces): their entries are ``timed``, and :meth:`Method.fitted` passes the trace's period.
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 from picrl_core.methods.autopilot import fit_autopilot
 from picrl_core.methods.base import Method
+from picrl_core.methods.censored_sgd import fit_censored_sgd, fit_censored_sgd_residual
 from picrl_core.methods.conformal import fit_conformal
 from picrl_core.methods.naive import fit_naive
 from picrl_core.methods.newsvendor import fit_kaplan_meier, fit_tobit
@@ -16,10 +18,15 @@ from picrl_core.methods.spo import fit_spo
 from picrl_core.methods.thompson import fit_thompson
 from picrl_core.methods.vpa import fit_vpa
 
+HUH_2009 = ("Huh & Rusmevichientong, A Nonparametric Asymptotic Analysis of Inventory Planning with Censored "
+            "Demand (Mathematics of Operations Research 2009)")
+
 METHODS: list[Method] = [
     Method("conformal", "Conformal", "Angelopoulos & Bates, A Gentle Introduction to Conformal Prediction "
            "(2023); Gibbs & Candes, Adaptive Conformal Inference Under Distribution Shift (NeurIPS 2021)",
            "phase-3", fit_conformal),
+    Method("conformal-fi", "Conformal, full information", "One-sided conformal run with the demand revealed every "
+           "tick (no censoring)", "reference", fit_conformal, censoring=False),
     Method("thompson", "Thompson Sampling", "Agrawal & Goyal, Further Optimal Regret Bounds for Thompson "
            "Sampling (AISTATS 2013)", "phase-2+3", fit_thompson),
     Method("spo", "SPO+", "Elmachtoub & Grigas, Smart \"Predict, then Optimize\" (Management Science 2022)",
@@ -33,6 +40,9 @@ METHODS: list[Method] = [
     Method("kaplan-meier", "Kaplan-Meier newsvendor", "Huh, Levi, Rusmevichientong & Orlin, Adaptive "
            "Data-Driven Inventory Control with Censored Demand Based on Kaplan-Meier Estimator (Operations "
            "Research 2011)", "operator", fit_kaplan_meier),
+    Method("sgd", "Censored SGD newsvendor", HUH_2009, "operator", fit_censored_sgd),
+    Method("sgd-residual", "Censored SGD on the LSTM's mu", f"{HUH_2009}, as a residual tracker on the Phase-1 "
+           "predictor", "operator", fit_censored_sgd_residual),
     Method("naive", "Naive (uncensored-only)", "PIC-RL paper, Proposition 1 (instability under mixture)",
            "operator", fit_naive),
     Method("oracle", "Hindsight oracle", "Best constant buffer on the true previous demand, in hindsight "

@@ -100,8 +100,8 @@ def test_the_provisioner_interface_never_takes_demand() -> None:
     for cls in (Provisioner, PicRLProvisioner, PensieveProvisioner):
         for name in ("start", "act"):
             assert not any("demand" in p for p in inspect.signature(getattr(cls, name)).parameters)
-    assert {m.group for m in METHODS} == {"pic-rl", "phase-1", "phase-2", "phase-2+3", "ablation"}
-    assert [m.name for m in METHODS] == ["pic-rl", "tft", "informer", "autoformer", "cql", "pensieve",
+    assert {m.group for m in METHODS} == {"pic-rl", "phase-1", "phase-2", "phase-2+3", "ablation", "reference"}
+    assert [m.name for m in METHODS] == ["pic-rl", "pic-rl-fi", "tft", "informer", "autoformer", "cql", "pensieve",
                                          "a1", "a2", "a3", "a4", "a5", "a6", "a7"]
 
 

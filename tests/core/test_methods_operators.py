@@ -16,12 +16,14 @@ from picrl_core.config import PicRLConfig
 from picrl_core.costs import asymmetric_cost, episode_metrics
 from picrl_core.methods.autopilot import AutopilotProvisioner
 from picrl_core.methods.base import Method, Provisioner, run_pic_loop
+from picrl_core.methods.censored_sgd import CensoredSGDProvisioner
 from picrl_core.methods.conformal import conformal_quantile, fit_conformal
 from picrl_core.methods.naive import fit_naive
 from picrl_core.methods.newsvendor import (KM_TAIL_STEP, GaussianNewsvendor, KaplanMeierNewsvendor, fit_tobit,
                                            kaplan_meier_quantile)
 from picrl_core.methods.operators import METHODS
 from picrl_core.methods.oracle import hindsight_buffer
+from picrl_core.methods.selection import CANDIDATES, select_on_validation
 from picrl_core.methods.spo import spo_plus_loss
 from picrl_core.methods.thompson import GaussianThompson, fit_thompson
 from picrl_core.methods.vpa import VPA_OOM_BUMP_RATIO, VPAProvisioner
@@ -57,12 +59,14 @@ def two_services(series: PreparedSeries, window: int, oracle: bool) -> dict[str,
 
 
 def test_every_group_and_name_is_listed() -> None:
-    assert sorted(NAMES) == sorted(["conformal", "thompson", "spo", "autopilot", "vpa", "tobit", "kaplan-meier",
-                                    "naive", "oracle"])
+    assert sorted(NAMES) == sorted(["conformal", "conformal-fi", "thompson", "spo", "autopilot", "vpa", "tobit",
+                                    "kaplan-meier", "sgd", "sgd-residual", "naive", "oracle"])
     groups = {m.name: m.group for m in METHODS}
     assert groups["conformal"] == "phase-3" and groups["thompson"] == "phase-2+3"
     assert groups["spo"] == groups["autopilot"] == "full" and groups["oracle"] == "bound"
-    assert {groups[n] for n in ("vpa", "tobit", "kaplan-meier", "naive")} == {"operator"}
+    assert {groups[n] for n in ("vpa", "tobit", "kaplan-meier", "sgd", "sgd-residual", "naive")} == {"operator"}
+    assert groups["conformal-fi"] == "reference"
+    assert [m.name for m in METHODS if not m.censoring] == ["conformal-fi"]
     assert all(m.reference and m.label for m in METHODS)
 
 
@@ -270,3 +274,40 @@ def test_oracle_beats_every_method_on_a_random_walk(tiny_config: PicRLConfig) ->
     regret = {m.name: episode_metrics(run_pic_loop(m.fit(walk_series, tiny_config), **inputs).actions,
                                       inputs["demand"], tiny_config.cost).regret for m in METHODS}
     assert all(regret["oracle"] < value for name, value in regret.items() if name != "oracle"), regret
+
+
+# --- the censored SGD newsvendor, validation selection, full information ---
+
+def test_censored_sgd_steps_on_the_cost_subgradient_and_settles_at_the_critical_fractile() -> None:
+    cost = PicRLConfig().cost
+    sgd = CensoredSGDProvisioner(0.01, cost, 0.5)
+    assert sgd.start(np.full((1, 4), 0.2), None)[0] == 0.5
+    assert sgd.act(np.array([0.5]), np.array([True]), None)[0] == pytest.approx(0.5 + 0.01 * cost.c_under)
+    assert sgd.act(np.array([0.3]), np.array([False]), None)[0] == pytest.approx(0.52 - 0.01 * cost.c_over)
+    rng = np.random.default_rng(3)
+    demand = rng.uniform(0.2, 0.8, (6000, 50))
+    run = run_pic_loop(CensoredSGDProvisioner(0.002, cost, 0.5), demand, np.full((50, 4), 0.5))
+    assert run.censored[3000:].mean() == pytest.approx(1.0 - RATIO, abs=0.02)
+
+
+def test_validation_selection_picks_the_lowest_validation_regret_and_never_reads_test(
+        series: PreparedSeries, tiny_config: PicRLConfig) -> None:
+    poisoned = replace(series, test=np.full_like(series.test, np.nan))
+    selection = select_on_validation((0.001, 0.01, 0.1), lambda step: CensoredSGDProvisioner(
+        step, tiny_config.cost, float(np.quantile(series.train, RATIO))), poisoned, tiny_config)
+    assert selection.chosen == selection.candidates[int(np.argmin(selection.validation_regret))]
+    assert len(set(selection.validation_regret)) == 3  # the steps make a difference
+    with pytest.raises(ValueError, match="candidates"):
+        select_on_validation(tuple(range(CANDIDATES + 1)), lambda _: CensoredSGDProvisioner(
+            0.01, tiny_config.cost, 0.5), series, tiny_config)
+
+
+def test_full_information_loop_reveals_demand_and_records_shortages(
+        series: PreparedSeries, tiny_config: PicRLConfig, tiny_predictor: GaussianLSTM) -> None:
+    conformal = fit_conformal(series, tiny_config, predictor=tiny_predictor)
+    inputs = evaluation_inputs(series, tiny_config.predictor.window)
+    run = run_pic_loop(conformal, **inputs, censoring=False)
+    np.testing.assert_array_equal(run.observed, inputs["demand"])
+    np.testing.assert_array_equal(run.censored, inputs["demand"] > run.actions)
+    assert np.isfinite(conformal.residuals).all()  # no residual was censored to +inf
+    assert run.censored.mean() == pytest.approx(1.0 - RATIO, abs=0.08)
