@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from picrl.broker_outage import BrokerOutageFilter
 from picrl.kafka import BrokerError, LocalKafka
 from picrl.settings import Settings, load_settings
 
@@ -77,7 +78,9 @@ def logging_config(level: str, log_format: str = "text") -> dict[str, Any]:
     return {
         "version": 1, "disable_existing_loggers": False,
         "formatters": {"picrl": formatter},
-        "handlers": {"stderr": {"class": "logging.StreamHandler", "stream": "ext://sys.stderr", "formatter": "picrl"}},
+        "filters": {"broker_outage": {"()": BrokerOutageFilter}},  # aiokafka's error flood -> a few lines
+        "handlers": {"stderr": {"class": "logging.StreamHandler", "stream": "ext://sys.stderr", "formatter": "picrl",
+                                "filters": ["broker_outage"]}},
         "root": {"level": level, "handlers": ["stderr"]},
         "loggers": loggers,
     }

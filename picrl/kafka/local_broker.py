@@ -34,6 +34,7 @@ from picrl.kafka.probe import answers_metadata
 KAFKA_VERSION = "3.9.1"
 MIN_JAVA = 11
 _STATE_FILE = "broker.json"
+PORT_WAIT = 10.0  # seconds a port taken at start may take to free itself (see _freed)
 
 Log = Callable[[str], None]
 
@@ -91,6 +92,18 @@ def port_in_use(port: int) -> bool:
         except OSError:
             return True
         return False
+
+
+def _freed(port: int, seconds: float) -> bool:
+    """Whether ``port`` is free, or frees itself within ``seconds``: after a broker crash, clients retrying
+    it can hold it for a moment (a loopback connect to a port in the ephemeral range can get that very port
+    as its source and connect to itself, until the client drops the connection)."""
+    deadline = time.monotonic() + seconds
+    while port_in_use(port):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.2)
+    return True
 
 
 def pid_alive(pid: int) -> bool:
@@ -295,7 +308,7 @@ class LocalKafka:
         java = self._java()
         libs = fetch_kafka_jars(self.cache, self.log)
         port, controller_port = self._configure(java, libs)
-        for taken in (p for p in (port, controller_port) if port_in_use(p)):
+        for taken in (p for p in (port, controller_port) if not _freed(p, PORT_WAIT)):
             raise BrokerError(f"port {taken} on 127.0.0.1 is taken by another process; "
                               f"free it, or pick another port (`picrl kafka start --port N` with a new --home)")
         log4j = resources.files("picrl.kafka").joinpath("log4j.properties")
@@ -323,13 +336,15 @@ class LocalKafka:
         raise BrokerError(f"the broker did not answer metadata requests on {info.bootstrap} within {timeout:.0f} s; "
                           f"last lines of {self.log_file}:\n{self._log_tail()}")
 
-    def stop(self, timeout: float = 30.0) -> bool:
-        """Stop the broker gracefully (SIGTERM, then SIGKILL after ``timeout``). False if none ran."""
+    def stop(self, timeout: float = 30.0, *, crash: bool = False) -> bool:
+        """Stop the broker gracefully (SIGTERM, then SIGKILL after ``timeout``), or with ``crash`` as a crash
+        would (SIGKILL at once: no flush, no controlled shutdown; the data stays for the next start).
+        False if none ran."""
         info = self.status()
         if info is None:
             return False
         with contextlib.suppress(ProcessLookupError):
-            os.kill(info.pid, signal.SIGTERM)
+            os.kill(info.pid, signal.SIGKILL if crash else signal.SIGTERM)
         deadline = time.monotonic() + timeout
         while pid_alive(info.pid) and time.monotonic() < deadline:
             _reap(info.pid)
