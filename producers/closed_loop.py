@@ -6,6 +6,12 @@ topic with ``read_committed``); then it waits for the decisions for tick ``t + 1
 from a :class:`~producers.workload.Workload` and never leaves this process. Before picrl's first
 decision each service runs on a static allocation of ``initial_headroom`` times its peak demand
 (a cluster over-provisioned before autoscaling).
+
+A run that stopped (the workers did not answer in time, or the process was stopped) can be resumed:
+``start_tick`` T rebuilds ticks 0 .. T from the actions already on the actions topic and goes on by
+revealing tick T; ``start_tick=None`` starts at the last tick for which every service has its action. Usage
+of tick T that had already been delivered is refused by the workers as a duplicate tick (dead-lettered),
+never decided twice.
 """
 from __future__ import annotations
 
@@ -15,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
 
 from producers.workload import Workload
 from stream.records import Action, DecodeError, UsageEvent, decode_action
@@ -25,7 +31,11 @@ _BREAKDOWN = ("capacity_norm", "mu", "sigma", "k", "eta", "margin", "bias")
 
 
 class NoActionError(RuntimeError):
-    """The workers did not decide for some services in time."""
+    """The workers did not decide for some services in time (``tick``: the tick whose actions were awaited)."""
+
+    def __init__(self, message: str, tick: int | None = None) -> None:
+        super().__init__(message)
+        self.tick = tick
 
 
 @dataclass
@@ -65,7 +75,7 @@ class ClosedLoopEnvironment:
     """Plays ``workload`` against the workers listening on ``topics``."""
 
     def __init__(self, bootstrap: str, topics: TopicNames, workload: Workload, *, initial_headroom: float = 1.1,
-                 interval: float = 0.0, action_timeout: float = 60.0,
+                 interval: float = 0.0, action_timeout: float = 60.0, start_tick: int | None = 0,
                  on_tick: Callable[[TickSummary], None] | None = None) -> None:
         if initial_headroom < 1.0:
             raise ValueError(f"initial headroom must be >= 1 (a static allocation above the peak); got {initial_headroom}")
@@ -75,6 +85,7 @@ class ClosedLoopEnvironment:
         self.initial_headroom = initial_headroom
         self.interval = interval
         self.action_timeout = action_timeout
+        self.start_tick = start_tick
         self.on_tick = on_tick
 
     async def run(self) -> ClosedLoopRecord:
@@ -95,11 +106,15 @@ class ClosedLoopEnvironment:
         try:
             partitions = await topic_partitions(consumer, producer, self.topics.actions)
             consumer.assign(partitions)
-            await consumer.seek_to_end(*partitions)
-            for p in partitions:  # resolve the end offsets now, before any usage is sent
-                await consumer.position(p)
             pending: dict[int, dict[int, Action]] = {}
-            for t in range(ticks):
+            start = 0
+            if self.start_tick == 0:
+                await consumer.seek_to_end(*partitions)
+                for p in partitions:  # resolve the end offsets now, before any usage is sent
+                    await consumer.position(p)
+            else:
+                start = await self._resume(consumer, partitions, record, pending, index)
+            for t in range(start, ticks):
                 await self._reveal(producer, record, t)
                 if t + 1 < ticks:
                     await self._collect(consumer, record, pending, index, t + 1)
@@ -111,12 +126,40 @@ class ClosedLoopEnvironment:
             await producer.stop()
         return record
 
+    async def _resume(self, consumer: AIOKafkaConsumer, partitions: list[TopicPartition], record: ClosedLoopRecord,
+                      pending: dict[int, dict[int, Action]], index: dict[str, int]) -> int:
+        """Read the actions topic from its start, put the actions of ticks 1 .. start in force and return start
+        (``start_tick``, or the last tick every service has an action for)."""
+        await consumer.seek_to_beginning(*partitions)
+        ends = await consumer.end_offsets(partitions)
+        deadline = time.monotonic() + self.action_timeout
+        while [p for p in partitions if await consumer.position(p) < ends[p]] and time.monotonic() < deadline:
+            for messages in (await consumer.getmany(timeout_ms=500)).values():
+                self._take(messages, record, pending, index, 1)
+        ticks, n = self.workload.demand.shape
+        done = 0
+        while done + 1 < ticks and len(pending.get(done + 1, {})) == n:
+            done += 1
+        start = done if self.start_tick is None else self.start_tick
+        if not 0 <= start <= done:
+            raise NoActionError(f"cannot resume at tick {start}: {self.topics.actions} holds every service's action "
+                                f"up to tick {done} only (resume at {done} or before)")
+        for t in range(1, start + 1):
+            self._put_in_force(record, pending.pop(t), t)
+        for t in range(start):
+            self._observe(record, t)
+        return start
+
+    def _observe(self, record: ClosedLoopRecord, t: int) -> tuple[np.ndarray, np.ndarray]:
+        """What tick ``t`` reveals under the capacity in force: usage ``min(d, a)`` and the censored flags."""
+        demand, capacity = self.workload.demand[t], record.capacity[t]
+        record.usage[t], record.censored[t] = np.minimum(demand, capacity), demand > capacity
+        return record.usage[t], record.censored[t]
+
     async def _reveal(self, producer: AIOKafkaProducer, record: ClosedLoopRecord, t: int) -> None:
         w = self.workload
-        demand, capacity = w.demand[t], record.capacity[t]
-        usage = np.minimum(demand, capacity)
-        censored = demand > capacity
-        record.usage[t], record.censored[t] = usage, censored
+        capacity = record.capacity[t]
+        usage, censored = self._observe(record, t)
         now = time.time()
         futures = []
         for j, service in enumerate(w.services):
@@ -142,23 +185,34 @@ class ClosedLoopEnvironment:
                 missing = sorted(set(index) - {self.workload.services[j] for j in pending.get(tick, {})})
                 raise NoActionError(
                     f"no action for tick {tick} from {len(missing)} service(s) (e.g. {missing[:3]}) within "
-                    f"{self.action_timeout:.0f} s: is a picrl worker consuming {self.topics.usage}?")
+                    f"{self.action_timeout:.0f} s: is a picrl worker consuming {self.topics.usage}?", tick)
             batches = await consumer.getmany(timeout_ms=int(min(remaining, 0.5) * 1000))
             for messages in batches.values():
-                for message in messages:
-                    try:
-                        action = decode_action(message.value)
-                    except DecodeError:
-                        continue
-                    j = index.get(action.service)
-                    if j is None or action.tick < tick:
-                        continue
-                    slot = pending.setdefault(action.tick, {})
-                    if j in slot:
-                        record.duplicate_actions += 1
-                        continue
-                    slot[j] = action
-        for j, action in pending.pop(tick).items():
+                self._take(messages, record, pending, index, tick)
+        self._put_in_force(record, pending.pop(tick), tick)
+
+    @staticmethod
+    def _take(messages: list[ConsumerRecord], record: ClosedLoopRecord, pending: dict[int, dict[int, Action]],
+              index: dict[str, int], tick: int) -> None:
+        """File the actions for ``tick`` and later by tick and service (a second one for the same pair is
+        counted as a duplicate)."""
+        for message in messages:
+            try:
+                action = decode_action(message.value)
+            except DecodeError:
+                continue
+            j = index.get(action.service)
+            if j is None or action.tick < tick:
+                continue
+            slot = pending.setdefault(action.tick, {})
+            if j in slot:
+                record.duplicate_actions += 1
+                continue
+            slot[j] = action
+
+    @staticmethod
+    def _put_in_force(record: ClosedLoopRecord, slot: dict[int, Action], tick: int) -> None:
+        for j, action in slot.items():
             record.capacity[tick, j] = action.capacity
             record.control[tick, j] = action.phase == "control"
             record.policy_version[tick, j] = action.policy_version

@@ -68,6 +68,9 @@ class WorkerMetrics:
         self.lag = Gauge("picrl_consumer_lag", "Usage messages not yet consumed", ["partition"], registry=r)
         self.range_changes = Counter("picrl_range_changes_total", "Service ranges moved: outgrown (grown at the top) "
                                      "or operator (set in the settings file)", ["reason"], registry=r)
+        self.state_missing = Gauge("picrl_partition_state_missing",
+                                   "1 while a usage partition is held because its services' rows were not restored",
+                                   ["partition"], registry=r)
         self._adopted_at = time.time()
         self.policy_age.set_function(lambda: time.time() - self._adopted_at)
 

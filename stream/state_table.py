@@ -1,12 +1,18 @@
-"""The worker's service-state table: a Faust table whose changelog writes a batch can wait for."""
+"""The worker's service-state table: a Faust table whose changelog writes a batch can wait for, with one
+watermark row per partition that says which usage offsets its rows already hold."""
 from __future__ import annotations
 
 import asyncio
 from typing import Any
 
 import faust
+from aiokafka.partitioner import murmur2
 from faust.types import FutureMessage
 from faust.types.codecs import CodecArg
+
+from stream.topics import latest_values
+
+WATERMARK_KEY = b"\x00watermark/"  # + partition number; never a service id (those refuse control characters)
 
 
 class ServiceStateTable(faust.Table):
@@ -19,7 +25,12 @@ class ServiceStateTable(faust.Table):
     which a stop or a crash never committed. A worker taking over then restored rows without those
     events and, their offsets being committed, never saw them again (its decisions drifted from an
     uninterrupted run's; tests/stream/test_reliability.py). Waiting for the writes before a batch is
-    acknowledged puts them in the transaction that commits its offsets."""
+    acknowledged puts them in the transaction that commits its offsets.
+
+    Each batch also sets the watermark of every usage partition it read: the offset after its last event,
+    on the changelog partition of the same number, in the same transaction as the rows and the offsets.
+    So after a restore the watermark of a partition must reach the offset its consumer group committed
+    there; when it does not, the rows of that partition were not restored (:meth:`watermark`)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -35,3 +46,38 @@ class ServiceStateTable(faust.Table):
         """Wait until every row set since the last call is delivered to its changelog partition."""
         unwritten, self._unwritten = self._unwritten, []
         await asyncio.gather(*unwritten)
+
+    def partition_for_key(self, key: Any) -> int | None:
+        """A watermark's own partition; services go where Kafka's partitioner puts their key, as their usage."""
+        if isinstance(key, bytes) and key.startswith(WATERMARK_KEY):
+            return self.partition_of(key)
+        return super().partition_for_key(key)
+
+    def set_watermark(self, partition: int, next_offset: int) -> None:
+        """Record that the rows hold every usage event of ``partition`` before ``next_offset`` (a redelivered
+        event never lowers the watermark)."""
+        if next_offset > self.watermark(partition):
+            self[WATERMARK_KEY + str(partition).encode()] = str(next_offset).encode()
+
+    def watermark(self, partition: int) -> int:
+        """The usage offset up to which the rows of ``partition`` are known to hold the events (0: none)."""
+        value = self.get(WATERMARK_KEY + str(partition).encode())
+        return 0 if value is None else int(value)
+
+    def partition_of(self, key: bytes) -> int:
+        """The partition of a row's key: a watermark's own, or Kafka's default partitioner's for a service."""
+        if key.startswith(WATERMARK_KEY):
+            return int(key[len(WATERMARK_KEY):])
+        return (murmur2(key) & 0x7FFFFFFF) % (self.partitions or 1)
+
+    async def reload(self, bootstrap: str, partition: int) -> None:
+        """Replace the rows of ``partition`` in memory with the committed ones, read again from the changelog
+        (no write goes to the changelog)."""
+        latest = await latest_values(bootstrap, self.changelog_topic.get_topic_name(), partition)
+        for key in [k for k in self.data.keys() if self.partition_of(k) == partition]:
+            del self.data[key]
+        self.data.update({key: value for key, value in latest.items() if value is not None})
+
+    def services(self) -> int:
+        """How many services have a row (the watermarks are not services)."""
+        return len(self) - sum(WATERMARK_KEY + str(p).encode() in self for p in range(self.partitions or 0))

@@ -14,6 +14,7 @@ partitions to match the source topic's).
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -133,3 +134,26 @@ async def committed_offsets(admin: AIOKafkaAdminClient, group: str, topic: str) 
     except KafkaError:  # the group (or the offsets topic) does not exist yet
         return {}
     return {tp.partition: max(0, meta.offset) for tp, meta in offsets.items() if tp.topic == topic}
+
+
+async def latest_values(bootstrap: str, topic: str, partition: int, timeout: float = 60.0) -> dict[bytes, bytes | None]:
+    """The last committed value of every key of one partition of ``topic`` (None: deleted), read from its
+    start to its end (the last stable offset) with ``read_committed``."""
+    tp = TopicPartition(topic, partition)
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_committed",
+                                enable_auto_commit=False)
+    await consumer.start()
+    latest: dict[bytes, bytes | None] = {}
+    try:
+        consumer.assign([tp])
+        end = (await consumer.end_offsets([tp]))[tp]
+        await consumer.seek_to_beginning(tp)
+        deadline = time.monotonic() + timeout
+        while await consumer.position(tp) < end:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{topic}[{partition}] not read to its end ({end}) within {timeout:.0f} s")
+            for message in (await consumer.getmany(tp, timeout_ms=500)).get(tp, []):
+                latest[message.key] = message.value
+    finally:
+        await consumer.stop()
+    return latest

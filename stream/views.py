@@ -64,7 +64,7 @@ def add_views(worker: "StreamWorker") -> None:
     async def healthz(self: Any, request: Any) -> Any:
         ready = worker.follower.ready.is_set() and bool(app.consumer.assignment())
         body = {"status": "ok" if ready else "starting", "policy_version": worker.engine.policy_version,
-                "services": len(worker.states), "partitions": sorted(worker.usage_partitions())}
+                "services": worker.states.services(), "partitions": sorted(worker.usage_partitions())}
         return self.json(body, status=200 if ready else 503)
 
     @_page(app, "/metrics")

@@ -12,7 +12,11 @@ offsets commit in one Kafka transaction per usage partition; Faust routes table 
 the outputs are sent with the transactional producer of their source partition (Faust would send
 them outside any transaction: faust-streaming issue #177). A batch waits for its outputs and table
 writes to be delivered, and commits run between batches, never within one; after a rebalance the
-agent gets no record before Faust has seeked to the committed offsets (faust-streaming issue #596).
+agent gets no record before Faust has seeked to the committed offsets (faust-streaming issue #596), and
+none of a partition whose restored rows fall short of its committed offsets (a watermark row per partition
+says how far they go). Faust's app here (stream/transport.py) restores tables up to the broker's end
+offsets (faust-streaming issue #158), starts fresh transactional producers at every rebalance, and makes a
+worker whose transaction failed (fenced by another) rejoin its group instead of crashing.
 """
 from __future__ import annotations
 
@@ -25,7 +29,9 @@ from dataclasses import dataclass, field
 from typing import cast
 
 import faust
-from faust.types import EventT
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.errors import KafkaError
+from faust.types import TP, EventT
 
 from picrl_core.artifact import ModelArtifact
 from picrl_core.policy import PolicyNetwork
@@ -35,7 +41,8 @@ from stream.policy_follower import PolicyFollower, PolicyGate
 from stream.intake import Letter, Raw, decide, decode_batch
 from stream.records import Action
 from stream.state_table import ServiceStateTable
-from stream.topics import TopicNames
+from stream.topics import TopicNames, committed_offsets
+from stream.transport import TRANSACTION_ERRORS, HoldingConsumer, WorkerApp
 from stream.views import add_views
 
 log = logging.getLogger("picrl.worker")
@@ -88,7 +95,7 @@ class StreamWorker:
         self.follower = PolicyFollower(settings.bootstrap, self.topics.policy, gate, self._adopt,
                                        on_refuse=lambda reason: self.metrics.policy_refusals.labels(reason).inc())
         web = {"web_enabled": False} if settings.web_port is None else {"web_port": settings.web_port}
-        self.app = faust.App(
+        self.app = WorkerApp(
             settings.app_id, broker=f"kafka://{settings.bootstrap}", store="memory://",
             processing_guarantee=settings.guarantee, topic_partitions=settings.partitions,
             topic_replication_factor=1, broker_commit_interval=FAUST_COMMITS_OFF, broker_commit_every=FAUST_COMMITS_OFF,
@@ -102,6 +109,7 @@ class StreamWorker:
         self._batch = asyncio.Lock()  # held while a batch is decided and sent, and while offsets commit
         self.app.timer(settings.commit_interval, name="commit")(self._commit_between_batches)
         self.app.on_rebalance_complete.connect(self._hold_records_until_seeked)
+        self.app.on_rebalance_complete.connect(self._check_restored_state)
         self.app.task(self.follower.run)
         if settings.web_port is not None:
             add_views(self)
@@ -118,6 +126,45 @@ class StreamWorker:
         control suspended, the fetcher waits on the first record until the seek is done."""
         app.flow_control.suspend()
 
+    async def _check_restored_state(self, app: faust.App, **_: object) -> None:
+        """Make sure the rows of every assigned usage partition are its committed state before deciding for it.
+
+        Each batch sets its partitions' watermarks in the transaction that commits their offsets, so once the
+        table is restored a partition's watermark must equal the offset the group committed there
+        (``exactly_once``; at least reach it under ``at_least_once``). Where it does not, the rows in memory
+        are not that state: they hold writes of a transaction that was then aborted (a fenced or restarted
+        producer), or they were not restored at all (Faust skipped whole partitions before
+        stream/transport.py, faust-streaming issue #158). Such a partition's rows are read again from the
+        changelog; if they still do not reach the committed offset the state is lost, and the partition is
+        held (nothing fetched, decided or committed; logged and counted in ``picrl_partition_state_missing``)
+        until a later rebalance restores it, rather than deciding for its services as if they were new."""
+        assigned = self.usage_partitions()
+        admin = AIOKafkaAdminClient(bootstrap_servers=self.settings.bootstrap)
+        try:
+            await admin.start()
+            committed = await committed_offsets(admin, self.settings.app_id, self.topics.usage)
+        except (KafkaError, OSError) as exc:
+            log.error("could not read the group's committed offsets to check the restored state (%s); "
+                      "deciding on what was restored", exc)
+            return
+        finally:
+            await admin.close()
+        exact = self.settings.guarantee == "exactly_once"
+        for p in sorted(assigned):
+            mark, done = self.states.watermark(p), committed.get(p, 0)
+            if mark < done or (exact and mark != done):
+                log.warning("usage partition %d: rows hold events up to offset %d, the group committed %d; reading "
+                            "its rows again from the changelog", p, mark, done, extra={"partition": p})
+                await self.states.reload(self.settings.bootstrap, p)
+        missing = {p: committed[p] for p in assigned if self.states.watermark(p) < committed.get(p, 0)}
+        for p, done in missing.items():
+            log.error("the state of usage partition %d was not restored (its rows hold events up to offset %d, the "
+                      "group committed %d): deciding nothing for it until a rebalance restores it", p,
+                      self.states.watermark(p), done, extra={"partition": p})
+        for p in range(self.settings.partitions):
+            self.metrics.state_missing.labels(str(p)).set(int(p in missing))
+        cast(HoldingConsumer, app.consumer).hold(TP(self.topics.usage, p) for p in missing)
+
     def usage_partitions(self) -> set[int]:
         """The usage partitions assigned to this worker now."""
         return {tp.partition for tp in self.app.consumer.assignment() if tp.topic == self.topics.usage}
@@ -129,8 +176,13 @@ class StreamWorker:
     async def _decide(self, stream: faust.StreamT) -> None:
         async for events in stream.take_events(self.settings.batch_max, within=self.settings.batch_within):
             await self.follower.ready.wait()
+            consumer = cast(HoldingConsumer, self.app.consumer)
             async with self._batch:  # no commit while a batch is decided and sent
-                await self.handle(events)
+                if consumer.failed is None:  # else: a failed transaction's events, decided again after a rebalance
+                    try:
+                        await self.handle(events)
+                    except TRANSACTION_ERRORS as exc:
+                        consumer.transaction_failed(exc)
 
     async def _commit_between_batches(self) -> None:
         """Commit the offsets of the batches handled so far, never in the middle of one.
@@ -141,7 +193,7 @@ class StreamWorker:
         already hold some of it. So Faust's timer is off and this one takes the batch lock. (Faust still
         commits itself on rebalance and shutdown, after the streams have acked their events.)"""
         async with self._batch:
-            await self.app.consumer.commit()
+            await self.app.consumer.commit()  # a failed transaction rejoins the group (HoldingConsumer)
 
     async def handle(self, events: Sequence[EventT]) -> None:
         """Decode, decide, store and send one batch of usage events."""
@@ -150,10 +202,13 @@ class StreamWorker:
                                               e.message.value) for e in events], now)
         partition_of = {item.service: item.partition for item in incoming}
         stored = {service: self.states.get(service.encode()) for service in partition_of}
-        outcome, refused = decide(self.engine, incoming, stored, len(self.states), self.topics.usage, now)
+        outcome, refused = decide(self.engine, incoming, stored, self.states.services(), self.topics.usage, now)
         letters += refused
         for service, row in outcome.rows.items():
             self.states[service.encode()] = row
+        for partition in {e.message.partition for e in events}:
+            self.states.set_watermark(partition, 1 + max(e.message.offset for e in events
+                                                         if e.message.partition == partition))
         sends = [self._send(self.topics.actions, a.service.encode(), a.to_bytes(), partition_of[a.service])
                  for a in outcome.actions]
         sends += [self._send(self.topics.replay, t.service.encode(), t.to_bytes(), partition_of[t.service])
@@ -171,7 +226,7 @@ class StreamWorker:
         m.censored.inc(sum(isinstance(item, Incoming) and item.event.censored for item in incoming))
         m.transitions.inc(len(outcome.transitions))
         m.redelivered.inc(outcome.redelivered)
-        m.services.set(len(self.states))
+        m.services.set(self.states.services())
         partition_of = {item.service: item.partition for item in incoming}
         for action in outcome.actions:
             m.streaks.update(action.service, partition_of[action.service], action.censor_streak)

@@ -10,7 +10,7 @@ from picrl.commands.source import add_trace_source, load_trace
 from picrl.datasets import load_pod_fleet
 from picrl.progress import progress_bar
 from picrl.reports.closed_loop import COLUMNS, write_report
-from producers.closed_loop import ClosedLoopEnvironment, ClosedLoopRecord, TickSummary
+from producers.closed_loop import ClosedLoopEnvironment, ClosedLoopRecord, NoActionError, TickSummary
 from producers.replay import replay_usage
 from producers.workload import Workload, copies_of, fleet_of
 from stream.topics import TopicNames
@@ -69,6 +69,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     loop.add_argument("--action-timeout", type=float, default=60.0,
                       help="seconds to wait for a tick's actions before giving up (default 60)")
     loop.add_argument("--out", type=Path, required=True, help="folder for metrics.json, ticks.csv, closed_loop.png")
+    resume = loop.add_mutually_exclusive_group()
+    resume.add_argument("--resume", action="store_true",
+                        help="resume a stopped run (same workload arguments): start at the last tick for which "
+                             "<prefix>.actions holds every service's action")
+    resume.add_argument("--start-tick", type=int, default=0, metavar="T",
+                        help="resume a stopped run at tick T (ticks 0..T are rebuilt from <prefix>.actions; default 0: "
+                             "a new run)")
     loop.set_defaults(handler=run_closed_loop)
 
 
@@ -97,7 +104,8 @@ def print_summary(summary: dict, out: Path) -> None:
 
 
 def play_closed_loop(bootstrap: str, prefix: str, workload: Workload, *, interval: float = 0.0,
-                     initial_headroom: float = 1.1, action_timeout: float = 60.0) -> ClosedLoopRecord:
+                     initial_headroom: float = 1.1, action_timeout: float = 60.0,
+                     start_tick: int | None = 0) -> ClosedLoopRecord:
     """Run the environment with a live progress bar (ticks, censoring rate, policy version)."""
     with progress_bar(workload.ticks, "closed loop", "tick") as bar:
         def progress(summary: TickSummary) -> None:
@@ -106,7 +114,8 @@ def play_closed_loop(bootstrap: str, prefix: str, workload: Workload, *, interva
             bar.update(1)
 
         env = ClosedLoopEnvironment(bootstrap, TopicNames(prefix), workload, initial_headroom=initial_headroom,
-                                    interval=interval, action_timeout=action_timeout, on_tick=progress)
+                                    interval=interval, action_timeout=action_timeout, start_tick=start_tick,
+                                    on_tick=progress)
         return asyncio.run(env.run())
 
 
@@ -114,8 +123,16 @@ def run_closed_loop(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
     bootstrap = bootstrap_or_local(settings["bootstrap"])
     workload = workload_from_args(args)
-    record = play_closed_loop(bootstrap, settings["prefix"], workload, interval=args.interval,
-                              initial_headroom=args.initial_headroom, action_timeout=args.action_timeout)
+    try:
+        record = play_closed_loop(bootstrap, settings["prefix"], workload, interval=args.interval,
+                                  initial_headroom=args.initial_headroom, action_timeout=args.action_timeout,
+                                  start_tick=None if args.resume else args.start_tick)
+    except NoActionError as exc:
+        print(f"\nclosed loop stopped: {exc}")
+        if exc.tick is not None:
+            print(f"Once the workers answer again, resume this run where it stopped: the same command with --resume "
+                  f"(or --start-tick {exc.tick - 1}); usage already delivered is not decided twice.")
+        return 1
     summary = write_report(record, args.out, f"closed loop over Kafka: {len(workload.services)} services")
     print_summary(summary, args.out)
     return 0

@@ -25,6 +25,12 @@ def picrl_process(args: list[str], log: Path) -> Iterator[subprocess.Popen]:
             stop(process)
 
 
+def spawn(args: list[str], log: Path) -> subprocess.Popen:
+    """``python -m picrl ARGS`` in the background, its output appended to ``log``; the caller stops it."""
+    return subprocess.Popen([sys.executable, "-m", "picrl", *args], stdout=open(log, "ab"), stderr=subprocess.STDOUT,
+                            cwd=REPO, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+
+
 def stop(process: subprocess.Popen, timeout: float = 30.0) -> int:
     """SIGTERM, wait, SIGKILL if needed; the exit code."""
     if process.poll() is None:

@@ -1,0 +1,139 @@
+"""Real faults during a closed loop: stream workers of one app id SIGKILLed and restarted, and a broker SIGKILLed
+and started again on the same port and data; then an audit of the actions against an uninterrupted reference.
+
+Shared by the chaos test (tests/stream/test_reliability.py) and the soak (benchmarks/soak.py)."""
+from __future__ import annotations
+
+import asyncio
+import collections
+import math
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from picrl.kafka import LocalKafka
+from picrl_core.artifact import ModelArtifact
+from producers.closed_loop import ClosedLoopRecord, TickSummary
+from stream.records import decode_action
+from stream.topics import TopicNames
+from tests.support.kafka import consume
+from tests.support.processes import spawn, stop, tail
+from tests.support.reference import reference_run
+
+BROKER = "broker"
+FREEZE = "freeze "  # + a worker index: SIGSTOP for longer than the session timeout, then SIGCONT (a zombie)
+
+
+@dataclass
+class Fault:
+    """One fault right after ``tick`` was revealed: a SIGKILL of ``target`` (``worker 0``, ``worker 1``, ... or
+    ``broker``), or a freeze (``freeze 0``: SIGSTOP, then SIGCONT once the group has gone on without it);
+    ``recovered`` is the time from the fault until the actions of the next tick were all in force."""
+
+    tick: int
+    target: str
+    down: float = 0.0  # seconds the broker was away (its restart included); 0 for a worker
+    recovered: float = math.nan
+
+
+@dataclass
+class Chaos:
+    """Runs ``workers`` workers (``python -m picrl worker ARGS``) and, through :meth:`on_tick`, inflicts what
+    ``plan(tick)`` names at that tick: a worker index (SIGKILL, restarted at once), :data:`BROKER` (SIGKILL,
+    started again as soon as it is gone) or :data:`FREEZE` and an index (stopped for ``freeze`` seconds, more
+    than the workers' session timeout, and continued: it comes back as a zombie whose producers were fenced)."""
+
+    worker_args: list[str]
+    logs: Path
+    workers: int
+    broker: LocalKafka
+    plan: Callable[[int], int | str | None]
+    freeze: float = 12.0
+    faults: list[Fault] = field(default_factory=list)
+    running: list[subprocess.Popen] = field(default_factory=list)
+    killed: list[subprocess.Popen] = field(default_factory=list)
+    _killed_at: float = 0.0
+
+    def start(self) -> None:
+        self.running = [spawn(self.worker_args, self.log(i)) for i in range(self.workers)]
+
+    def log(self, index: int) -> Path:
+        return self.logs / f"worker{index}.log"
+
+    def on_tick(self, summary: TickSummary) -> None:
+        """The closed loop's tick callback: time the recovery of the last fault, then inflict the next one."""
+        if self.faults and math.isnan(self.faults[-1].recovered) and summary.tick > self.faults[-1].tick:
+            self.faults[-1].recovered = time.monotonic() - self._killed_at
+        target = self.plan(summary.tick)
+        if target is not None:
+            self.kill(summary.tick, target)
+
+    def kill(self, tick: int, target: int | str) -> None:
+        """SIGKILL ``target`` and start it again (same arguments, same log; the broker on its port and data)."""
+        self._killed_at = time.monotonic()
+        if target == BROKER:
+            self.broker.stop(crash=True)
+            self.broker.start()
+            self.faults.append(Fault(tick, BROKER, down=time.monotonic() - self._killed_at))
+            return
+        if isinstance(target, str) and target.startswith(FREEZE):
+            frozen = self.running[int(target[len(FREEZE):])]
+            frozen.send_signal(signal.SIGSTOP)
+            time.sleep(self.freeze)
+            frozen.send_signal(signal.SIGCONT)
+            self.faults.append(Fault(tick, target))
+            return
+        index = int(target)
+        victim = self.running[index]
+        victim.send_signal(signal.SIGKILL)
+        victim.wait()
+        self.killed.append(victim)
+        self.running[index] = spawn(self.worker_args, self.log(index))
+        self.faults.append(Fault(tick, f"worker {index}"))
+
+    def exited_by_themselves(self) -> list[str]:
+        """A line (exit code and log tail) for every worker that ended without being killed."""
+        return [f"worker {i} exited with {p.returncode}:\n{tail(self.log(i))}"
+                for i, p in enumerate(self.running) if p.poll() is not None]
+
+    def stop(self) -> None:
+        for process in self.running:
+            stop(process)
+
+    def report(self) -> str:
+        """One line per fault: what was killed at which tick and how long the loop took to recover."""
+        return "\n".join(f"  tick {f.tick:>4}: {'' if f.target.startswith(FREEZE) else 'SIGKILL '}{f.target:<8} "
+                         + (f"(down and back in {f.down:.1f} s) " if f.down else "")
+                         + f"recovered in {f.recovered:.1f} s" for f in self.faults)
+
+
+@dataclass(frozen=True)
+class Audit:
+    """The actions of a closed loop read back with ``read_committed`` and compared with the reference."""
+
+    checked: int  # actions read
+    missing: list[tuple[str, int]]  # (service, tick) with no action
+    repeated: list[tuple[str, int]]  # (service, tick) with more than one
+    mismatches: int  # control decisions that differ from the uninterrupted reference run
+
+    @property
+    def clean(self) -> bool:
+        return not self.missing and not self.repeated and not self.mismatches
+
+
+def audit(record: ClosedLoopRecord, bootstrap: str, prefix: str, artifact: ModelArtifact, window: int) -> Audit:
+    """Exactly one action per (service, tick) for ticks 1 .. T-1, and every decision after the ``window`` warm-up
+    ticks equal to the simulator's on the same workload (the reference a worker must reproduce bit for bit)."""
+    workload = record.workload
+    wanted = {(s, t) for s in workload.services for t in range(1, workload.ticks)}
+    messages = asyncio.run(consume(bootstrap, TopicNames(prefix).actions, len(wanted) + 50, timeout=15))
+    counts = collections.Counter((a.service, a.tick) for a in (decode_action(m.value) for m in messages))
+    reference = reference_run(artifact, workload.demand, workload.services, headroom=0.5).trajectory
+    decided = record.breakdown["capacity_norm"][window:]
+    return Audit(sum(counts.values()), sorted(wanted - set(counts)), sorted(k for k, n in counts.items() if n > 1),
+                 int(np.sum(decided != reference.action)))
