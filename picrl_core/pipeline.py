@@ -153,15 +153,26 @@ def run_online(artifact: ModelArtifact, demand: np.ndarray, history: np.ndarray,
                      [] if slow is None else slow.updates)
 
 
+# The validation episode knobs are chosen on: the last this-many ticks of the validation split (all of
+# GenAI's 288; a week of DLRM's 8,928), so choosing stays cheap on long traces.
+VALIDATION_EPISODE = 2_000
+
+
 def evaluation_inputs(series: PreparedSeries, window: int, split: str = "test") -> dict[str, np.ndarray | None]:
     """Single-service Phase 3 inputs for the test split: its demand, with the end of validation as the
-    cold-start history (offline logs are uncensored). ``split="val"`` gives the validation split with
-    the end of training as history: what every method's knobs are chosen on (:func:`select_calibrator`,
-    :mod:`picrl_core.methods.selection`), so the test split is never read before the reported run."""
-    if split not in ("test", "val"):
+    cold-start history (offline logs are uncensored). ``split="val"`` gives the last
+    :data:`VALIDATION_EPISODE` ticks of the validation split with the ticks before them as history: what
+    every method's knobs are chosen on (:func:`select_calibrator`, :mod:`picrl_core.methods.selection`),
+    so the test split is never read before the reported run."""
+    if split == "test":
+        demand, ctx, past, past_ctx = series.test, series.test_ctx, series.val, series.val_ctx
+    elif split == "val":
+        cut = max(series.val.size - VALIDATION_EPISODE, 0)
+        demand, past = series.val[cut:], np.concatenate([series.train, series.val[:cut]])
+        ctx = None if series.val_ctx is None else series.val_ctx[cut:]
+        past_ctx = None if series.val_ctx is None else np.concatenate([series.train_ctx, series.val_ctx[:cut]])
+    else:
         raise ValueError(f"split must be 'test' or 'val'; got {split!r}")
-    demand, ctx, past, past_ctx = ((series.test, series.test_ctx, series.val, series.val_ctx) if split == "test" else
-                                   (series.val, series.val_ctx, series.train, series.train_ctx))
     return {"demand": demand[:, None], "history": past[None, -window:],
             "context": None if ctx is None else ctx[:, None, :],
             "history_context": None if past_ctx is None else past_ctx[None, -window:, :]}

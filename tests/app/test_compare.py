@@ -54,7 +54,9 @@ def test_quick_comparison_writes_tables_results_and_figures(quick_run: tuple[Pat
     assert float(pic["regret_mean"]) == pytest.approx(cell["metrics"]["regret"], rel=1e-5)
     for name in FIGURES:
         assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
-    assert "Table 2" in stdout and "Table 3" in stdout
+    assert "Table 2" in stdout and "Table 3" in stdout and "Cost of censoring" in stdout
+    censoring = (out / "censoring_cost.md").read_text()
+    assert "| PIC-RL (Ours) |" in censoring and "| Conformal |" in censoring
 
 
 def test_a_rerun_reads_every_cell_from_the_cache(quick_run: tuple[Path, Path, str], tmp_path: Path,
