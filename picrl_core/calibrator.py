@@ -7,6 +7,21 @@ from picrl_core.config import CalibratorConfig, CostConfig, PicRLConfig
 from picrl_core.reward import pessimism_factor
 
 
+# Feedback above the action by less than this (scaled units) is rounding, not a shortage: a stream worker's
+# usage goes through its service's native unit and back (to_unit(from_unit(a)) can exceed a by ~1e-16, and
+# uncensored usage is accepted up to 1e-9 above capacity, relative).
+SHORTAGE_TOLERANCE = 1e-6
+
+
+def feedback(y: np.ndarray, action: np.ndarray, censored: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(short, over)`` of the action in force from its feedback: ``short = 1[d > a]`` is the censoring flag
+    under PIC, and ``y > a`` under full information (the reference run reveals ``y = d`` and no flag);
+    ``over = 1[d < a]``, neither short nor exactly met."""
+    y = np.asarray(y, dtype=np.float64)
+    short = np.asarray(censored, dtype=bool) | (y > action + SHORTAGE_TOLERANCE)
+    return short, ~short & (action > y)
+
+
 def over_weights(cfg: CalibratorConfig, cost: CostConfig) -> tuple[float, float]:
     """How much one over-provisioned step lowers ``(m, b)`` relative to how much a shortage raises them.
 
@@ -36,8 +51,8 @@ def calibrate(margin: np.ndarray, bias: np.ndarray, eta: np.ndarray, shortage: n
     ``a_t > y_t``). ``s_t`` is the margin's unit: 1 in the paper; the predicted ``sigma_t`` when
     ``cfg.margin_in_sigma`` (the margin then corrects the quantile in standardized units, so its step is
     as large as the uncertainty it corrects). ``escalation`` multiplies the margin's shortage step
-    (the pessimism factor of Eq. 9 over a censoring streak, see the controller). Both stay within their configured bounds so a long streak
-    cannot run them away.
+    (the pessimism factor of Eq. 9 over a censoring streak, :func:`reactive_step`). Both stay within their
+    configured bounds so a long streak cannot run them away.
     """
     w_margin, w_bias = over_weights(cfg, cost)
     short = shortage.astype(np.float64)

@@ -58,15 +58,15 @@ class RewardConfig:
 class CalibratorConfig:
     """Phase 3 reactive calibrator, Eq. (12) / Algorithm 1 fast update (see ``calibrator.over_weights``)."""
 
-    rule: str = "pinball"  # "pinball": both variables step on the cost's subgradient; "paper": Eq. (12) as printed
+    rule: str = "pinball"  # "pinball": both step on the cost's subgradient; "paper": Eq. (12) as printed
     margin_in_sigma: bool = True  # the margin's step is delta_m * sigma_t (standardized units); paper: False
     delta_m: float = 0.1  # margin step (fast variable), in units of sigma_t when margin_in_sigma; paper: 0.004
     delta_b: float = 0.0005  # bias step (slow drift-tracking variable)
-    gamma: float = 0.5  # bias decrease ratio on over-provisioned steps
+    gamma: float = 0.5  # rule "paper" only: bias decrease ratio on over-provisioned steps
     margin_limit: float = 0.5  # |m| is clipped to this bound
     bias_limit: float = 0.5  # |b| is clipped to this bound
-    escalate: bool = False  # the n-th censored tick in a row steps the margin Psi(n - 1) times (Eq. 9; not in the paper)
-    select_on_validation: bool = False  # pick delta_m, delta_b (x0.25..x4) on the validation split (an option)
+    escalate: bool = False  # the n-th censored tick in a row steps the margin Psi(n - 1) times (Eq. 9)
+    select_on_validation: bool = False  # pick delta_m, delta_b (x0.25..x4) on the validation split
 
     def __post_init__(self) -> None:
         if self.rule not in ("pinball", "paper"):
@@ -82,7 +82,7 @@ class PolicyConfig:
     eta_high: float = 3.0
     k_low: float = -1.0  # k's range is centre + [k_low, k_high]; paper: [0, 2] around 0
     k_high: float = 1.0
-    k_around_fractile: bool = True  # centre = the newsvendor fractile Phi^-1(c_under / (c_under + c_over)); paper: False
+    k_around_fractile: bool = True  # centre = Phi^-1(c_under / (c_under + c_over)), the fractile; paper: False
     init_log_std: float = -1.0  # exploration std in pre-squash space at initialisation
     horizon: int = 512  # ticks that make "progress through the episode" reach 1
 
@@ -128,7 +128,7 @@ class AblationConfig:
     """Ablations of Table 3 as switches of the one implementation (A1, A4, A7; A2/A3/A5/A6 live in
     :class:`RewardConfig` and :class:`OnlineConfig`)."""
 
-    use_uncertainty: bool = True  # A1: sigma is replaced by a constant and never buffers
+    use_uncertainty: bool = True  # A1: sigma_t is replaced by the constant that fits validation residuals best
     use_k_sigma: bool = True  # A4: the risk buffer k*sigma is dropped from the action
     pretrain: bool = True  # A7: Phase 2 is skipped (random policy initialisation)
 

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from picrl_core.batching import in_fixed_chunks
-from picrl_core.calibrator import reactive_step
+from picrl_core.calibrator import feedback, reactive_step
 from picrl_core.censored_estimator import estimate_censored_demand
 from picrl_core.config import PicRLConfig
 from picrl_core.features import state_features
@@ -124,8 +124,7 @@ class PicRLController:
         y = np.asarray(y, dtype=np.float64).reshape(len(state))
         censored = np.asarray(censored, dtype=bool).reshape(len(state))
         a = state.action
-        shortage = censored | (y > a)  # y > a only under full information (the reference run)
-        over = ~shortage & (a > y)
+        shortage, over = feedback(y, a, censored)
         censor_streak = np.where(censored, state.censor_streak + 1, 0)
         over_streak = np.where(over, state.over_streak + 1, 0)
         cfg = self.config
@@ -164,8 +163,8 @@ class PicRLController:
         cfg = self.config
         windows = np.concatenate([observations[:, :, None], censored[:, :, None].astype(np.float32), context], axis=2)
         mu, sigma = predict_gaussian(self.predictor, windows, self.chunk)
-        if not cfg.ablation.use_uncertainty:  # A1: no probabilistic output, sigma at its floor
-            sigma = np.full_like(sigma, cfg.predictor.sigma_min)
+        if not cfg.ablation.use_uncertainty:  # A1: no state-dependent uncertainty, the best constant std instead
+            sigma = np.full_like(sigma, float(self.predictor.head.residual_rms))
         recent = slice(-cfg.estimator.window, None)
         estimate = estimate_censored_demand(observations[:, recent].astype(np.float64), censored[:, recent],
                                             censor_streak, cfg.estimator, cfg.reward)

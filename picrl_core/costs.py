@@ -19,6 +19,12 @@ class EpisodeShapeError(ValueError):
     """Actions and demand that do not form one episode: different shapes, empty, not 1-D/2-D."""
 
 
+def critical_ratio(cost: CostConfig) -> float:
+    """``c_under / (c_under + c_over)``: the demand quantile that minimises the expected cost Eq. (1) (the
+    newsvendor's critical fractile); a cost-optimal provisioner is short ``1 - critical_ratio`` of the time."""
+    return cost.c_under / (cost.c_under + cost.c_over)
+
+
 def asymmetric_cost(a: ArrayLike, d: ArrayLike, cost: CostConfig) -> np.ndarray:
     """Eq. (1): ``l(a, d) = c_under (d - a)_+ + c_over (a - d)_+``, elementwise (broadcasting)."""
     gap = np.asarray(d, dtype=np.float64) - np.asarray(a, dtype=np.float64)

@@ -154,7 +154,7 @@ def run_online(artifact: ModelArtifact, demand: np.ndarray, history: np.ndarray,
 
 
 # The validation episode knobs are chosen on: the last this-many ticks of the validation split (all of
-# GenAI's 288; a week of DLRM's 8,928), so choosing stays cheap on long traces.
+# GenAI's 288; 33 hours of DLRM's 8,928), so choosing stays cheap on long traces.
 VALIDATION_EPISODE = 2_000
 
 
@@ -183,10 +183,10 @@ STEP_MULTIPLIERS = (0.25, 0.5, 1.0, 2.0, 4.0)
 
 
 def select_calibrator(artifact: ModelArtifact, series: PreparedSeries) -> tuple[ModelArtifact, dict[str, Any]]:
-    """Phase 3's fast step chosen on the validation split: Phase 3 (:func:`run_online`) runs on it once
-    per candidate ``delta_m * STEP_MULTIPLIERS`` (``delta_b`` scaled alike) from the end of the
-    training split, and the artifact keeps the step of lowest validation regret. How fast the margin
-    must move depends on how fast a trace changes, which a fixed constant cannot know."""
+    """Phase 3's fast steps chosen on the validation split (the option ``calibrator.select_on_validation``):
+    Phase 3 (:func:`run_online`) runs on the validation episode (``evaluation_inputs(..., "val")``) once per
+    candidate ``delta_m * STEP_MULTIPLIERS``, ``delta_b`` scaled alike, and the artifact keeps the steps of
+    lowest validation regret."""
     config = artifact.config
     inputs = evaluation_inputs(series, config.predictor.window, "val")
     scores: dict[float, float] = {}

@@ -2,7 +2,8 @@
 
 The policy is a diagonal Gaussian over two pre-squash variables; a sigmoid maps them into the
 ranges ``eta in [0.5, 3]`` (calibrator step multiplier, the paper's) and ``k in z* + [-1, 1]`` (risk-buffer
-coefficient around the newsvendor fractile, :func:`risk_centre`; the paper's ``[0, 2]`` in its preset). Acting deterministically uses the Gaussian mean; exploring adds ``std * noise``.
+coefficient around the newsvendor fractile, :func:`risk_centre`; the paper's ``[0, 2]`` in its preset).
+Acting deterministically uses the Gaussian mean; exploring adds ``std * noise``.
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import torch
 from torch import nn
 
 from picrl_core.config import PicRLConfig, PolicyConfig
+from picrl_core.costs import critical_ratio
 from picrl_core.features import FEATURE_NAMES
 
 N_FEATURES = len(FEATURE_NAMES)
@@ -73,7 +75,7 @@ def risk_centre(config: PicRLConfig) -> float:
     the newsvendor's order, Eq. 1, and the policy learns the state-dependent deviation from it), else 0."""
     if not config.policy.k_around_fractile:
         return 0.0
-    return NormalDist().inv_cdf(config.cost.c_under / (config.cost.c_under + config.cost.c_over))
+    return NormalDist().inv_cdf(critical_ratio(config.cost))
 
 
 def squash(pre: np.ndarray, cfg: PolicyConfig, centre: float = 0.0) -> tuple[np.ndarray, np.ndarray]:

@@ -37,15 +37,17 @@ class PredictorInputError(ValueError):
 
 def gaussian_head(hidden: int, cfg: PredictorConfig) -> torch.nn.Linear:
     """The Gaussian output layer ``h -> (mu offset, pre-softplus sigma)``: small weights, zero mean
-    offset and a sigma bias that starts the predicted std near ``_INITIAL_SIGMA``. It carries the
-    temperature ``sigma_scale`` (a buffer, 1 until :func:`calibrate_sigma` sets it), so a saved model
-    holds its calibration."""
+    offset and a sigma bias that starts the predicted std near ``_INITIAL_SIGMA``. It carries two buffers
+    that :func:`calibrate_sigma` sets on the validation split, so a saved model holds them: the
+    temperature ``sigma_scale`` (1 until calibrated) and ``residual_rms``, the constant std that fits the
+    validation residuals best (what ablation A1 acts with instead of ``sigma_t``)."""
     head = torch.nn.Linear(hidden, 2)
     with torch.no_grad():
         head.weight.mul_(0.1)
         head.bias[0] = 0.0
         head.bias[1] = math.log(math.expm1(max(_INITIAL_SIGMA - cfg.sigma_min, 1e-3)))
     head.register_buffer("sigma_scale", torch.ones(()))
+    head.register_buffer("residual_rms", torch.full((), cfg.sigma_min))
     return head
 
 
@@ -237,15 +239,20 @@ def evaluate_predictor(
     }
 
 
-def calibrate_sigma(model: GaussianLSTM, series: np.ndarray, context: np.ndarray | None, window: int) -> float:
-    """Temperature scaling of the predicted std on held-out data (Kuleshov et al., ICML 2018, for
-    regression): ``T = sqrt(mean(((d - mu) / sigma)^2))`` is the scale that minimises the Gaussian NLL
-    Eq. (3) of ``T * sigma`` over the windows of ``series``; it is stored in the model's head and returned."""
+def calibrate_sigma(model: Predictor, series: np.ndarray, context: np.ndarray | None, window: int, *,
+                    temperature: bool = True) -> float:
+    """Held-out calibration of the predicted std on the windows of ``series`` (the validation split),
+    stored in the model's head; returns the temperature.
+
+    With ``temperature``, temperature scaling (Kuleshov et al., ICML 2018, for regression): ``T =
+    sqrt(mean(((d - mu) / sigma)^2))`` is the scale that minimises the Gaussian NLL Eq. (3) of ``T * sigma``
+    (else ``T = 1``). Always: ``residual_rms = sqrt(mean((d - mu)^2))``, the NLL-optimal *constant* std."""
     with torch.no_grad():
         model.head.sigma_scale.fill_(1.0)
         m, s, t = _predict_series(model, series, context, window)
-        scale = float(np.sqrt(np.mean(((t - m) / s) ** 2)))
+        scale = float(np.sqrt(np.mean(((t - m) / s) ** 2))) if temperature else 1.0
         model.head.sigma_scale.fill_(max(scale, 1e-6))
+        model.head.residual_rms.fill_(max(float(np.sqrt(np.mean((t - m) ** 2))), model.cfg.sigma_min))
     return scale
 
 
@@ -319,7 +326,7 @@ def train_predictor(
 
     model.load_state_dict(best_state)
     model.zero_grad(set_to_none=True)
-    scale = calibrate_sigma(model, val, val_context, cfg.window) if cfg.calibrate_sigma else 1.0
+    scale = calibrate_sigma(model, val, val_context, cfg.window, temperature=cfg.calibrate_sigma)
     final = evaluate_predictor(model, val, val_context, cfg.window)
     report = PredictorReport(
         epochs_run=len(history),

@@ -39,8 +39,7 @@ class Method:
     name: str  # command-line name, e.g. "pic-rl", "tft", "vpa"
     label: str  # table label
     reference: str  # the paper or documentation the implementation follows
-    group: str  # "pic-rl", "phase-1", "phase-2", "phase-3", "phase-2+3", "full", "operator", "reference", "bound",
-    # "ablation"
+    group: str  # "pic-rl", "phase-1/2/3", "phase-2+3", "full", "operator", "reference", "bound", "ablation"
     fit: Callable[..., Provisioner]  # (series, config) -> provisioner; timed methods take step_seconds too
     timed: bool = False  # its windows are in seconds: fit takes the trace's step_seconds
     censoring: bool = True  # False: a full-information reference, run with the demand revealed every tick

@@ -23,10 +23,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from picrl_core.calibrator import feedback
 from picrl_core.config import CostConfig, PicRLConfig
+from picrl_core.costs import critical_ratio
 from picrl_core.methods.base import Provisioner
 from picrl_core.methods.conformal import PredictorFeed, validation_residuals
-from picrl_core.methods.newsvendor import critical_ratio
 from picrl_core.methods.selection import Selection, select_on_validation
 from picrl_core.pipeline import phase1_predictor
 from picrl_core.predictor import GaussianLSTM
@@ -60,10 +61,7 @@ class CensoredSGDProvisioner(Provisioner):
         return self._decide()
 
     def act(self, y: np.ndarray, censored: np.ndarray, context: np.ndarray | None) -> np.ndarray:
-        y = np.asarray(y, dtype=np.float64)
-        censored = np.asarray(censored, dtype=bool)
-        shortage = censored | (y > self.action)  # y > a only under full information
-        over = ~shortage & (y < self.action)
+        shortage, over = feedback(y, self.action, censored)
         gradient = self.cost.c_under * shortage - self.cost.c_over * over
         self.offset = np.clip(self.offset + self.step * gradient, *self.bounds)
         if self.feed is not None:

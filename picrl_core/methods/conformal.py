@@ -24,7 +24,8 @@ Miscoverage is exactly observable under PIC (it *is* the censoring flag ``c_t = 
 Under Distribution Shift", NeurIPS 2021, Eq. 2): ``alpha_{t+1} = alpha_t + gamma (alpha - c_t)``,
 which drives the long-run shortage rate to ``alpha`` whatever the drift (and undoes the conservatism
 of the ``+inf`` residuals). Its step ``gamma`` is chosen on the validation split among :data:`ACI_STEPS`
-(:mod:`picrl_core.methods.selection`), as PIC-RL's fast step is. The rank is clipped to ``[1, n + 1]`` (``alpha_t >= 1`` would otherwise
+(:mod:`picrl_core.methods.selection`; candidates calibrated on the training split's residuals there). The
+rank is clipped to ``[1, n + 1]`` (``alpha_t >= 1`` would otherwise
 ask for an empty set, i.e. provision nothing).
 
 :class:`PredictorFeed` (the predictor's rolling ``[y, c, ctx]`` windows) is shared with
@@ -34,7 +35,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from picrl_core.calibrator import feedback
 from picrl_core.config import PicRLConfig
+from picrl_core.costs import critical_ratio
 from picrl_core.controller import _last_window, _shift
 from picrl_core.methods.base import Provisioner
 from picrl_core.methods.selection import Selection, select_on_validation
@@ -124,7 +127,7 @@ class ConformalProvisioner(Provisioner):
     def act(self, y: np.ndarray, censored: np.ndarray, context: np.ndarray | None) -> np.ndarray:
         y = np.asarray(y, dtype=np.float64)
         censored = np.asarray(censored, dtype=bool)
-        shortage = censored | (y > self.action)  # y > a only under full information
+        shortage, _ = feedback(y, self.action, censored)
         self.residuals = _shift(self.residuals, np.where(censored, np.inf, y - self.mu))
         self.alpha_t = self.alpha_t + self.step * (self.alpha - shortage)
         self.feed.push(y, censored, context)
@@ -152,7 +155,7 @@ def fit_conformal(series: PreparedSeries, config: PicRLConfig, *, predictor: Gau
     among ``steps`` on the validation split (calibrated there on the training split's last residuals,
     :mod:`picrl_core.methods.selection`), then calibrate on the validation split's last ``window`` residuals."""
     model = phase1_predictor(series, config) if predictor is None else predictor.eval()
-    alpha = config.cost.c_over / (config.cost.c_under + config.cost.c_over)
+    alpha = 1.0 - critical_ratio(config.cost)
     chunk = config.online.inference_chunk
     on_train = validation_residuals(model, series.train, series.train_ctx, config, window)
     selection: Selection[float] = select_on_validation(

@@ -15,7 +15,8 @@ shortages in four are the norm: the downward spiral into the censoring trap.
 from __future__ import annotations
 
 from picrl_core.config import PicRLConfig
-from picrl_core.methods.newsvendor import GaussianNewsvendor, critical_ratio
+from picrl_core.costs import critical_ratio
+from picrl_core.methods.newsvendor import GaussianNewsvendor
 from picrl_core.series import PreparedSeries
 
 

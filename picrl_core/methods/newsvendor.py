@@ -30,18 +30,14 @@ from statistics import NormalDist
 
 import numpy as np
 
-from picrl_core.config import CostConfig, EstimatorConfig, PicRLConfig, RewardConfig
+from picrl_core.config import EstimatorConfig, PicRLConfig, RewardConfig
 from picrl_core.censored_estimator import estimate_censored_demand
+from picrl_core.costs import critical_ratio
 from picrl_core.controller import _last_window, _shift
 from picrl_core.methods.base import Provisioner
 from picrl_core.series import PreparedSeries
 
 KM_TAIL_STEP = 0.05  # step above the largest observation when the KM quantile is not identified
-
-
-def critical_ratio(cost: CostConfig) -> float:
-    """``c_under / (c_under + c_over)``: the demand quantile the newsvendor orders."""
-    return cost.c_under / (cost.c_under + cost.c_over)
 
 
 def kaplan_meier_quantile(y: np.ndarray, censored: np.ndarray, level: float) -> tuple[np.ndarray, np.ndarray]:

@@ -3,8 +3,9 @@
 A method with knobs is fitted on the training split, run under the PIC loop on the validation split
 (from the end of the training split, :func:`~picrl_core.pipeline.evaluation_inputs` with
 ``split="val"``) once per candidate, and keeps the candidate of lowest validation regret. Every tuned
-method gets the same budget, :data:`CANDIDATES` runs; PIC-RL's own step selection
-(:func:`~picrl_core.pipeline.select_calibrator`) tries as many. The test split is read only by the
+method gets the same budget, :data:`CANDIDATES` runs (PIC-RL's optional step selection,
+:func:`~picrl_core.pipeline.select_calibrator`, tries as many; PIC-RL's defaults themselves were chosen
+on development splits by ``benchmarks/select_design.py``). The test split is read only by the
 reported run.
 """
 from __future__ import annotations

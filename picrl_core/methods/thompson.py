@@ -3,7 +3,7 @@
 PIC-RL's decision module (policy network pretrained in Phase 2, refined online in Phase 3) is
 replaced by a Bayesian bandit over a grid of the policy's decision parameters: :data:`ETA_LEVELS`
 values of ``eta`` in ``[eta_low, eta_high]`` times :data:`K_LEVELS` values of ``k`` in
-``[k_low, k_high]`` (:class:`~picrl_core.config.PolicyConfig`). Everything else is PIC-RL's: the
+``risk_centre + [k_low, k_high]`` (:class:`~picrl_core.config.PolicyConfig`). Everything else is PIC-RL's: the
 Phase-1 predictor, the action rule ``a = clip(mu + k sigma + m + b, 0, 1)``, the reactive calibrator
 Eq. (12) driven by the chosen ``eta`` (:func:`~picrl_core.calibrator.reactive_step`), and the per-step
 reward :func:`~picrl_core.reward.step_reward` (true cost when uncensored, the pessimistic surrogate
@@ -30,12 +30,12 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from picrl_core.batching import INVARIANT_CHUNK
-from picrl_core.calibrator import reactive_step
-from picrl_core.policy import risk_centre
+from picrl_core.calibrator import feedback, reactive_step
 from picrl_core.config import PicRLConfig
 from picrl_core.methods.base import Provisioner, run_pic_loop
 from picrl_core.methods.conformal import PredictorFeed
 from picrl_core.pipeline import phase1_predictor
+from picrl_core.policy import risk_centre
 from picrl_core.predictor import GaussianLSTM
 from picrl_core.reward import step_reward
 from picrl_core.series import PreparedSeries
@@ -126,9 +126,9 @@ class ThompsonProvisioner(Provisioner):
         self.streak = np.where(censored, self.streak + 1, 0)
         reward = step_reward(self.action, y, censored, self.mu, self.sigma, self.streak, cfg.cost, cfg.reward)
         self.bandit.update(self.rows, self.arm, reward)
-        shortage = censored | (y > self.action)  # y > a only under full information
-        self.margin, self.bias = reactive_step(self.margin, self.bias, self.eta_arms[self.arm], shortage,
-                                               ~shortage & (self.action > y), self.streak, self.sigma, cfg)
+        shortage, over = feedback(y, self.action, censored)
+        self.margin, self.bias = reactive_step(self.margin, self.bias, self.eta_arms[self.arm], shortage, over,
+                                               self.streak, self.sigma, cfg)
         self.feed.push(y, censored, context)
         return self._decide()
 

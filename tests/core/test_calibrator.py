@@ -6,7 +6,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from picrl_core.calibrator import calibrate, over_weights
+from picrl_core.calibrator import SHORTAGE_TOLERANCE, calibrate, feedback, over_weights
 from picrl_core.config import CalibratorConfig, CostConfig
 
 PAPER = CalibratorConfig(rule="paper", margin_in_sigma=False, delta_m=0.01, delta_b=0.002, gamma=0.5,
@@ -111,3 +111,11 @@ def test_batch_equals_row_by_row() -> None:
     np.testing.assert_array_equal(m_batch, [r[0] for r in rows])
     np.testing.assert_array_equal(b_batch, [r[1] for r in rows])
     assert np.all(np.abs(m_batch) <= PINBALL.margin_limit) and np.all(np.abs(b_batch) <= PINBALL.bias_limit)
+
+
+def test_feedback_reads_the_flag_under_pic_and_y_above_a_under_full_information() -> None:
+    a = np.array([0.5, 0.5, 0.5, 0.5, 0.5])
+    y = np.array([0.5, 0.5, 0.3, 0.7, 0.5 + SHORTAGE_TOLERANCE / 2])  # censored, met, over, FI short, rounding
+    short, over = feedback(y, a, np.array([True, False, False, False, False]))
+    np.testing.assert_array_equal(short, [True, False, False, True, False])
+    np.testing.assert_array_equal(over, [False, False, True, False, False])

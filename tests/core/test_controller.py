@@ -138,9 +138,11 @@ def test_ablation_without_uncertainty_pins_sigma(tiny_predictor: GaussianLSTM, t
                                                  tiny_config: PicRLConfig, diurnal_series: np.ndarray) -> None:
     config = replace(tiny_config, ablation=replace(tiny_config.ablation, use_uncertainty=False))
     traj = _run(tiny_predictor, tiny_policy, config, *_segment(diurnal_series, config.predictor.window))
-    np.testing.assert_array_equal(traj.sigma, np.full_like(traj.sigma, config.predictor.sigma_min))
+    constant = float(tiny_predictor.head.residual_rms)  # the validation residuals' RMS, set in training
+    assert constant > 10 * config.predictor.sigma_min
+    np.testing.assert_array_equal(traj.sigma, np.full_like(traj.sigma, constant))
     full = _run(tiny_predictor, tiny_policy, tiny_config, *_segment(diurnal_series, config.predictor.window))
-    assert np.all(full.sigma > 10 * config.predictor.sigma_min)
+    assert np.all(full.sigma > 10 * config.predictor.sigma_min) and np.ptp(full.sigma) > 0
 
 
 def test_transition_rewards_are_surrogate_when_censored_and_cost_otherwise(tiny_predictor: GaussianLSTM,

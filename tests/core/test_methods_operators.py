@@ -295,6 +295,7 @@ def test_validation_selection_picks_the_lowest_validation_regret_and_never_reads
     poisoned = replace(series, test=np.full_like(series.test, np.nan))
     selection = select_on_validation((0.001, 0.01, 0.1), lambda step: CensoredSGDProvisioner(
         step, tiny_config.cost, float(np.quantile(series.train, RATIO))), poisoned, tiny_config)
+    assert np.isfinite(selection.validation_regret).all()  # a NaN would mean the test split was read
     assert selection.chosen == selection.candidates[int(np.argmin(selection.validation_regret))]
     assert len(set(selection.validation_regret)) == 3  # the steps make a difference
     with pytest.raises(ValueError, match="candidates"):

@@ -1,0 +1,209 @@
+"""How PIC-RL's default was chosen: each departure from the paper, measured without the test split.
+
+Every trace is cut by :func:`picrl_core.series.development_series`: the first 75% of its training
+split trains, the rest of the training split validates (early stopping, the sigma temperature, the
+fast-step selection, the baselines' knobs) and its *validation* split plays the test. The test split
+of a trace is never read here, so the choices below cannot have been fitted to the reported tables.
+
+The variants form a ladder from the paper's Phase 3 to the default, one change per rung:
+
+    paper               the preset configs/paper.json: Eq. (12) as printed, sigma as trained, delta_m = 0.004,
+                        k in [0, 2], exploring while acting
+    +pinball            both calibrator variables step on the cost's subgradient (c_over / c_under when over)
+    +temperature        sigma scaled on validation by NLL (Phase 1)
+    +sigma-step         the margin steps in units of sigma_t (delta_m = 0.1)
+    +k-around-fractile  k in z* + [-1, 1], z* the newsvendor fractile of the calibrated forecast
+    +act-with-mean      the policy's mean acts, no exploration noise (the default)
+
+and two options tried on top of the default and left off because they did not help here:
+
+    +select-step        delta_m chosen per trace on validation among x0.25..x4
+    +escalation         Psi(n - 1) on the margin's shortage step in a censoring streak
+
+next to the default's full-information reference (the same controller fed the demand) and the two
+strongest baselines on the same development split: conformal and the censored SGD residual tracker,
+each with its knobs chosen on the same validation part and the same number of candidates.
+
+Run on demand (not part of the test suite; ~20 minutes for the default traces on 2 cores):
+
+    python benchmarks/select_design.py --out benchmarks/results/design [--pods 6] [--seeds 1]
+
+Prints the regret table, writes ``design.json``, ``design.csv`` and ``design.png`` (regret of each
+variant over the default's full-information regret, per trace).
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+
+import matplotlib
+import numpy as np
+import torch
+from host import StealMeter, describe
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from picrl.comparison.runner import FULL  # noqa: E402
+from picrl.datasets import load_dataset, load_pod_fleet  # noqa: E402
+from picrl_core import synthetic  # noqa: E402
+from picrl_core.config import PicRLConfig  # noqa: E402
+from picrl_core.costs import episode_metrics  # noqa: E402
+from picrl_core.methods.base import Provisioner, run_pic_loop  # noqa: E402
+from picrl_core.methods.censored_sgd import fit_censored_sgd_residual  # noqa: E402
+from picrl_core.methods.conformal import fit_conformal  # noqa: E402
+from picrl_core.methods.pic_rl import PicRLProvisioner  # noqa: E402
+from picrl_core.pipeline import evaluation_inputs, phase1_predictor, train_offline  # noqa: E402
+from picrl_core.series import PreparedSeries, development_series, prepare_series  # noqa: E402
+from picrl_core.training_memo import shared_training  # noqa: E402
+
+Variant = Callable[[PicRLConfig], PicRLConfig]
+PAPER_PRESET = Path(__file__).resolve().parent.parent / "configs" / "paper.json"
+# Each departure from the paper, in the order the ladder adds them: (rung name, the settings it changes).
+CHANGES: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
+    ("+pinball", (("calibrator", "rule"),)),
+    ("+temperature", (("predictor", "calibrate_sigma"),)),
+    ("+sigma-step", (("calibrator", "margin_in_sigma"), ("calibrator", "delta_m"), ("calibrator", "delta_b"))),
+    ("+k-around-fractile", (("policy", "k_low"), ("policy", "k_high"), ("policy", "k_around_fractile"))),
+    ("+act-with-mean (default)", (("online", "explore"),)),
+)
+
+
+def _with_paper_values(settings: list[tuple[str, str]]) -> Variant:
+    """The config with ``settings`` set back to the paper preset's values."""
+    preset = json.loads(PAPER_PRESET.read_text())
+    covered = {(section, key) for _, changed in CHANGES for section, key in changed}
+    missing = {(section, key) for section, values in preset.items() for key in values} - covered - {
+        ("calibrator", "escalate"), ("calibrator", "select_on_validation")}
+    if missing:
+        raise ValueError(f"{PAPER_PRESET} sets {sorted(missing)}, which no rung of the ladder covers")
+
+    def apply(config: PicRLConfig) -> PicRLConfig:
+        for section, key in settings:
+            config = replace(config, **{section: replace(getattr(config, section), **{key: preset[section][key]})})
+        return config
+    return apply
+
+
+def ladder() -> dict[str, Variant]:
+    """Rung ``i`` keeps the first ``i`` changes and the paper's values for the rest; then the default with
+    each option that was tried and left off."""
+    rungs = {"paper": _with_paper_values([s for _, changed in CHANGES for s in changed])}
+    for i, (name, _) in enumerate(CHANGES):
+        rungs[name] = _with_paper_values([s for _, changed in CHANGES[i + 1:] for s in changed])
+    rungs["+select-step"] = lambda c: replace(c, calibrator=replace(c.calibrator, select_on_validation=True))
+    rungs["+escalation"] = lambda c: replace(c, calibrator=replace(c.calibrator, escalate=True))
+    return rungs
+
+
+def traces(pods: int) -> dict[str, tuple[np.ndarray, np.ndarray | None, tuple[str, ...]]]:
+    """Name -> (values, context, context names): the GenAI datasets, ``pods`` evenly spaced real pods and
+    four synthetic shapes the bundled data lacks (surges, heavy-tailed bursts, drift, a daily wave)."""
+    out = {}
+    for name in ("genai-mem", "genai-ctx"):
+        trace = load_dataset(name)
+        out[name] = (trace.values, trace.context, tuple(trace.context_names))
+    fleet = load_pod_fleet()
+    for index in np.linspace(0, len(fleet) - 1, pods).round().astype(int) if pods else []:
+        out[f"pod-{index}"] = (fleet[index].values, None, ())
+    n = 1440
+    out |= {"syn-surges": (synthetic.surges(n, seed=1), None, ()),
+            "syn-bursts": (synthetic.heavy_tailed_bursts(n, burst_rate=0.03, seed=2), None, ()),
+            "syn-drift": (synthetic.linear_drift(n, seed=3), None, ()),
+            "syn-daily": (synthetic.diurnal(n, period=288, seed=4), None, ())}
+    return out
+
+
+def regret(provisioner: Provisioner, series: PreparedSeries, config: PicRLConfig, censoring: bool = True) -> dict:
+    inputs = evaluation_inputs(series, config.predictor.window)
+    loop = run_pic_loop(provisioner, inputs["demand"], inputs["history"], context=inputs["context"],
+                        history_context=inputs["history_context"], censoring=censoring)
+    return episode_metrics(loop.actions[:, 0], inputs["demand"][:, 0], config.cost).to_dict()
+
+
+def evaluate_trace(series: PreparedSeries, seed: int) -> dict[str, dict]:
+    """Every variant and reference on one development series."""
+    base = replace(FULL.apply(PicRLConfig()), seed=seed)
+    rows: dict[str, dict] = {}
+    with shared_training():
+        for name, variant in ladder().items():
+            artifact = train_offline(series, variant(base))
+            rows[name] = regret(PicRLProvisioner.from_artifact(artifact), series, artifact.config)
+            if name.endswith("(default)"):
+                rows["default, full information"] = regret(PicRLProvisioner.from_artifact(artifact), series,
+                                                           artifact.config, censoring=False)
+        predictor = phase1_predictor(series, base)
+        rows["conformal"] = regret(fit_conformal(series, base, predictor=predictor), series, base)
+        rows["sgd-residual"] = regret(fit_censored_sgd_residual(series, base, predictor=predictor), series, base)
+    return rows
+
+
+def plot(results: dict[str, dict[str, dict]], path: Path) -> Path:
+    names = list(next(iter(results.values())))
+    fig, ax = plt.subplots(figsize=(11, 4.5))
+    width = 0.8 / len(names)
+    for i, name in enumerate(names):
+        ratios = [rows[name]["regret"] / max(rows["default, full information"]["regret"], 1e-9)
+                  for rows in results.values()]
+        ax.bar(np.arange(len(results)) + i * width, ratios, width, label=name)
+    ax.axhline(1.0, color="black", lw=0.8)
+    ax.set_xticks(np.arange(len(results)) + 0.4 - width / 2, list(results), rotation=30, ha="right")
+    ax.set_ylabel("regret / default's full-information regret")
+    ax.set_title("Design ladder on development splits (the test split is never read)")
+    ax.legend(fontsize=7, ncol=3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, required=True, help="folder for design.json, design.csv, design.png")
+    parser.add_argument("--pods", type=int, default=6, help="evenly spaced real pods to include (default 6)")
+    parser.add_argument("--seeds", type=int, default=1, help="seeds per trace (default 1)")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    args.out.mkdir(parents=True, exist_ok=True)
+    steal = StealMeter()
+    started = time.perf_counter()
+    results: dict[str, dict[str, dict]] = {}
+    for name, (values, context, context_names) in traces(args.pods).items():
+        series = development_series(prepare_series(values, name, context, context_names))
+        for seed in range(args.seeds):
+            key = f"{name} seed {seed}" if args.seeds > 1 else name
+            results[key] = evaluate_trace(series, seed)
+            print(f"{key:<18} " + "  ".join(f"{m} {r['regret']:.2f}" for m, r in results[key].items()), flush=True)
+    names = list(next(iter(results.values())))
+    ratios = {m: [rows[m]["regret"] / max(rows["default, full information"]["regret"], 1e-9)
+                  for rows in results.values()] for m in names}
+    wins = {m: sum(rows[m]["regret"] <= min(rows[o]["regret"] for o in names if "full information" not in o)
+                   for rows in results.values()) for m in names if "full information" not in m}
+    print("\nvariant                         mean regret / FI   geo-mean   lowest on   mean shortage")
+    for m in names:
+        shortage = np.mean([rows[m]["shortage_rate"] for rows in results.values()])
+        print(f"{m:<30} {np.mean(ratios[m]):>14.3f} {np.exp(np.mean(np.log(ratios[m]))):>10.3f} "
+              f"{wins.get(m, '-'):>10} {shortage:>14.3f}")
+    with (args.out / "design.csv").open("w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["trace", "variant", "regret", "mae", "shortage_rate", "regret_over_full_information"])
+        for trace, rows in results.items():
+            for m, r in rows.items():
+                writer.writerow([trace, m, f"{r['regret']:.6g}", f"{r['mae']:.6g}", f"{r['shortage_rate']:.4g}",
+                                 f"{r['regret'] / max(rows['default, full information']['regret'], 1e-9):.4g}"])
+    (args.out / "design.json").write_text(json.dumps(
+        {"machine": describe(), "seconds": time.perf_counter() - started, "cpu_steal_share": steal.share(),
+         "summary": {m: {"mean_ratio": float(np.mean(ratios[m])), "wins": wins.get(m)} for m in names},
+         "traces": results}, indent=2) + "\n")
+    plot(results, args.out / "design.png")
+    print(f"written: {args.out / 'design.json'}, {args.out / 'design.csv'}, {args.out / 'design.png'}")
+
+
+if __name__ == "__main__":
+    main()
