@@ -29,7 +29,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Train every method on each dataset's training split and run it on the test split in the "
                     "counterfactual simulator, seeing only min(d, a) and the censoring flag, for several seeds. "
-                    "Writes table2.md/.csv (baselines), table3.md/.csv (ablations), results.json and figures "
+                    "Writes table2.md/.csv (baselines), censoring_cost.md (each method's regret over its full-information "
+                    "reference), table3.md/.csv (ablations), results.json and figures "
                     "(trajectories.png, ablation_bars.png, cumulative_regret.png) to --out. Finished cells are "
                     "cached, so a rerun (or a run with more seeds or methods) trains only what is new.",
         epilog="methods:\n" + "\n".join(f"  {name:<13} {m.label} [{m.group}]: {m.reference}"
@@ -51,7 +52,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
                         help="(dataset, seed) groups run in parallel processes (default: 2 or the CPU count)")
     parser.add_argument("--config", type=Path, metavar="FILE",
-                        help="JSON file overriding hyper-parameters of picrl_core/config.py for every method")
+                        help="JSON file overriding hyper-parameters of picrl_core/config.py for every method; "
+                             "configs/paper.json is the paper's Phase 3 as printed (its Table 2)")
     parser.add_argument("--cache", type=Path, help="cache folder (default ~/.cache/picrl; cells in compare/)")
     parser.add_argument("--out", type=Path, required=True, help="folder for tables, results.json and figures")
     parser.set_defaults(handler=run)

@@ -7,9 +7,9 @@ import time
 from pathlib import Path
 
 import numpy as np
-from tqdm import tqdm
 
 from picrl.commands.source import add_trace_arguments, cached_model, config_from_args, load_series
+from picrl.progress import progress_bar
 from picrl.reports.figures import plot_phase3, plot_training
 from picrl_core.artifact import load_artifact
 from picrl_core.pipeline import evaluation_inputs, run_online
@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     inputs = evaluation_inputs(series, artifact.config.predictor.window)
     started = time.monotonic()
-    with tqdm(total=series.test.shape[0], desc="phase 3: online", unit="tick", dynamic_ncols=True) as bar:
+    with progress_bar(series.test.shape[0], "phase 3: online", "tick") as bar:
         result = run_online(artifact, **inputs, slow_updates=not args.no_slow_updates, progress=lambda _: bar.update(1))
     seconds = time.monotonic() - started
     metrics = result.metrics.to_dict()

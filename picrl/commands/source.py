@@ -54,7 +54,8 @@ def add_training_options(parser: argparse.ArgumentParser) -> None:
                         help="small budgets (few epochs / iterations) for a fast look; results are weaker")
     parser.add_argument("--config", type=Path, default=None, metavar="FILE",
                         help='JSON file overriding hyper-parameters of picrl_core/config.py, e.g. '
-                             '{"pretrain": {"iterations": 50}, "cost": {"c_under": 4}}')
+                             '{"pretrain": {"iterations": 50}, "cost": {"c_under": 4}}; configs/paper.json is the '
+                             "paper's Phase 3 as printed")
     parser.add_argument("--threads", type=int, default=1,
                         help="torch CPU threads (default 1: the networks are small, and extra threads mostly spin)")
 

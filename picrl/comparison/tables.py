@@ -132,8 +132,8 @@ def markdown_censoring_cost(summaries: dict[tuple[str, str], Summary], methods: 
              "|---|" + "---|" * len(datasets)]
     for method, _ in full_information_pairs(methods):
         ratios = [censoring_cost(summaries, method, d) for d in datasets]
-        lines.append(f"| {REGISTRY[method].label} | " + " | ".join("—" if np.isnan(r) else f"{r:.2f}x" for r in ratios)
-                     + " |")
+        cells = ("—" if np.isnan(r) else f"{r:.2f}x" for r in ratios)
+        lines.append(f"| {REGISTRY[method].label} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
