@@ -1,35 +1,38 @@
-"""The worker's Faust app: Faust's aiokafka transport with the changelog highwaters asked of the broker.
+"""The worker's Faust app: Faust's aiokafka transport, with what it takes to survive worker and broker kills
+(docs/reliability.md, "Real faults").
 
-Under ``exactly_once`` Faust 0.15 takes a changelog partition's highwater from the consumer's cached
-*last stable offset* instead of asking the broker, and that cache is empty for a partition that has not
-been fetched since it was (re)assigned: exactly the moment table recovery asks, right after a rebalance,
-with the partitions paused. Faust turns the missing value into highwater -1 (faust-streaming issue #158,
-open upstream), and then:
+1. Changelog highwaters asked of the broker. Under ``exactly_once`` Faust 0.15 takes a changelog
+   partition's highwater from the consumer's cached *last stable offset*, which is empty for a partition
+   not fetched since it was (re)assigned: exactly when table recovery asks, right after a rebalance. Faust
+   turns the missing value into -1 (faust-streaming issue #158, open upstream): a worker that had read the
+   partition before fails the consistency check (``... (highwater) (93 > -1)``, its recovery crashes the
+   worker), one that had not restores nothing (its services' state lost without a word). The
+   read_committed consumer's ``end_offsets`` asks the broker for the same value.
+2. Failed transactions do not crash the worker. A zombie (its session expired, the group went on) finds
+   its producers fenced; Faust crashed on that in the agent, its commit timer, its commit on revocation
+   and its producer buffer. Every rebalance starts fresh producers, a failed send or commit makes the
+   consumer skip and rejoin, and decisions resume from the committed offsets (:class:`HoldingConsumer`).
+3. A recovery seek to an offset that is not a position (None, seen after broker kills) reads the changelog
+   partition from its start instead of crashing the worker (``ValueError('Offset must be a positive
+   integer')``).
 
-- a worker that had already read the partition (as active or standby) before the rebalance fails the
-  consistency check, ``persisted offset ... higher than the last offset in that topic (highwater)
-  (93 > -1)``; its recovery service crashes and the worker exits (every take-over, and a lone worker
-  after a broker restart, since its session expires while the broker is away);
-- a worker that had not read it finds nothing left to restore (-1 - -1 = 0) and starts with no rows for
-  that partition's services: they are treated as new (state lost without a word).
-
-The read_committed consumer's ``end_offsets`` asks the broker for the same value (the last stable offset),
-so this transport always asks. Its consumer can also hold partitions paused, for the worker to refuse a
-partition whose rows it could not restore (``StreamWorker._refuse_unrestored``)."""
+The consumer can also hold partitions paused, for the worker to refuse a partition whose rows it could
+not restore (``StreamWorker._check_restored_state``)."""
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Iterable, Mapping
 from typing import cast
 
 import faust
-from faust.transport.drivers import aiokafka as driver
+from aiokafka import AIOKafkaConsumer
 from aiokafka.errors import IllegalOperation, KafkaError
 from faust.exceptions import ProducerSendError
 from faust.transport.consumer import TransactionManager
-from faust.types import TP, TransportT
+from faust.transport.drivers import aiokafka as driver
+from faust.types import TP, HeadersArg, RecordMetadata, TransportT
 from faust.types.transports import TPorTopicSet
-
 
 TRANSACTION_ERRORS = (KafkaError, IllegalOperation, ProducerSendError)  # a transactional send or commit failed
 logger = logging.getLogger("picrl.worker")
@@ -41,14 +44,25 @@ class _ConsumerThread(driver.AIOKafkaConsumerThread):
         committed records only under exactly_once), never the cache of a fetch that has not happened."""
         return cast(Mapping[TP, int], await self._ensure_consumer().end_offsets(partitions))
 
+    async def _seek_wait(self, consumer: AIOKafkaConsumer, partitions: Mapping[TP, int]) -> None:
+        """Faust's seek of changelog partitions for recovery, where an offset that is not a position (None or
+        below -1, seen for a standby partition after broker kills) means "from the start", as -1 does:
+        aiokafka refuses it (``ValueError('Offset must be a positive integer')``) and the recovery service
+        crashed the worker."""
+        valid = {tp: offset if isinstance(offset, int) and offset >= 0 else 0 for tp, offset in partitions.items()}
+        for tp in (tp for tp in partitions if valid[tp] != partitions[tp] and partitions[tp] != -1):
+            logger.warning("changelog %s[%d]: recovery asked to seek to %r; reading it from the start", tp.topic,
+                           tp.partition, partitions[tp])
+        await super()._seek_wait(consumer, valid)
+
 
 class HoldingConsumer(driver.Consumer):
     """Faust's aiokafka consumer, which can keep partitions paused through Faust's own resumes, and which
     rejoins its group when a transaction fails instead of crashing the app (:meth:`transaction_failed`)."""
 
     held: frozenset[TP] = frozenset()
-    #: the error of a transaction that could not send or commit; until the next revocation nothing is decided
-    #: or committed
+    #: the error of a transaction that could not send or commit; until the next rebalance has completed nothing
+    #: is decided or committed (:meth:`recover`)
     failed: BaseException | None = None
 
     def _new_consumer_thread(self) -> driver.AIOKafkaConsumerThread:
@@ -68,14 +82,18 @@ class HoldingConsumer(driver.Consumer):
         aborted by the broker, or the broker away too long. That transaction is aborted, so the events
         acknowledged since the last commit must be decided again. Faust would crash the app (an exception in
         an agent, a timer, or its own commit when partitions are revoked); instead nothing more is decided or
-        committed, and the consumer rejoins its group: the revocation drops the acknowledgements, new
-        producers start (:class:`_FreshTransactions`) and the worker checks the restored rows against the
-        committed offsets before deciding again."""
+        committed, and the consumer rejoins its group; once the rebalance has completed, new producers have
+        started (:class:`_FreshTransactions`), the worker has checked the restored rows against the committed
+        offsets and calls :meth:`recover`."""
         if self.failed is None:
             logger.warning("a transaction failed (%s: %s): deciding again from the committed offsets after a "
                            "rebalance; rejoining the group", type(exc).__name__, exc)
-            self._thread._ensure_consumer()._coordinator.request_rejoin()
+            self.rejoin()
         self.failed = exc
+
+    def rejoin(self) -> None:
+        """Have the consumer rejoin its group: a rebalance, every partition revoked and assigned again."""
+        self._thread._ensure_consumer()._coordinator.request_rejoin()
 
     async def commit(self, topics: TPorTopicSet | None = None, start_new_transaction: bool = True) -> bool:
         if self.failed is not None:
@@ -86,9 +104,17 @@ class HoldingConsumer(driver.Consumer):
             self.transaction_failed(exc)
             return False
 
-    async def on_partitions_revoked(self, revoked: set[TP]) -> None:
-        await super().on_partitions_revoked(revoked)
-        self.failed = None  # every partition is revoked (eager rebalancing), their acknowledgements dropped
+    def recover(self) -> None:
+        """After a failed transaction, once a rebalance has completed: forget the acknowledgements of the
+        events skipped meanwhile (as a revocation does; a rejoin after an expired session revokes nothing, so
+        they could have been committed) and decide again, from the committed offsets Faust seeks to next."""
+        if self.failed is None:
+            return
+        for tp in self.assignment():
+            self._acked.pop(tp, None)
+            self._acked_index.pop(tp, None)
+            self._gap.pop(tp, None)
+        self.failed = None
 
 
 class _FreshTransactions(TransactionManager):
@@ -104,6 +130,21 @@ class _FreshTransactions(TransactionManager):
         producer aborts what the old one left open; the worker then checks the restored rows against the
         committed offsets (``StreamWorker._check_restored_state``)."""
         await super().on_rebalance(assigned, revoked | assigned, newly_assigned)
+
+    async def send(self, topic: str, key: bytes | None, value: bytes | None, partition: int | None,
+                   timestamp: float | None, headers: HeadersArg | None, *,
+                   transactional_id: str | None = None) -> Awaitable[RecordMetadata]:
+        """Faust's send, except that a send its producer refuses at once (fenced, or no longer in a transaction)
+        returns a failed future instead of raising: table changelog writes go through here from Faust's
+        producer buffer, whose task crashed the app on that exception; the failed write now reaches the batch
+        that waits for it (``ServiceStateTable.changelog_written``), and the worker rejoins its group."""
+        try:
+            return await super().send(topic, key, value, partition, timestamp, headers,
+                                      transactional_id=transactional_id)
+        except TRANSACTION_ERRORS as exc:
+            failed: asyncio.Future[RecordMetadata] = asyncio.get_running_loop().create_future()
+            failed.set_exception(exc)
+            return failed
 
 
 class _Transport(driver.Transport):

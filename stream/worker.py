@@ -139,14 +139,31 @@ class StreamWorker:
         held (nothing fetched, decided or committed; logged and counted in ``picrl_partition_state_missing``)
         until a later rebalance restores it, rather than deciding for its services as if they were new."""
         assigned = self.usage_partitions()
+        consumer = cast(HoldingConsumer, app.consumer)
+        consumer.recover()
+        try:
+            missing = await self._unrestored(assigned)
+        except (KafkaError, OSError, TimeoutError) as exc:
+            log.error("could not check the restored state against the committed offsets (%s: %s): holding usage "
+                      "partitions %s and rejoining the group to check again", type(exc).__name__, exc, sorted(assigned))
+            consumer.hold(TP(self.topics.usage, p) for p in assigned)
+            consumer.rejoin()
+            return
+        for p, (mark, done) in missing.items():
+            log.error("the state of usage partition %d was not restored (its rows hold events up to offset %d, the "
+                      "group committed %d): deciding nothing for it until a rebalance restores it", p, mark, done,
+                      extra={"partition": p})
+        for p in range(self.settings.partitions):
+            self.metrics.state_missing.labels(str(p)).set(int(p in missing))
+        consumer.hold(TP(self.topics.usage, p) for p in missing)
+
+    async def _unrestored(self, assigned: set[int]) -> dict[int, tuple[int, int]]:
+        """The partitions among ``assigned`` whose rows fall short of the group's committed offsets, each with
+        (watermark, committed), after reading again from the changelog the rows of those that differ."""
         admin = AIOKafkaAdminClient(bootstrap_servers=self.settings.bootstrap)
         try:
             await admin.start()
             committed = await committed_offsets(admin, self.settings.app_id, self.topics.usage)
-        except (KafkaError, OSError) as exc:
-            log.error("could not read the group's committed offsets to check the restored state (%s); "
-                      "deciding on what was restored", exc)
-            return
         finally:
             await admin.close()
         exact = self.settings.guarantee == "exactly_once"
@@ -156,14 +173,8 @@ class StreamWorker:
                 log.warning("usage partition %d: rows hold events up to offset %d, the group committed %d; reading "
                             "its rows again from the changelog", p, mark, done, extra={"partition": p})
                 await self.states.reload(self.settings.bootstrap, p)
-        missing = {p: committed[p] for p in assigned if self.states.watermark(p) < committed.get(p, 0)}
-        for p, done in missing.items():
-            log.error("the state of usage partition %d was not restored (its rows hold events up to offset %d, the "
-                      "group committed %d): deciding nothing for it until a rebalance restores it", p,
-                      self.states.watermark(p), done, extra={"partition": p})
-        for p in range(self.settings.partitions):
-            self.metrics.state_missing.labels(str(p)).set(int(p in missing))
-        cast(HoldingConsumer, app.consumer).hold(TP(self.topics.usage, p) for p in missing)
+        return {p: (self.states.watermark(p), committed[p]) for p in assigned
+                if self.states.watermark(p) < committed.get(p, 0)}
 
     def usage_partitions(self) -> set[int]:
         """The usage partitions assigned to this worker now."""

@@ -57,6 +57,7 @@ class Chaos:
     faults: list[Fault] = field(default_factory=list)
     running: list[subprocess.Popen] = field(default_factory=list)
     killed: list[subprocess.Popen] = field(default_factory=list)
+    gone: list[str] = field(default_factory=list)  # workers found dead when their kill came
     _killed_at: float = 0.0
 
     def start(self) -> None:
@@ -90,6 +91,9 @@ class Chaos:
             return
         index = int(target)
         victim = self.running[index]
+        if victim.poll() is not None:
+            self.gone.append(f"worker {index} had exited with {victim.returncode} before tick {tick}:\n"
+                             f"{tail(self.log(index))}")
         victim.send_signal(signal.SIGKILL)
         victim.wait()
         self.killed.append(victim)
@@ -98,8 +102,8 @@ class Chaos:
 
     def exited_by_themselves(self) -> list[str]:
         """A line (exit code and log tail) for every worker that ended without being killed."""
-        return [f"worker {i} exited with {p.returncode}:\n{tail(self.log(i))}"
-                for i, p in enumerate(self.running) if p.poll() is not None]
+        return self.gone + [f"worker {i} exited with {p.returncode}:\n{tail(self.log(i))}"
+                            for i, p in enumerate(self.running) if p.poll() is not None]
 
     def stop(self) -> None:
         for process in self.running:
