@@ -17,7 +17,7 @@ SUMMARY_EVERY = 30.0  # seconds between "still unreachable" lines
 QUIET = 10.0  # seconds without a connection error after which the outage counts as over
 # what aiokafka logs when it cannot reach a broker (not "coordinator not available", which a healthy broker
 # also answers while a group's coordinator loads)
-_CONNECTION_ERRORS = ("Unable connect to node", "Unable to update metadata", "Failed fetch messages",
+_CONNECTION_ERRORS = ("Unable connect to", "Unable to update metadata", "Failed fetch messages",
                       "NodeNotReadyError", "KafkaConnectionError", "Error sending HeartbeatRequest",
                       "Error sending LeaveGroupRequest")
 _ADDRESS = re.compile(r"\('([^']+)', (\d+)\)|Connection at (\S+:\d+)")

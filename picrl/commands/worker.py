@@ -4,16 +4,18 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import time
 from dataclasses import replace
 from pathlib import Path
 
 import faust
+from aiokafka.errors import KafkaConnectionError
 import torch
 
 from picrl.commands.bus import (add_bus_arguments, bootstrap_or_local, configure_logging, logging_config,
                                settings_from_args)
 from picrl_core.artifact import load_artifact
-from stream.topics import ensure_topics, topic_specs
+from stream.topics import TopicSpec, ensure_topics, topic_specs
 from stream.worker import GUARANTEES, StreamWorker
 
 # flag name -> (type, help); every default lives in picrl/settings.py (see `picrl config show`)
@@ -38,6 +40,7 @@ _FLAGS: dict[str, tuple[type, str]] = {
 }
 
 log = logging.getLogger("picrl.worker")
+BROKER_WAIT = 120.0  # seconds a starting worker waits for the broker to answer
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -64,6 +67,21 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.set_defaults(handler=run)
 
 
+def _ensure_topics_once_up(bootstrap: str, specs: list[TopicSpec], wait: float = BROKER_WAIT) -> None:
+    """Create the missing topics, waiting up to ``wait`` seconds for the broker to answer: a worker started
+    while the broker restarts (a supervisor restarting both after a crash) waits for it instead of exiting."""
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            asyncio.run(ensure_topics(bootstrap, specs))
+            return
+        except (KafkaConnectionError, OSError) as exc:
+            if time.monotonic() > deadline:
+                raise
+            log.warning("Kafka at %s does not answer (%s); trying again", bootstrap, exc)
+            time.sleep(2.0)
+
+
 def run(args: argparse.Namespace) -> int:
     torch.set_num_threads(1)
     names = ("guarantee", "mode", "scaling", "log_format", *_FLAGS)
@@ -75,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
         artifact.config = replace(artifact.config, cost=replace(artifact.config.cost, **costs))
     bootstrap = bootstrap_or_local(settings["bootstrap"])
     worker_settings = settings.worker(bootstrap)
-    asyncio.run(ensure_topics(bootstrap, topic_specs(worker_settings.prefix, worker_settings.partitions)))
+    _ensure_topics_once_up(bootstrap, topic_specs(worker_settings.prefix, worker_settings.partitions))
     worker = StreamWorker(worker_settings, artifact)
     log.info("picrl worker %s: %s, topics %s.*, %s, %s mode, state %d bytes per service", worker_settings.app_id,
              bootstrap, worker_settings.prefix, worker_settings.guarantee, settings["mode"], worker.engine.row_bytes)
