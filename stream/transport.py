@@ -106,8 +106,8 @@ class HoldingConsumer(driver.Consumer):
 
     def recover(self) -> None:
         """After a failed transaction, once a rebalance has completed: forget the acknowledgements of the
-        events skipped meanwhile (as a revocation does; a rejoin after an expired session revokes nothing, so
-        they could have been committed) and decide again, from the committed offsets Faust seeks to next."""
+        events skipped meanwhile (as a revocation does; a failure can also come after the revocation, from a
+        commit during the rebalance) and decide again, from the committed offsets Faust seeks to next."""
         if self.failed is None:
             return
         for tp in self.assignment():

@@ -1,0 +1,154 @@
+"""Soak: a long closed loop under real faults, outside the test suite.
+
+    python benchmarks/soak.py --model DIR [--minutes 30] [--kill-every 60 120] [--services 12] [--out DIR]
+
+Starts its own broker (a fresh folder, stopped at the end) and plays rounds of a closed loop until
+``--minutes`` have passed: each round is a fresh set of topics with ``--partitions`` partitions, two workers
+of one app id and ``--services`` shifted and scaled copies of ``--dataset`` for ``--ticks`` ticks. Every
+``--kill-every`` seconds (uniform in the range, seeded) one of the two workers or (one time in
+``--broker-share``) the broker is SIGKILLed and restarted at once (the broker on its port and data), whatever
+the round is doing. After each round the actions are read back with ``read_committed`` and audited against the
+uninterrupted reference (the simulator on the same workload): gaps (a (service, tick) with no action),
+duplicates and mismatches must all be zero; and no worker may have exited by itself.
+
+Prints one line per fault (time to recover: from the kill to the next tick's actions all in force) and a
+summary (kills, recoveries, p50/max time to recover, gaps, duplicates, mismatches), written to
+``soak.json`` in ``--out`` with the machine's description. The harness is the chaos test's
+(tests/support/chaos.py); a model for the workers comes from ``picrl train --dataset genai-mem --quick``.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import random
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the chaos harness lives in tests/support
+
+from host import describe  # noqa: E402
+
+from picrl.datasets import load_dataset  # noqa: E402
+from picrl.kafka import LocalKafka  # noqa: E402
+from picrl_core.artifact import load_artifact  # noqa: E402
+from producers.closed_loop import ClosedLoopEnvironment, NoActionError  # noqa: E402
+from producers.workload import copies_of  # noqa: E402
+from stream.topics import TopicNames, ensure_topics, topic_specs  # noqa: E402
+from tests.support.chaos import BROKER, Chaos, Fault, audit  # noqa: E402
+
+
+def _arguments() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", type=Path, required=True, help="a model folder (picrl train)")
+    parser.add_argument("--dataset", default="genai-mem", help="bundled dataset the services copy (default genai-mem)")
+    parser.add_argument("--minutes", type=float, default=30.0, help="how long to keep playing rounds (default 30)")
+    parser.add_argument("--kill-every", type=float, nargs=2, default=(60.0, 120.0), metavar=("MIN", "MAX"),
+                        help="seconds between kills, uniform in [MIN, MAX] (default 60 120)")
+    parser.add_argument("--broker-share", type=int, default=4, help="one kill in N is the broker's (default 4)")
+    parser.add_argument("--services", type=int, default=12)
+    parser.add_argument("--ticks", type=int, default=1000, help="ticks per round (default 1000)")
+    parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument("--session-timeout", type=float, default=10.0, help="workers' --session-timeout (default 10)")
+    parser.add_argument("--action-timeout", type=float, default=300.0,
+                        help="seconds without a tick's actions after which the round counts as stalled (default 300)")
+    parser.add_argument("--seed", type=int, default=15)
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/soak"))
+    return parser.parse_args()
+
+
+class KillClock:
+    """The plan of :class:`Chaos` by wall time: a kill every ``every`` seconds (uniform), of a worker or, one
+    time in ``broker_share``, of the broker."""
+
+    def __init__(self, every: tuple[float, float], workers: int, broker_share: int, seed: int) -> None:
+        self.rng = random.Random(seed)
+        self.every, self.workers, self.broker_share = every, workers, broker_share
+        self.next = time.monotonic() + self.rng.uniform(*every)
+
+    def __call__(self, tick: int) -> int | str | None:
+        if time.monotonic() < self.next:
+            return None
+        self.next = time.monotonic() + self.rng.uniform(*self.every)
+        target = BROKER if self.rng.randrange(self.broker_share) == 0 else self.rng.randrange(self.workers)
+        print(f"{time.strftime('%H:%M:%S')} tick {tick}: SIGKILL {target if target == BROKER else f'worker {target}'}",
+              flush=True)
+        return target
+
+
+def main() -> int:
+    args = _arguments()
+    artifact = load_artifact(args.model)
+    window = artifact.config.predictor.window
+    trace = load_dataset(args.dataset)
+    clock = KillClock(tuple(args.kill_every), 2, args.broker_share, args.seed)
+    deadline = time.monotonic() + args.minutes * 60
+    rounds: list[dict] = []
+    faults: list[Fault] = []
+    exited: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="picrl-soak-") as home:
+        broker = LocalKafka(home=Path(home) / "kafka", log=lambda _: None)
+        bootstrap = broker.start().bootstrap
+        try:
+            while time.monotonic() < deadline:
+                index = len(rounds)
+                workload = copies_of(trace, args.services, min(args.ticks, trace.values.size), seed=args.seed + index)
+                prefix = f"soak-{index}-{int(time.time())}"
+                asyncio.run(ensure_topics(bootstrap, topic_specs(prefix, args.partitions)))
+                worker_args = ["worker", "--model", str(args.model), "--bootstrap", bootstrap, "--prefix", prefix,
+                               "--partitions", str(args.partitions), "--app-id", f"{prefix}-worker", "--log-level",
+                               "warning", "--session-timeout", str(args.session_timeout)]
+                logs = args.out / "logs" / prefix  # kept: the workers' logs of every round
+                logs.mkdir(parents=True)
+                chaos = Chaos(worker_args, logs, 2, broker, clock)
+                began = time.monotonic()
+                try:
+                    chaos.start()
+                    record = asyncio.run(ClosedLoopEnvironment(bootstrap, TopicNames(prefix), workload,
+                                                               action_timeout=args.action_timeout,
+                                                               on_tick=chaos.on_tick).run())
+                    exited += chaos.exited_by_themselves()
+                    result = audit(record, bootstrap, prefix, artifact, window)
+                except NoActionError as exc:
+                    print(f"round {index} stalled: {exc}\n{chaos.report()}\nworker logs: {logs}", flush=True)
+                    raise
+                finally:
+                    chaos.stop()
+                faults += chaos.faults
+                rounds.append({"round": index, "seconds": round(time.monotonic() - began, 1), "checked": result.checked,
+                               "gaps": len(result.missing), "duplicates": len(result.repeated),
+                               "mismatches": result.mismatches, "faults": len(chaos.faults)})
+                print(f"round {index}: {workload.ticks} ticks x {args.services} services in "
+                      f"{rounds[-1]['seconds']:.0f} s, {len(chaos.faults)} kill(s); {result.checked} actions: "
+                      f"{len(result.missing)} gaps, {len(result.repeated)} duplicates, {result.mismatches} mismatches\n"
+                      f"{chaos.report()}", flush=True)
+        finally:
+            broker.stop()
+    recovered = [f.recovered for f in faults if not math.isnan(f.recovered)]
+    summary = {
+        "minutes": round(sum(r["seconds"] for r in rounds) / 60, 1), "rounds": len(rounds), "kills": len(faults),
+        "broker_kills": sum(f.target == BROKER for f in faults), "recoveries": len(recovered),
+        "recover_p50_s": round(float(np.median(recovered)), 1) if recovered else None,
+        "recover_max_s": round(max(recovered), 1) if recovered else None,
+        "gaps": sum(r["gaps"] for r in rounds), "duplicates": sum(r["duplicates"] for r in rounds),
+        "mismatches": sum(r["mismatches"] for r in rounds), "workers_exited_by_themselves": len(exited),
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "soak.json").write_text(json.dumps({
+        "machine": describe(), "summary": summary, "rounds": rounds,
+        "faults": [{"tick": f.tick, "target": f.target, "down_s": round(f.down, 1), "recovered_s": round(f.recovered, 1)}
+                   for f in faults]}, indent=2) + "\n")
+    print(json.dumps(summary, indent=2))
+    for line in exited:
+        print(line)
+    clean = not exited and not (summary["gaps"] or summary["duplicates"] or summary["mismatches"])
+    return 0 if clean else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
