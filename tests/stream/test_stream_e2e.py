@@ -38,24 +38,29 @@ def _worker_args(model: Path, bootstrap: str, prefix: str) -> list[str]:
 
 @pytest.fixture(scope="module")
 def fixed_policy_run(kafka_bootstrap: str, tiny_model_dir: Path, native_trace: Trace,
-                     tmp_path_factory: pytest.TempPathFactory) -> tuple[str, ClosedLoopRecord]:
-    """A worker without trainer (the artifact's policy throughout) driven by the closed loop."""
+                     tmp_path_factory: pytest.TempPathFactory) -> tuple[ClosedLoopRecord, list]:
+    """A worker without trainer (the artifact's policy throughout) driven by the closed loop, and the replay
+    transitions it wrote. They are read while the worker runs: the last tick's transitions ride in a
+    transaction the loop does not wait for, and a worker stopped before committing it aborts it (exactly
+    once: a restart would decide those events again)."""
     prefix = unique("e2e")
     asyncio.run(ensure_topics(kafka_bootstrap, topic_specs(prefix, PARTITIONS)))
     log = tmp_path_factory.mktemp("logs") / "worker.log"
     workload = copies_of(native_trace, 3, WINDOW + 30, start=900, seed=7)
+    expected = len(workload.services) * (workload.ticks - WINDOW)
     with picrl_process(_worker_args(tiny_model_dir, kafka_bootstrap, prefix), log) as worker:
         try:
             record = _play(kafka_bootstrap, prefix, workload)
         except Exception as exc:
             raise AssertionError(f"closed loop failed: {exc}\nworker log:\n{tail(log)}") from exc
+        replay = asyncio.run(consume(kafka_bootstrap, TopicNames(prefix).replay, expected, timeout=30))
         assert worker.poll() is None, f"the worker exited:\n{tail(log)}"
-    return prefix, record
+    return record, replay
 
 
-def test_stream_actions_equal_the_embedded_runner_tick_for_tick(fixed_policy_run: tuple[str, ClosedLoopRecord],
+def test_stream_actions_equal_the_embedded_runner_tick_for_tick(fixed_policy_run: tuple[ClosedLoopRecord, list],
                                                                 tiny_artifact: ModelArtifact) -> None:
-    _, record = fixed_policy_run
+    record, _ = fixed_policy_run
     workload = record.workload
     reference = reference_run(tiny_artifact, workload.demand, workload.services, headroom=0.5).trajectory
     assert record.control[WINDOW:].all() and not record.control[:WINDOW].any()
@@ -65,12 +70,11 @@ def test_stream_actions_equal_the_embedded_runner_tick_for_tick(fixed_policy_run
     assert (record.policy_version[1:] == 0).all()
 
 
-def test_replay_transitions_carry_the_paper_rewards(fixed_policy_run: tuple[str, ClosedLoopRecord],
-                                                    kafka_bootstrap: str, tiny_artifact: ModelArtifact) -> None:
-    prefix, record = fixed_policy_run
+def test_replay_transitions_carry_the_paper_rewards(fixed_policy_run: tuple[ClosedLoopRecord, list],
+                                                    tiny_artifact: ModelArtifact) -> None:
+    record, messages = fixed_policy_run
     workload = record.workload
     expected = len(workload.services) * (workload.ticks - WINDOW)
-    messages = asyncio.run(consume(kafka_bootstrap, TopicNames(prefix).replay, expected, timeout=30))
     transitions = {(t.service, t.tick): t for t in (decode_transition(m.value) for m in messages)}
     assert len(transitions) == expected == len(messages)
     reference = reference_run(tiny_artifact, workload.demand, workload.services, headroom=0.5).trajectory
