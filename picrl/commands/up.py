@@ -79,11 +79,22 @@ def _child(args: list[str], log: Path) -> Iterator[subprocess.Popen]:
                     process.wait()
 
 
+class _LeaderElection(logging.Filter):
+    """Drops aiokafka's "Failed fetch offsets ... NotLeaderForPartitionError": the closed loop's first offset
+    look-up on a topic created a moment ago, which the fetcher retries by itself; other errors pass."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        return not (message.startswith("Failed fetch offsets") and "NotLeaderForPartitionError" in message)
+
+
 def run(args: argparse.Namespace) -> int:
     # The first sends to the topics created here meet partitions whose leader is still being elected;
     # aiokafka retries them and warns each time ("NotLeaderForPartitionError"). A send that keeps
-    # failing still raises, so only the retries are kept off the output.
+    # failing still raises, so only the retries are kept off the output; the same goes for the first
+    # offset look-ups of the actions consumer.
     logging.getLogger("aiokafka.producer.sender").setLevel(logging.ERROR)
+    logging.getLogger("aiokafka.consumer.fetcher").addFilter(_LeaderElection())
     trace = load_dataset(args.dataset)
     series = prepare_series(trace.values, trace.name, trace.context, trace.context_names)
     _, model, trained = cached_model(trace, series, config_from_args(args))

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import pytest
@@ -35,3 +36,15 @@ def test_up_runs_worker_trainer_and_closed_loop_then_reports(kafka_bootstrap: st
     assert "| mae | regret |" in printed and "censoring rate" in printed
     assert "how to read these next to `picrl evaluate`" in printed  # the run's metrics are not evaluate's
     assert "stopped after" in (out / "trainer.log").read_text()  # stopped cleanly by SIGTERM
+
+
+def test_up_keeps_only_the_leader_election_retries_off_its_output() -> None:
+    from picrl.commands.up import _LeaderElection
+
+    def record(message: str, *args: object) -> logging.LogRecord:
+        return logging.LogRecord("aiokafka.consumer.fetcher", logging.ERROR, __file__, 1, message, args, None)
+
+    keep = _LeaderElection().filter
+    assert not keep(record("Failed fetch offsets from %s: %s", 1, "[Error 6] NotLeaderForPartitionError: tp"))
+    assert keep(record("Failed fetch offsets from %s: %s", 1, "[Error 7] RequestTimedOutError"))
+    assert keep(record("Unexpected error in fetcher routine"))
