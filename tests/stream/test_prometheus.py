@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import shutil
 import subprocess
 import time
 import urllib.parse
@@ -16,7 +15,7 @@ import pytest
 from stream.topics import TopicNames, ensure_topics, topic_specs
 from tests.stream.conftest import WINDOW
 from tests.support.kafka import produce, unique, usage_json
-from tests.support.processes import picrl_process, stop, tail
+from tests.support.processes import picrl_process, require_program, stop, tail
 from tests.support.web import free_port, http_get
 
 RULES = Path(__file__).resolve().parents[2] / "docs" / "prometheus" / "picrl-alerts.yml"
@@ -28,9 +27,9 @@ def _query(port: int, expression: str) -> list[dict]:
     return body["data"]["result"]  # type: ignore[index]
 
 
-@pytest.mark.skipif(shutil.which("prometheus") is None, reason="prometheus is not installed (package prometheus)")
 def test_prometheus_scrapes_worker_and_trainer_and_the_streak_alert_goes_off(
         kafka_bootstrap: str, tiny_model_dir: Path, tmp_path: Path) -> None:
+    prometheus_program = require_program("prometheus", "prometheus")
     prefix = unique("prom")
     asyncio.run(ensure_topics(kafka_bootstrap, topic_specs(prefix, 2)))
     web_port, metrics_port, prometheus_port = free_port(), free_port(), free_port()
@@ -47,7 +46,7 @@ def test_prometheus_scrapes_worker_and_trainer_and_the_streak_alert_goes_off(
                        tmp_path / "worker.log") as worker, \
             picrl_process(["trainer", *common, "--metrics-port", str(metrics_port)], tmp_path / "trainer.log"), \
             open(tmp_path / "prometheus.log", "wb") as prometheus_log:
-        prometheus = subprocess.Popen(["prometheus", f"--config.file={config}",
+        prometheus = subprocess.Popen([prometheus_program, f"--config.file={config}",
                                        f"--storage.tsdb.path={tmp_path / 'tsdb'}",
                                        f"--web.listen-address=127.0.0.1:{prometheus_port}"],
                                       stdout=prometheus_log, stderr=subprocess.STDOUT)

@@ -2,12 +2,15 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -45,3 +48,15 @@ def stop(process: subprocess.Popen, timeout: float = 30.0) -> int:
 
 def tail(log: Path, lines: int = 40) -> str:
     return "\n".join(log.read_text(errors="replace").splitlines()[-lines:]) if log.exists() else "(no log)"
+
+
+def require_program(name: str, package: str) -> str:
+    """The path of program ``name``; without it the test is skipped on a developer's machine and fails in
+    CI (``CI=true``), where ``make test`` installs ``package``."""
+    path = shutil.which(name)
+    if path is None:
+        message = f"{name} is not installed (Debian package {package}; `make test` installs it as root)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    return path
