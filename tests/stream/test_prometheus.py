@@ -10,7 +10,6 @@ import time
 import urllib.parse
 from pathlib import Path
 
-import pytest
 
 from stream.topics import TopicNames, ensure_topics, topic_specs
 from tests.stream.conftest import WINDOW
