@@ -27,7 +27,7 @@ from picrl_core.calibrator import feedback
 from picrl_core.config import CostConfig, PicRLConfig
 from picrl_core.costs import critical_ratio
 from picrl_core.methods.base import Provisioner
-from picrl_core.methods.conformal import PredictorFeed, validation_residuals
+from picrl_core.methods.conformal import PredictorFeed, split_residuals
 from picrl_core.methods.selection import Selection, select_on_validation
 from picrl_core.pipeline import phase1_predictor
 from picrl_core.predictor import GaussianLSTM
@@ -91,9 +91,9 @@ def fit_censored_sgd_residual(series: PreparedSeries, config: PicRLConfig, *,
     model = phase1_predictor(series, config) if predictor is None else predictor.eval()
     ratio = critical_ratio(config.cost)
     chunk = config.online.inference_chunk
-    on_train = float(np.quantile(validation_residuals(model, series.train, series.train_ctx, config), ratio))
+    on_train = float(np.quantile(split_residuals(model, series.train, series.train_ctx, config), ratio))
     selection: Selection[float] = select_on_validation(
         STEPS, lambda step: CensoredSGDProvisioner(step, config.cost, on_train, predictor=model, chunk=chunk),
         series, config)
-    on_val = float(np.quantile(validation_residuals(model, series.val, series.val_ctx, config), ratio))
+    on_val = float(np.quantile(split_residuals(model, series.val, series.val_ctx, config), ratio))
     return CensoredSGDProvisioner(selection.chosen, config.cost, on_val, predictor=model, chunk=chunk)

@@ -139,7 +139,7 @@ class ConformalProvisioner(Provisioner):
         return self.action
 
 
-def validation_residuals(model: GaussianLSTM, values: np.ndarray, context: np.ndarray | None, config: PicRLConfig,
+def split_residuals(model: GaussianLSTM, values: np.ndarray, context: np.ndarray | None, config: PicRLConfig,
                          window: int = CONFORMAL_WINDOW) -> np.ndarray:
     """Residuals ``d - mu`` of the predictor on the last ``window`` (uncensored) windows of a split."""
     width = model.cfg.window
@@ -157,8 +157,8 @@ def fit_conformal(series: PreparedSeries, config: PicRLConfig, *, predictor: Gau
     model = phase1_predictor(series, config) if predictor is None else predictor.eval()
     alpha = 1.0 - critical_ratio(config.cost)
     chunk = config.online.inference_chunk
-    on_train = validation_residuals(model, series.train, series.train_ctx, config, window)
+    on_train = split_residuals(model, series.train, series.train_ctx, config, window)
     selection: Selection[float] = select_on_validation(
         steps, lambda step: ConformalProvisioner(model, on_train, alpha, step, chunk), series, config)
-    return ConformalProvisioner(model, validation_residuals(model, series.val, series.val_ctx, config, window), alpha,
+    return ConformalProvisioner(model, split_residuals(model, series.val, series.val_ctx, config, window), alpha,
                                 selection.chosen, chunk)
