@@ -67,98 +67,143 @@ def _row_sum(values: np.ndarray) -> np.ndarray:
     return values.sum(axis=1)
 
 
-def _evaluate(delta: np.ndarray, gamma: np.ndarray, y: np.ndarray, unc: np.ndarray,
-              cens: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """``(f, v, lambda(v), lambda'(v))`` at ``(delta, gamma)``, with ``v = gamma*y - delta`` and the
-    Mills terms on censored entries (0 elsewhere); ``f`` is the per-row Tobit log-likelihood in
-    Olsen's parameters, ``sum_unc [log gamma - v^2/2] + sum_cens log(1 - Phi(v))`` (the constant
-    ``-n_unc log sqrt(2 pi)`` dropped). ``y`` is 0 on unused entries."""
-    v = gamma[:, None] * y - delta[:, None]
-    log_sf, lam, dlam = (np.zeros_like(v) for _ in range(3))
-    log_sf[cens], lam[cens], dlam[cens] = censored_normal_terms(v[cens])
-    with np.errstate(divide="ignore", invalid="ignore"):
-        log_gamma = np.where(gamma > 0, np.log(gamma), -np.inf)
-    f = _row_sum(unc) * log_gamma - 0.5 * _row_sum(np.where(unc, v * v, 0.0)) + _row_sum(log_sf)
-    return f, v, lam, dlam
+@dataclass
+class _Window:
+    """The rows' windows in the form each Newton evaluation reads: the uncensored points as three
+    sufficient statistics per row (count, mean, centred sum of squares; the uncensored terms of the
+    log-likelihood and its derivatives are exact functions of them), the censored points as a flat list
+    ``(row, y)``. An evaluation then costs O(censored points), not O(window)."""
+
+    n_unc: np.ndarray  # (R,) uncensored count
+    mean_unc: np.ndarray  # (R,) mean of the uncensored y (0 when none)
+    m2_unc: np.ndarray  # (R,) sum of squared deviations of the uncensored y from mean_unc
+    row: np.ndarray  # (E,) row of each censored point (ascending)
+    y_cens: np.ndarray  # (E,) censoring threshold y of each censored point
+
+    @staticmethod
+    def of(y: np.ndarray, unc: np.ndarray, cens: np.ndarray) -> "_Window":
+        n_unc = _row_sum(unc).astype(np.float64)
+        mean_unc = _row_sum(np.where(unc, y, 0.0)) / np.maximum(n_unc, 1.0)
+        m2_unc = _row_sum(np.where(unc, (y - mean_unc[:, None]) ** 2, 0.0))
+        row, col = np.nonzero(cens)
+        return _Window(n_unc, mean_unc, m2_unc, row, y[row, col])
+
+    def rows(self, keep: np.ndarray) -> "_Window":
+        """The sub-window of the rows where ``keep`` (boolean, (R,)) holds, rows renumbered."""
+        number = np.cumsum(keep) - 1
+        entries = keep[self.row]
+        return _Window(self.n_unc[keep], self.mean_unc[keep], self.m2_unc[keep], number[self.row[entries]],
+                       self.y_cens[entries])
 
 
-def _score_and_information(v: np.ndarray, lam: np.ndarray, dlam: np.ndarray, gamma: np.ndarray,
-                           y: np.ndarray, unc: np.ndarray) -> tuple[np.ndarray, ...]:
-    """Gradient ``(g_delta, g_gamma)`` and minus the Hessian ``[[a, b], [b, c]]`` (positive definite).
+@dataclass
+class _Point:
+    """The log-likelihood in Olsen's parameters at ``(delta, gamma)`` per row, with its gradient and minus
+    its Hessian ``[[a, b], [b, c]]`` (positive definite)."""
 
-    Uncensored terms ``log gamma - v^2/2``; censored terms ``log(1 - Phi(v))`` with
-    ``d/dv = -lambda(v)`` and ``d^2/dv^2 = -lambda'(v)``; ``dv/d(delta, gamma) = (-1, y)``.
+    f: np.ndarray
+    g_delta: np.ndarray
+    g_gamma: np.ndarray
+    a: np.ndarray
+    b: np.ndarray
+    c: np.ndarray
+
+
+def _evaluate(delta: np.ndarray, gamma: np.ndarray, w: _Window) -> _Point:
+    """``f = sum_unc [log gamma - v^2/2] + sum_cens log(1 - Phi(v))`` with ``v = gamma*y - delta`` (the
+    constant ``-n_unc log sqrt(2 pi)`` dropped), its score and information.
+
+    Censored terms have ``d/dv = -lambda(v)`` and ``d^2/dv^2 = -lambda'(v)``; ``dv/d(delta, gamma) = (-1, y)``.
+    Uncensored sums come from the sufficient statistics: with ``u = gamma*mean_unc - delta``,
+    ``sum v = n u``, ``sum v^2 = gamma^2 m2 + n u^2``, ``sum v y = gamma m2 + mean_unc n u``, ``sum y = n mean_unc``,
+    ``sum y^2 = m2 + n mean_unc^2`` (centred, so nothing cancels when ``gamma`` is large).
     """
-    residual = np.where(unc, v, 0.0) + lam  # generalised residual
-    curvature = unc + dlam
-    n_unc = _row_sum(unc)
-    g_delta = _row_sum(residual)
-    g_gamma = n_unc / gamma - _row_sum(residual * y)
-    a = _row_sum(curvature)
-    b = -_row_sum(curvature * y)
-    c = n_unc / gamma**2 + _row_sum(curvature * y * y)
-    return g_delta, g_gamma, a, b, c
+    rows = delta.shape[0]
+    v = gamma[w.row] * w.y_cens - delta[w.row]
+    log_sf, lam, dlam = censored_normal_terms(v)
+
+    def per_row(values: np.ndarray) -> np.ndarray:
+        return np.bincount(w.row, values, minlength=rows)
+
+    n, ybar, m2 = w.n_unc, w.mean_unc, w.m2_unc
+    u = gamma * ybar - delta
+    with np.errstate(divide="ignore", invalid="ignore"):  # a trial step may leave gamma > 0: f is -inf there
+        log_gamma = np.where(n > 0, np.where(gamma > 0, np.log(gamma), -np.inf), 0.0)
+    f = n * log_gamma - 0.5 * (gamma * gamma * m2 + n * u * u) + per_row(log_sf)
+    lam_y, dlam_y = lam * w.y_cens, dlam * w.y_cens
+    return _Point(
+        f=f,
+        g_delta=n * u + per_row(lam),
+        g_gamma=n / gamma - (gamma * m2 + ybar * n * u) - per_row(lam_y),
+        a=n + per_row(dlam),
+        b=-(n * ybar + per_row(dlam_y)),
+        c=n / (gamma * gamma) + m2 + n * ybar * ybar + per_row(dlam_y * w.y_cens),
+    )
 
 
-def _newton(delta: np.ndarray, gamma: np.ndarray, y: np.ndarray, unc: np.ndarray, cens: np.ndarray,
-            iterations: int, gamma_max: float) -> tuple[np.ndarray, np.ndarray]:
-    """Damped Newton ascent on the concave Olsen log-likelihood with ``0 < gamma <= gamma_max``."""
+def _newton(delta: np.ndarray, gamma: np.ndarray, window: _Window, iterations: int,
+            gamma_max: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Damped Newton ascent on the concave Olsen log-likelihood with ``0 < gamma <= gamma_max``, each row
+    until its step is below ``_STEP_TOLERANCE`` (or its Newton decrement is within rounding of 0);
+    returns ``(delta, gamma, iterations used per row)``."""
     delta, gamma = delta.copy(), gamma.copy()
-    f, v, lam, dlam = _evaluate(delta, gamma, y, unc, cens)  # per-row state, updated in place
-    active = np.ones(delta.shape, dtype=bool)
+    used = np.zeros(delta.shape, dtype=np.int64)
+    rows = np.arange(delta.shape[0])  # the rows still iterating, and their window and current point
+    w = window
+    point = _evaluate(delta, gamma, w)
     for _ in range(iterations):
-        rows = np.flatnonzero(active)
         if rows.size == 0:
             break
-        d0, g0, f0 = delta[rows], gamma[rows], f[rows]
-        yr, ur, cr = y[rows], unc[rows], cens[rows]
-        grad_d, grad_g, a, b, c = _score_and_information(v[rows], lam[rows], dlam[rows], g0, yr, ur)
-        det = a * c - b * b
-        p_d = (c * grad_d - b * grad_g) / det
-        p_g = (a * grad_g - b * grad_d) / det
+        used[rows] += 1
+        d0, g0 = delta[rows], gamma[rows]
+        det = point.a * point.c - point.b * point.b
+        p_d = (point.c * point.g_delta - point.b * point.g_gamma) / det
+        p_g = (point.a * point.g_gamma - point.b * point.g_delta) / det
         # At the sigma floor with the likelihood still asking for a smaller sigma: Newton in delta only.
         pinned = (g0 >= gamma_max) & (p_g > 0)
-        p_d = np.where(pinned, grad_d / a, p_d)
+        p_d = np.where(pinned, point.g_delta / point.a, p_d)
         p_g = np.where(pinned, 0.0, p_g)
-        slope = grad_d * p_d + grad_g * p_g  # >= 0: ascent direction (twice the Newton decrement)
+        slope = point.g_delta * p_d + point.g_gamma * p_g  # >= 0: ascent direction (twice the Newton decrement)
         # Within rounding of the optimum f cannot resolve the gain: take the plain Newton step, stop.
-        flat = slope <= _FLAT_SLOPE * (1.0 + np.abs(f0))
+        flat = slope <= _FLAT_SLOPE * (1.0 + np.abs(point.f))
         # The first trial stops at the sigma floor rather than crossing it: a clipped step leaves the
         # Newton direction, fails the Armijo test and would be halved many times over.
         with np.errstate(divide="ignore", invalid="ignore"):
             step = np.where(p_g > 0, np.minimum(1.0, (gamma_max - g0) / p_g), 1.0)
         accepted = flat.copy()
+        new_point: dict[str, np.ndarray] = {name: getattr(point, name).copy() for name in _Point.__dataclass_fields__}
         for _ in range(_BACKTRACKS):
-            todo = np.flatnonzero(~accepted)
-            if todo.size == 0:
+            todo = ~accepted
+            if not todo.any():
                 break
             s = step[todo]
-            f_t, v_t, lam_t, dlam_t = _evaluate(d0[todo] + s * p_d[todo],
-                                                np.minimum(g0[todo] + s * p_g[todo], gamma_max),
-                                                yr[todo], ur[todo], cr[todo])
-            ok = f_t >= f0[todo] + _ARMIJO * s * slope[todo]
-            done = rows[todo[ok]]
-            f[done], v[done], lam[done], dlam[done] = f_t[ok], v_t[ok], lam_t[ok], dlam_t[ok]
-            accepted[todo[ok]] = True
-            step[todo[~ok]] *= 0.5
+            trial = _evaluate(d0[todo] + s * p_d[todo], np.minimum(g0[todo] + s * p_g[todo], gamma_max), w.rows(todo))
+            ok = trial.f >= point.f[todo] + _ARMIJO * s * slope[todo]
+            at = np.flatnonzero(todo)
+            for name, values in new_point.items():
+                values[at[ok]] = getattr(trial, name)[ok]
+            accepted[at[ok]] = True
+            step[at[~ok]] *= 0.5
         step = np.where(accepted, step, 0.0)
         d1 = d0 + step * p_d
         g1 = np.minimum(g0 + step * p_g, gamma_max)
         moved = np.maximum(np.abs(d1 - d0) / (1.0 + np.abs(d0)), np.abs(g1 - g0) / g0)
         delta[rows], gamma[rows] = d1, g1
-        active[rows[(moved < _STEP_TOLERANCE) | flat]] = False
-    return delta, gamma
+        going = ~((moved < _STEP_TOLERANCE) | flat)
+        if not going.all():
+            rows, w = rows[going], w.rows(going)
+        point = _Point(**{name: values[going] for name, values in new_point.items()})
+    return delta, gamma, used
 
 
-def _standard_error_of_mean(mean: np.ndarray, std: np.ndarray, y: np.ndarray, unc: np.ndarray,
-                            cens: np.ndarray) -> np.ndarray:
+def _standard_error_of_mean(mean: np.ndarray, std: np.ndarray, window: _Window) -> np.ndarray:
     """``sqrt(Var(m))`` from the observed information: the inverse of minus the Hessian in
     ``(delta, gamma)``, carried to ``m = delta/gamma`` by the delta method (``= s/sqrt(n)`` without
     censoring)."""
     gamma = 1.0 / std
     delta = mean * gamma
-    _, v, lam, dlam = _evaluate(delta, gamma, y, unc, cens)
-    _, _, a, b, c = _score_and_information(v, lam, dlam, gamma, y, unc)
+    point = _evaluate(delta, gamma, window)
+    a, b, c = point.a, point.b, point.c
     j_d, j_g = 1.0 / gamma, -delta / gamma**2
     variance = (c * j_d * j_d - 2.0 * b * j_d * j_g + a * j_g * j_g) / (a * c - b * b)
     return np.sqrt(np.maximum(variance, 0.0))
@@ -180,7 +225,8 @@ def _check_window(y: np.ndarray, censored: np.ndarray, valid: np.ndarray,
 
 def estimate_censored_demand(y: ArrayLike, censored: ArrayLike, n_consecutive: ArrayLike,
                              estimator: EstimatorConfig, reward: RewardConfig,
-                             valid: ArrayLike | None = None) -> CensoredDemandEstimate:
+                             valid: ArrayLike | None = None,
+                             start: tuple[ArrayLike, ArrayLike] | None = None) -> CensoredDemandEstimate:
     """Tobit MLE of ``N(m, s^2)`` demand from each service's recent ``(y, c)`` window.
 
     ``y``, ``censored`` (and ``valid``, default all ``True``): ``(B, W)`` with the oldest entry first;
@@ -188,6 +234,12 @@ def estimate_censored_demand(y: ArrayLike, censored: ArrayLike, n_consecutive: A
     the filled part of a window that is still filling up). ``n_consecutive``: ``(B,)`` current
     consecutive-censoring counts, turned into ``pessimism = Psi(n)`` by
     :func:`~picrl_core.reward.pessimism_factor`.
+
+    ``start``: optional ``(mean, std)`` per service to start Newton from (warm start: the previous
+    tick's estimate, whose window differs by one point, so Newton needs one or two iterations instead of
+    up to ``estimator.iterations``); rows whose start is not finite or has ``std <= 0`` start from the
+    window's sample mean and std (cold start). Both stop at the same convergence test, so they agree
+    within it (``tests/core/test_censored_estimator.py`` measures the difference on the bundled traces).
     """
     y = np.asarray(y, dtype=np.float64)
     censored = np.asarray(censored, dtype=bool)
@@ -209,17 +261,24 @@ def estimate_censored_demand(y: ArrayLike, censored: ArrayLike, n_consecutive: A
     std = np.maximum(sample_std, floor)  # closed form where nothing is censored; start otherwise
     mean = sample_mean.copy()
 
-    tobit = np.flatnonzero((n_cens > 0) & (n_cens < n_valid))
-    if tobit.size:
-        delta, gamma = _newton(mean[tobit] / std[tobit], 1.0 / std[tobit], y[tobit], unc[tobit],
-                               cens[tobit], estimator.iterations, 1.0 / floor)
+    identified = n_cens < n_valid  # at least one uncensored point
+    tobit = (n_cens > 0) & identified
+    windows = _Window.of(y[identified], unc[identified], cens[identified])
+    if tobit.any():
+        start_mean, start_std = mean[tobit], std[tobit]
+        if start is not None:
+            warm_mean = np.asarray(start[0], dtype=np.float64).reshape(-1)[tobit]
+            warm_std = np.asarray(start[1], dtype=np.float64).reshape(-1)[tobit]
+            warm = np.isfinite(warm_mean) & np.isfinite(warm_std) & (warm_std > 0)
+            start_mean = np.where(warm, warm_mean, start_mean)
+            start_std = np.where(warm, np.maximum(warm_std, floor), start_std)
+        delta, gamma, _ = _newton(start_mean / start_std, 1.0 / start_std, windows.rows(tobit[identified]),
+                                  estimator.iterations, 1.0 / floor)
         mean[tobit], std[tobit] = delta / gamma, 1.0 / gamma
 
-    identified = n_cens < n_valid  # at least one uncensored point
     uncertainty = np.full(mean.shape, UNCERTAINTY_CAP)
-    uncertainty[identified] = np.minimum(_standard_error_of_mean(
-        mean[identified], std[identified], y[identified], unc[identified], cens[identified]),
-        UNCERTAINTY_CAP)
+    uncertainty[identified] = np.minimum(_standard_error_of_mean(mean[identified], std[identified], windows),
+                                         UNCERTAINTY_CAP)
 
     all_censored = (n_valid > 0) & ~identified
     highest = np.max(np.where(valid, y, -np.inf), axis=1, initial=-np.inf)

@@ -40,8 +40,9 @@ class EstimatorConfig:
     """Censored-demand estimator: Tobit maximum likelihood over the recent window."""
 
     window: int = 32  # most recent (y, c) pairs used
-    iterations: int = 25  # fixed Newton iterations (deterministic, vectorised)
+    iterations: int = 25  # at most this many Newton iterations (a service stops once converged)
     sigma_floor: float = 1e-3  # lower bound on the estimated std
+    warm_start: bool = True  # Newton starts from the previous tick's estimate (kept in the state row), not cold
 
 
 @dataclass(frozen=True)

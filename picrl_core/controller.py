@@ -49,6 +49,8 @@ class ControllerState:
     pre: np.ndarray  # (B, 2) float32 pre-squash policy sample (for replay log-probs)
     log_prob: np.ndarray  # (B,) float32 behaviour log-probability of ``pre``
     features: np.ndarray  # (B, F) float32 state s_t the decision was made from
+    est_mean: np.ndarray  # (B,) float64 censored-demand estimate (mean) of this window: the next tick's warm start
+    est_std: np.ndarray  # (B,) float64 censored-demand estimate (std), likewise
 
     def __len__(self) -> int:
         return int(self.keys.shape[0])
@@ -115,6 +117,7 @@ class PicRLController:
             tick=np.broadcast_to(np.asarray(start_tick, dtype=np.int64), (n,)).copy(),
             observations=observations, censored=np.zeros_like(observations, dtype=bool), context=context,
             margin=zeros, bias=zeros.copy(), censor_streak=np.zeros(n, np.int64), over_streak=np.zeros(n, np.int64),
+            estimate_start=None,
         )
 
     def step(self, state: ControllerState, y: np.ndarray, censored: np.ndarray,
@@ -139,6 +142,7 @@ class PicRLController:
             censored=_shift(state.censored, censored),
             context=_shift(state.context, row_context[:, 0, :]),
             margin=margin, bias=bias, censor_streak=censor_streak, over_streak=over_streak,
+            estimate_start=(state.est_mean, state.est_std) if self.config.estimator.warm_start else None,
         )
         transition = Transition(features=state.features, pre=state.pre, log_prob=state.log_prob, reward=reward,
                                 next_features=new.features, censored=censored, action=a)
@@ -158,8 +162,11 @@ class PicRLController:
 
     def _decide(self, *, keys: np.ndarray, tick: np.ndarray, observations: np.ndarray, censored: np.ndarray,
                 context: np.ndarray, margin: np.ndarray, bias: np.ndarray, censor_streak: np.ndarray,
-                over_streak: np.ndarray) -> ControllerState:
-        """Predict (mu, sigma), build s_t, plan (eta, k) and act: a = clip(mu + k*sigma + m + b, 0, 1)."""
+                over_streak: np.ndarray, estimate_start: tuple[np.ndarray, np.ndarray] | None) -> ControllerState:
+        """Predict (mu, sigma), build s_t, plan (eta, k) and act: a = clip(mu + k*sigma + m + b, 0, 1).
+
+        The censored-demand estimator starts from ``estimate_start`` (the previous tick's estimate, whose
+        window differs by one point) where given, and from the window's sample moments otherwise."""
         cfg = self.config
         windows = np.concatenate([observations[:, :, None], censored[:, :, None].astype(np.float32), context], axis=2)
         mu, sigma = predict_gaussian(self.predictor, windows, self.chunk)
@@ -167,7 +174,7 @@ class PicRLController:
             sigma = np.full_like(sigma, float(self.predictor.head.residual_rms))
         recent = slice(-cfg.estimator.window, None)
         estimate = estimate_censored_demand(observations[:, recent].astype(np.float64), censored[:, recent],
-                                            censor_streak, cfg.estimator, cfg.reward)
+                                            censor_streak, cfg.estimator, cfg.reward, start=estimate_start)
         features = state_features(
             margin=margin, bias=bias, observations=observations[:, recent], censored=censored[:, recent],
             censor_streak=censor_streak, over_streak=over_streak, tick=tick, mu=mu, sigma=sigma,
@@ -181,6 +188,7 @@ class PicRLController:
             keys=keys, tick=tick, observations=observations, censored=censored, context=context,
             margin=margin, bias=bias, censor_streak=censor_streak, over_streak=over_streak,
             action=action, mu=mu, sigma=sigma, eta=eta, k=k, pre=pre, log_prob=log_prob, features=features,
+            est_mean=estimate.mean, est_std=estimate.std,
         )
 
     def _plan(self, features: np.ndarray, keys: np.ndarray, tick: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -9,8 +9,9 @@ so a service's value never depends on the batch it is computed in):
 
 * ``lambda(z) = sqrt(2/pi) / erfcx(z / sqrt(2))`` with torch's scaled complementary error function
   (``erfcx(x) = exp(x^2) erfc(x)``, finite where ``1 - Phi`` under- or overflows);
-* ``log(1 - Phi(z)) = log_ndtr(-z)`` (torch), accurate where ``1 - Phi`` underflows (large ``z``)
-  and where it rounds to 1 (very negative ``z``, value ``~ -phi(z)/|z|``);
+* ``log(1 - Phi(z)) = log(erfcx(z / sqrt(2))) - z^2/2 - log 2`` for ``z >= -1`` (the erfcx at hand;
+  no cancellation there, finite where ``1 - Phi`` underflows) and ``log_ndtr(-z)`` (torch) below, where it
+  rounds to 1 (value ``~ -phi(z)/|z|``);
 * ``lambda(z) - z``: the plain difference below ``z = 3``; from ``z = 3`` on, where it would cancel
   (``~ 1/z``), Laplace's continued fraction ``lambda(z) - z = 1/(z + 2/(z + 3/(z + ...)))``
   (45 levels, evaluated bottom-up; truncation error ~1e-14 at ``z = 3``, less beyond), and
@@ -35,6 +36,8 @@ _TAIL_START = 3.0  # from here on lambda(z) - z comes from the continued fractio
 _FRACTION_LEVELS = 45
 _SQRT_HALF = math.sqrt(0.5)
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+_LOG_2 = math.log(2.0)
+_LOG_SF_FROM_ERFCX = -1.0  # log(1 - Phi(z)) from erfcx from here up, from log_ndtr below
 
 
 def _tail_gap(w: np.ndarray) -> np.ndarray:
@@ -52,8 +55,14 @@ def _mills_terms(z: ArrayLike) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     flat = np.ascontiguousarray(z.reshape(-1))
     t = torch.from_numpy(flat)
     scaled = torch.special.erfcx(t * _SQRT_HALF).numpy()  # (1 - Phi(z)) / phi(z) = sqrt(pi/2) * scaled
-    log_sf = torch.special.log_ndtr(-t).numpy()
     with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+        # 1 - Phi(z) = erfc(z/sqrt 2)/2 = erfcx(z/sqrt 2) exp(-z^2/2)/2: exact from the erfcx already at hand
+        # where nothing cancels (z >= _LOG_SF_FROM_ERFCX); below, log_ndtr (there log(1 - Phi) -> 0 while
+        # log erfcx and z^2/2 grow alike).
+        log_sf = np.log(scaled) - 0.5 * flat * flat - _LOG_2
+        lower = np.flatnonzero(~(flat >= _LOG_SF_FROM_ERFCX))  # NaN too
+        if lower.size:
+            log_sf[lower] = torch.special.log_ndtr(-t[torch.from_numpy(lower)]).numpy()
         lam = _SQRT_2_OVER_PI / scaled
         gap = lam - flat
         upper = np.flatnonzero(flat >= _TAIL_START)

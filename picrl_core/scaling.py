@@ -65,8 +65,9 @@ def grown_high(low: np.ndarray, high: np.ndarray, factor: float) -> np.ndarray:
 # How each ControllerState field moves with the range: levels are affine in the native unit, spreads
 # (standard deviations, calibrator offsets) scale with the span, the rest does not depend on it (the
 # features and the policy sample stay as the decision saw them: the replay transition is built from them).
-LEVEL_FIELDS = ("observations", "action", "mu")
-SPREAD_FIELDS = ("sigma", "margin", "bias")
+LEVEL_FIELDS = ("observations", "action", "mu", "est_mean")
+SPREAD_FIELDS = ("sigma", "margin", "bias", "est_std")
+_UNCLIPPED_LEVELS = ("mu", "est_mean")  # estimates may lie outside [0, 1]; observations and actions may not
 UNIT_FREE_FIELDS = ("keys", "tick", "censored", "context", "censor_streak", "over_streak", "eta", "k", "pre",
                     "log_prob", "features")
 
@@ -85,7 +86,7 @@ def rescale_state(state: ControllerState, low: np.ndarray, high: np.ndarray, new
         value = getattr(state, name)
         per_service = (slice(None),) + (None,) * (value.ndim - 1)
         moved = value * ratio[per_service] + shift[per_service]
-        changes[name] = (np.clip(moved, 0.0, 1.0) if name != "mu" else moved).astype(value.dtype)
+        changes[name] = (moved if name in _UNCLIPPED_LEVELS else np.clip(moved, 0.0, 1.0)).astype(value.dtype)
     for name in SPREAD_FIELDS:
         value = getattr(state, name)
         changes[name] = (value * ratio).astype(value.dtype)
