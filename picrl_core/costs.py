@@ -80,6 +80,22 @@ def episode_metrics(actions: ArrayLike, demand: ArrayLike, cost: CostConfig) -> 
     )
 
 
+def per_service_metrics(actions: ArrayLike, demand: ArrayLike, cost: CostConfig) -> list[EpisodeMetrics]:
+    """:func:`episode_metrics` of each service (column) of ``(T, N)`` episodes."""
+    a, d = _episode_arrays(actions, demand)
+    a, d = (a, d) if a.ndim == 2 else (a[:, None], d[:, None])
+    return [episode_metrics(a[:, j], d[:, j], cost) for j in range(a.shape[1])]
+
+
+def mean_service_metrics(actions: ArrayLike, demand: ArrayLike, cost: CostConfig) -> EpisodeMetrics:
+    """The metrics of a fleet's ``(T, N)`` episodes as the mean over services of each one's
+    :func:`episode_metrics` (``steps`` is ``T``); for one service, its own metrics."""
+    each = per_service_metrics(actions, demand, cost)
+    means = {name: float(np.mean([getattr(m, name) for m in each])) for name in
+             ("mae", "regret", "shortage_rate", "under_mass", "over_mass", "action_variance")}
+    return EpisodeMetrics(**means, steps=each[0].steps)
+
+
 def cumulative_regret(actions: ArrayLike, demand: ArrayLike, cost: CostConfig) -> np.ndarray:
     """``(T,)`` running Eq. (2): ``sum_{s <= t} l(a_s, d_s)`` (summed over services for ``(T, N)``).
 

@@ -25,7 +25,7 @@ from picrl_core.simulator import Trajectory, simulate
 from picrl_core.training_memo import memoized, series_fingerprint
 
 Progress = Callable[[dict[str, float]], None]
-# Phase 2: ``(predictor, train, config, *, train_context, progress) -> (policy, value, report)``,
+# Phase 2: ``(predictor, train, config, *, train_context, services, progress) -> (policy, value, report)``,
 # the report having ``to_dict()`` (``pretrain_policy``, or a substitution of the comparison).
 Pretrainer = Callable[..., tuple[PolicyNetwork, ValueNetwork, Any]]
 
@@ -45,7 +45,7 @@ def train_phase1(series: PreparedSeries, config: PicRLConfig, *,
     def train() -> tuple[torch.nn.Module, PredictorReport]:
         return train_predictor(series.train, series.val, config.predictor, seed=config.seed,
                                train_context=series.train_ctx, val_context=series.val_ctx, progress=progress,
-                               model_factory=model_factory)
+                               model_factory=model_factory, services=series.services)
     return memoized(("phase1", series_fingerprint(series), config.seed, config.predictor, model_factory), train)
 
 
@@ -72,7 +72,8 @@ def train_offline(series: PreparedSeries, config: PicRLConfig, *, phase1_progres
     offline_config = replace(config, online=OnlineConfig())
     policy, value, pretrain_report = memoized(
         ("phase2", series_fingerprint(series), offline_config, model_factory, pretrainer),
-        lambda: pretrainer(predictor, series.train, config, train_context=series.train_ctx, progress=phase2_progress))
+        lambda: pretrainer(predictor, series.train, config, train_context=series.train_ctx,
+                           services=series.services, progress=phase2_progress))
     artifact = ModelArtifact(
         config=config, predictor=predictor, policy=policy, value=value,
         scaling={"series": series.scaler.to_dict(), "context": [s.to_dict() for s in series.context_scalers],
@@ -159,23 +160,30 @@ VALIDATION_EPISODE = 2_000
 
 
 def evaluation_inputs(series: PreparedSeries, window: int, split: str = "test") -> dict[str, np.ndarray | None]:
-    """Single-service Phase 3 inputs for the test split: its demand, with the end of validation as the
-    cold-start history (offline logs are uncensored). ``split="val"`` gives the last
-    :data:`VALIDATION_EPISODE` ticks of the validation split with the ticks before them as history: what
-    every method's knobs are chosen on (:func:`select_calibrator`, :mod:`picrl_core.methods.selection`),
-    so the test split is never read before the reported run."""
+    """Phase 3 inputs for the test split, one service per series of ``series.services``: its demand
+    ``(T, N)``, with the end of validation as the cold-start history ``(N, window)`` (offline logs are
+    uncensored). ``split="val"`` gives the last :data:`VALIDATION_EPISODE` ticks of the validation split
+    with the ticks before them as history: what every method's knobs are chosen on
+    (:func:`select_calibrator`, :mod:`picrl_core.methods.selection`), so the test split is never read
+    before the reported run."""
+    n = series.services
+
+    def rows(values: np.ndarray | None) -> np.ndarray | None:  # (N, T_i[, C]): one row per service
+        return None if values is None else values.reshape(n, -1, *values.shape[1:])
+
     if split == "test":
-        demand, ctx, past, past_ctx = series.test, series.test_ctx, series.val, series.val_ctx
+        demand, ctx, past, past_ctx = (rows(x) for x in (series.test, series.test_ctx, series.val, series.val_ctx))
     elif split == "val":
-        cut = max(series.val.size - VALIDATION_EPISODE, 0)
-        demand, past = series.val[cut:], np.concatenate([series.train, series.val[:cut]])
-        ctx = None if series.val_ctx is None else series.val_ctx[cut:]
-        past_ctx = None if series.val_ctx is None else np.concatenate([series.train_ctx, series.val_ctx[:cut]])
+        val, val_ctx = rows(series.val), rows(series.val_ctx)
+        cut = max(val.shape[1] - VALIDATION_EPISODE, 0)
+        demand, past = val[:, cut:], np.concatenate([rows(series.train), val[:, :cut]], axis=1)
+        ctx = None if val_ctx is None else val_ctx[:, cut:]
+        past_ctx = None if val_ctx is None else np.concatenate([rows(series.train_ctx), val_ctx[:, :cut]], axis=1)
     else:
         raise ValueError(f"split must be 'test' or 'val'; got {split!r}")
-    return {"demand": demand[:, None], "history": past[None, -window:],
-            "context": None if ctx is None else ctx[:, None, :],
-            "history_context": None if past_ctx is None else past_ctx[None, -window:, :]}
+    return {"demand": demand.T, "history": past[:, -window:],
+            "context": None if ctx is None else ctx.transpose(1, 0, 2),
+            "history_context": None if past_ctx is None else past_ctx[:, -window:, :]}
 
 
 # Candidate fast-loop steps, as multiples of ``CalibratorConfig.delta_m``, tried on the validation split.

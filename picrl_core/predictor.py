@@ -20,6 +20,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from picrl_core.batching import INVARIANT_CHUNK, in_fixed_chunks
 from picrl_core.config import PredictorConfig
+from picrl_core.series import segment_starts
 
 # Std of the per-step noise of the synthetic provisioning threshold, drawn per window from this range.
 _CENSOR_NOISE_RANGE = (0.01, 0.1)
@@ -207,16 +208,17 @@ def predict_gaussian(model: GaussianLSTM, windows: np.ndarray,
 
 
 def _predict_series(model: GaussianLSTM, series: np.ndarray, context: np.ndarray | None,
-                    window: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(mu, sigma, target)`` on every uncensored window of ``series``, built in bounded blocks."""
+                    window: int, services: int = 1) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(mu, sigma, target)`` on every uncensored window of ``series`` (of ``services`` segments end to
+    end, none straddled), built in bounded blocks."""
     series = np.asarray(series, dtype=np.float64)
     context = None if context is None else np.asarray(context, dtype=np.float64)
     _check_series(series, context, window, model.cfg.context_channels, "evaluation")
     rng = np.random.default_rng(_VALIDATION_SEED)
-    n_all = len(series) - window
+    every = segment_starts(len(series), services, 0, window + 1)
     mu, sigma, target = [], [], []
-    for lo in range(0, n_all, _EVALUATION_BLOCK):
-        starts = np.arange(lo, min(lo + _EVALUATION_BLOCK, n_all))
+    for lo in range(0, every.size, _EVALUATION_BLOCK):
+        starts = every[lo:lo + _EVALUATION_BLOCK]
         x, t = make_windows(series, context, window, rng, 0.0, starts=starts)
         m, s = predict_gaussian(model, x)
         mu.append(m)
@@ -226,10 +228,10 @@ def _predict_series(model: GaussianLSTM, series: np.ndarray, context: np.ndarray
 
 
 def evaluate_predictor(
-    model: GaussianLSTM, series: np.ndarray, context: np.ndarray | None, window: int
+    model: GaussianLSTM, series: np.ndarray, context: np.ndarray | None, window: int, services: int = 1
 ) -> dict[str, float]:
     """NLL (Eq. 3), MAE of ``mu`` and 1/2-sigma coverage on every uncensored window of ``series``."""
-    m, s, t = _predict_series(model, series, context, window)
+    m, s, t = _predict_series(model, series, context, window, services)
     z = np.abs(t - m) / s
     return {
         "nll": float(np.mean(np.log(s) + 0.5 * z**2)),
@@ -240,7 +242,7 @@ def evaluate_predictor(
 
 
 def calibrate_sigma(model: Predictor, series: np.ndarray, context: np.ndarray | None, window: int, *,
-                    temperature: bool = True) -> float:
+                    temperature: bool = True, services: int = 1) -> float:
     """Held-out calibration of the predicted std on the windows of ``series`` (the validation split),
     stored in the model's head; returns the temperature.
 
@@ -249,7 +251,7 @@ def calibrate_sigma(model: Predictor, series: np.ndarray, context: np.ndarray | 
     (else ``T = 1``). Always: ``residual_rms = sqrt(mean((d - mu)^2))``, the NLL-optimal *constant* std."""
     with torch.no_grad():
         model.head.sigma_scale.fill_(1.0)
-        m, s, t = _predict_series(model, series, context, window)
+        m, s, t = _predict_series(model, series, context, window, services)
         scale = float(np.sqrt(np.mean(((t - m) / s) ** 2))) if temperature else 1.0
         model.head.sigma_scale.fill_(max(scale, 1e-6))
         model.head.residual_rms.fill_(max(float(np.sqrt(np.mean((t - m) ** 2))), model.cfg.sigma_min))
@@ -266,6 +268,7 @@ def train_predictor(
     val_context: np.ndarray | None = None,
     progress: Callable[[dict[str, float]], None] | None = None,
     model_factory: Callable[[PredictorConfig], Predictor] = GaussianLSTM,  # type: ignore[assignment]
+    services: int = 1,
 ) -> tuple[Predictor, PredictorReport]:
     """Phase 1 / Algorithm 1 line 2: ``theta* = argmin_theta sum NLL(d_i; f_theta(x_i))``, Eq. (3).
 
@@ -275,7 +278,8 @@ def train_predictor(
     ``sigma`` is temperature-scaled on the validation split (:func:`calibrate_sigma`). Deterministic under ``seed``; the
     global torch RNG is left untouched. ``progress`` receives ``{"epoch", "train_nll", "val_nll",
     "val_mae"}`` once per epoch. ``model_factory`` builds the model from ``cfg`` (the Gaussian LSTM;
-    the Phase-1 substitutions of the comparison pass theirs and train by the same loop).
+    the Phase-1 substitutions of the comparison pass theirs and train by the same loop). A fleet's
+    splits hold ``services`` series end to end; no window straddles two.
     """
     train = np.asarray(train, dtype=np.float64)
     val = np.asarray(val, dtype=np.float64)
@@ -293,13 +297,13 @@ def train_predictor(
         model = model_factory(cfg)
     rng = np.random.default_rng(seed)
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr)
-    n_all = len(train) - cfg.window
-    per_epoch = min(n_all, cfg.max_train_windows)
+    every = segment_starts(len(train), services, 0, cfg.window + 1)
+    per_epoch = min(every.size, cfg.max_train_windows)
 
     history: list[dict[str, float]] = []
     best_nll, best_epoch, best_state = math.inf, 0, copy.deepcopy(model.state_dict())
     for epoch in range(1, cfg.epochs + 1):
-        starts = rng.permutation(n_all)[:per_epoch]
+        starts = every[rng.permutation(every.size)[:per_epoch]]
         x_np, t_np = make_windows(train, train_context, cfg.window, rng, cfg.censor_prob, starts=starts)
         x, t = torch.from_numpy(x_np), torch.from_numpy(t_np)
         total = 0.0
@@ -313,7 +317,7 @@ def train_predictor(
         train_nll = total / per_epoch
         if not math.isfinite(train_nll):
             raise FloatingPointError(f"predictor training diverged at epoch {epoch} (NLL {train_nll})")
-        val_metrics = evaluate_predictor(model, val, val_context, cfg.window)
+        val_metrics = evaluate_predictor(model, val, val_context, cfg.window, services)
         record = {"epoch": epoch, "train_nll": train_nll}
         record |= {"val_nll": val_metrics["nll"], "val_mae": val_metrics["mae"]}
         history.append(record)
@@ -326,8 +330,8 @@ def train_predictor(
 
     model.load_state_dict(best_state)
     model.zero_grad(set_to_none=True)
-    scale = calibrate_sigma(model, val, val_context, cfg.window, temperature=cfg.calibrate_sigma)
-    final = evaluate_predictor(model, val, val_context, cfg.window)
+    scale = calibrate_sigma(model, val, val_context, cfg.window, temperature=cfg.calibrate_sigma, services=services)
+    final = evaluate_predictor(model, val, val_context, cfg.window, services)
     report = PredictorReport(
         epochs_run=len(history),
         best_epoch=best_epoch,

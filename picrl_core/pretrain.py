@@ -19,6 +19,7 @@ from picrl_core.config import PicRLConfig
 from picrl_core.controller import ControllerState, PicRLController, Transition
 from picrl_core.policy import PolicyNetwork, ValueNetwork, gaussian_log_prob
 from picrl_core.predictor import GaussianLSTM
+from picrl_core.series import segment_starts
 from picrl_core.simulator import simulate
 
 
@@ -33,6 +34,17 @@ class PretrainReport:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+def chunk_starts(train: np.ndarray, services: int, window: int, chunk_len: int, who: str) -> tuple[np.ndarray, int]:
+    """Rollout chunks of a training split (``services`` series end to end): every start ``s`` whose
+    ``window`` uncensored steps before it and ``length`` demand steps lie in one service's series, and
+    ``length = min(chunk_len, steps per service - window - 1)``."""
+    length = min(chunk_len, train.shape[0] // services - window - 1)
+    if length < 8:
+        raise ValueError(f"the training split ({train.shape[0] // services} steps per service) is too short for "
+                         f"{who} with window {window}")
+    return segment_starts(train.shape[0], services, window, length), length
 
 
 def _chunks(series: np.ndarray, starts: np.ndarray, length: int) -> np.ndarray:
@@ -53,10 +65,11 @@ def gae(rewards: torch.Tensor, values: torch.Tensor, next_values: torch.Tensor, 
 
 
 def pretrain_policy(predictor: GaussianLSTM, train: np.ndarray, config: PicRLConfig, *,
-                    train_context: np.ndarray | None = None,
+                    train_context: np.ndarray | None = None, services: int = 1,
                     progress: Callable[[dict[str, float]], None] | None = None
                     ) -> tuple[PolicyNetwork, ValueNetwork, PretrainReport]:
-    """Actor-critic pretraining of ``pi_phi`` and ``V_psi``; with ablation A7 (``pretrain=False``) the
+    """Actor-critic pretraining of ``pi_phi`` and ``V_psi`` on rollouts of random chunks of ``train``
+    (``services`` series end to end: :func:`chunk_starts`); with ablation A7 (``pretrain=False``) the
     freshly initialised networks are returned untouched."""
     cfg = config.pretrain
     with torch.random.fork_rng(devices=[]):
@@ -65,16 +78,14 @@ def pretrain_policy(predictor: GaussianLSTM, train: np.ndarray, config: PicRLCon
     if not config.ablation.pretrain or cfg.iterations == 0:
         return policy, value, PretrainReport(0, (), (), ())
     window = config.predictor.window
-    length = min(cfg.chunk_len, train.shape[0] - window - 1)
-    if length < 8:
-        raise ValueError(f"the training split ({train.shape[0]} steps) is too short for Phase 2 with window {window}")
+    every, length = chunk_starts(train, services, window, cfg.chunk_len, "Phase 2")
     rng = np.random.default_rng(config.seed)
     actor_opt = torch.optim.Adam(policy.parameters(), lr=cfg.lr_actor)
     critic_opt = torch.optim.Adam(value.parameters(), lr=cfg.lr_critic)
     controller = PicRLController(predictor, policy, config, explore=True, chunk=INVARIANT_CHUNK)
     curves: dict[str, list[float]] = {"value_loss": [], "mean_reward": [], "censor_rate": []}
     for iteration in range(cfg.iterations):
-        starts = rng.integers(window, train.shape[0] - length + 1, size=cfg.chunks)
+        starts = every[rng.integers(0, every.size, size=cfg.chunks)]
         history_starts = starts - window
         steps: list[Transition] = []
 

@@ -164,6 +164,8 @@ class PreparedSeries:
     """A validated series split chronologically and scaled to ``[0, 1]`` with train-only statistics.
 
     ``*_ctx`` are ``(T_i, C)`` context matrices scaled per channel (``None`` without context).
+    A fleet (:func:`prepare_fleet`) holds ``services`` equal-length series end to end in each split
+    (service-major); windows and rollouts never straddle two of them (:func:`segment_starts`).
     """
 
     name: str
@@ -177,6 +179,22 @@ class PreparedSeries:
     context_scalers: tuple[MinMaxScaler, ...]
     notes: tuple[str, ...]
     context_names: tuple[str, ...] = ()
+    services: int = 1
+
+    def by_service(self, split: str) -> np.ndarray:
+        """Split ``"train" | "val" | "test"`` as ``(services, T_i)``, one row per service."""
+        return getattr(self, split).reshape(self.services, -1)
+
+
+def segment_starts(total: int, services: int, before: int, after: int) -> np.ndarray:
+    """Every start ``s`` of a slice ``[s - before, s + after)`` of a split of ``total`` points made of
+    ``services`` equal segments end to end that lies inside one segment, in increasing order.
+    ``services=1`` gives ``arange(before, total - after + 1)``."""
+    if total % services:
+        raise ValueError(f"{total} points cannot be {services} equal segments")
+    length = total // services
+    inner = np.arange(before, length - after + 1)
+    return (np.arange(services)[:, None] * length + inner[None, :]).ravel()
 
 
 def prepare_series(values: np.ndarray, name: str, context: np.ndarray | None = None,
@@ -251,6 +269,30 @@ def describe_series(values: np.ndarray, step_seconds: float) -> dict[str, float]
     return stats
 
 
+def prepare_fleet(values: np.ndarray, name: str,
+                  fractions: tuple[float, float, float] = (0.6, 0.2, 0.2), *,
+                  min_length: int = 200, max_gap: int = 5) -> PreparedSeries:
+    """A fleet of services on one time grid, ``values`` ``(T, services)``, as one :class:`PreparedSeries`:
+    each service validated and split chronologically at the same ticks, one min-max scaler fitted on
+    every service's training part (costs stay in one unit across the fleet), and each split the
+    services' parts end to end (``services`` set)."""
+    values = np.asarray(values, dtype=np.float64)
+    if values.ndim != 2 or values.shape[1] < 1:
+        raise UnusableSeriesError(f"fleet '{name}': values must have shape (ticks, services); got {values.shape}")
+    filled, notes = [], []
+    for j in range(values.shape[1]):
+        column, column_notes = validate_series(values[:, j], f"{name}[{j}]", min_length=min_length,
+                                               max_gap=max_gap)
+        filled.append(column)
+        notes.extend(f"service {j}: {note}" for note in column_notes)
+    matrix = np.stack(filled)  # (services, T)
+    parts = chronological_split(matrix.shape[1], fractions)
+    scaler = MinMaxScaler.fit(matrix[:, parts[0]], name=f"fleet '{name}'")
+    train, val, test = (scaler.transform(matrix[:, p]).ravel() for p in parts)
+    return PreparedSeries(name, train, val, test, None, None, None, scaler, (), tuple(notes),
+                          services=matrix.shape[0])
+
+
 def development_series(series: PreparedSeries, fraction: float = 0.75) -> PreparedSeries:
     """The nested split on which design choices are made without the test split: the first ``fraction``
     of the training split trains, its rest validates (early stopping, calibration, knob selection) and
@@ -258,11 +300,12 @@ def development_series(series: PreparedSeries, fraction: float = 0.75) -> Prepar
     training split's, as in the paper."""
     if not 0.0 < fraction < 1.0:
         raise ValueError(f"fraction must lie in (0, 1); got {fraction}")
-    cut = int(round(series.train.size * fraction))
+    rows = series.by_service("train")
+    cut = int(round(rows.shape[1] * fraction))
 
     def part(values: np.ndarray | None, lo: int | None, hi: int | None) -> np.ndarray | None:
         return None if values is None else values[lo:hi]
 
-    return replace(series, name=f"{series.name} (development)", train=series.train[:cut],
-                   val=series.train[cut:], test=series.val, train_ctx=part(series.train_ctx, None, cut),
+    return replace(series, name=f"{series.name} (development)", train=rows[:, :cut].ravel(),
+                   val=rows[:, cut:].ravel(), test=series.val, train_ctx=part(series.train_ctx, None, cut),
                    val_ctx=part(series.train_ctx, cut, None), test_ctx=series.val_ctx)

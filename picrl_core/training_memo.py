@@ -51,8 +51,9 @@ def memoized(key: Hashable, compute: Callable[[], T]) -> T:
 
 
 def series_fingerprint(series: PreparedSeries) -> str:
-    """Digest of the training and validation values (and context) that offline training reads."""
-    digest = hashlib.sha256(series.name.encode())
+    """Digest of the training and validation values (and context, and how many services they hold)
+    that offline training reads."""
+    digest = hashlib.sha256(f"{series.name}/{series.services}".encode())
     for part in (series.train, series.val, series.train_ctx, series.val_ctx):
         if part is not None:
             digest.update(np.ascontiguousarray(part, dtype=np.float64).tobytes())

@@ -15,9 +15,10 @@ from tqdm import tqdm
 from picrl.commands.source import load_trace
 from picrl.comparison.figures import plot_ablation_bars, plot_cumulative_regret, plot_trajectories
 from picrl.comparison.runner import FULL, QUICK, CellCache, CellResult, run_comparison, test_series
-from picrl.comparison.tables import (full_information_pairs, markdown_censoring_cost, markdown_table2,
-                                     markdown_table3, summarise, table2_methods, table3_methods, write_csv)
-from picrl.datasets import DATASETS, Trace, load_dataset
+from picrl.comparison.tables import (full_information_pairs, markdown_censoring_cost, markdown_fleet,
+                                     markdown_table2, markdown_table3, summarise, table2_methods, table3_methods,
+                                     write_csv)
+from picrl.datasets import DATASETS, FLEETS, Trace, load_dataset
 from picrl.kafka.local_broker import default_cache
 from picrl_core.config import PicRLConfig
 from picrl_core.methods import REGISTRY
@@ -36,8 +37,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         epilog="methods:\n" + "\n".join(f"  {name:<13} {m.label} [{m.group}]: {m.reference}"
                                         for name, m in REGISTRY.items()))
     source = parser.add_argument_group("data (default: the three bundled datasets)")
-    source.add_argument("--datasets", nargs="+", default=["all"], choices=["all", *DATASETS], metavar="NAME",
-                        help=f"bundled datasets to compare on: all, or some of {', '.join(DATASETS)}")
+    source.add_argument("--datasets", nargs="+", default=["all"], choices=["all", *DATASETS, *FLEETS], metavar="NAME",
+                        help=f"bundled datasets to compare on: all, or some of {', '.join([*DATASETS, *FLEETS])} "
+                             "(pods: the 91 GenAI pods as one fleet, each pod a service; metrics are the mean over "
+                             "pods, and fleet.md gives their spread)")
     source.add_argument("--trace", type=Path, help="a CSV file (plain or .gz) instead of the bundled datasets")
     source.add_argument("--column", help="demand column of --trace")
     source.add_argument("--time-column", help="time column of --trace (seconds or ISO 8601)")
@@ -64,7 +67,7 @@ def _traces(args: argparse.Namespace) -> dict[str, Trace]:
         trace = load_trace(argparse.Namespace(dataset=None, trace=args.trace, column=args.column,
                                               time_column=args.time_column, context_columns=args.context_columns))
         return {trace.name: trace}
-    names = list(DATASETS) if "all" in args.datasets else list(dict.fromkeys(args.datasets))
+    names = [*DATASETS, *FLEETS] if "all" in args.datasets else list(dict.fromkeys(args.datasets))
     return {name: load_dataset(name) for name in names}
 
 
@@ -149,7 +152,15 @@ def run(args: argparse.Namespace) -> int:
         written += [args.out / "table3.md", write_csv(args.out / "table3.csv", summaries, table3_methods(methods), datasets)]
         print("Table 3: ablations (ΔMAE relative to PIC-RL Full)\n")
         print(table3)
-    demands = {name: s.test for name, s in series.items()}
+    demands = {name: s.test if s.services == 1 else s.by_service("test").T for name, s in series.items()}
+    fleets = [name for name in datasets if series[name].services > 1]
+    if fleets and table2_methods(methods):
+        spread = "".join(f"### {name} ({series[name].services} services)\n\n"
+                         f"{markdown_fleet(results, demands[name], name, methods, config.cost)}\n" for name in fleets)
+        (args.out / "fleet.md").write_text(spread)
+        written.append(args.out / "fleet.md")
+        print("Fleets: regret of each service, pooled over seeds\n")
+        print(spread)
     figure_dataset = "genai-mem" if "genai-mem" in traces else datasets[0]
     written += [p for p in (
         plot_trajectories(results, demands[figure_dataset], figure_dataset, 0, args.out / "trajectories.png"),
@@ -163,7 +174,8 @@ def run(args: argparse.Namespace) -> int:
         "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "python": platform.python_version(),
                     "torch": torch.__version__},
         "config": config.to_dict(),
-        "datasets": {name: {"test_ticks": int(s.test.shape[0]), "step_seconds": traces[name].step_seconds,
+        "datasets": {name: {"test_ticks": int(s.by_service("test").shape[1]), "services": s.services,
+                            "step_seconds": traces[name].step_seconds,
                             "notes": list(s.notes)} for name, s in series.items()},
         "methods": {m: {"label": REGISTRY[m].label, "group": REGISTRY[m].group, "reference": REGISTRY[m].reference}
                     for m in methods},

@@ -1,10 +1,10 @@
 """Figures of the comparison, after the paper's Figures 6 and 7 and a regret view per dataset.
 
-* ``trajectories.png``: demand and action of PIC-RL, CQL, TFT and Autopilot on one dataset and seed,
-  censored steps (``d > a``) marked;
+* ``trajectories.png``: demand and action of PIC-RL, CQL, TFT and Autopilot on one dataset and seed
+  (its first service, for a fleet), censored steps (``d > a``) marked;
 * ``ablation_bars.png``: MAE change of each ablation relative to PIC-RL (Full), per dataset;
-* ``cumulative_regret.png``: cumulative regret over the test split (mean over seeds) of every Table-2
-  method, one panel per dataset.
+* ``cumulative_regret.png``: cumulative regret over the test split (mean over seeds, and per service
+  for a fleet) of every Table-2 method, one panel per dataset.
 """
 from __future__ import annotations
 
@@ -32,23 +32,30 @@ def _finished(results: Sequence[CellResult], dataset: str, method: str) -> list[
 
 def plot_trajectories(results: Sequence[CellResult], demand: np.ndarray, dataset: str, seed: int,
                       path: Path) -> Path | None:
-    """One panel per method of :data:`TRAJECTORY_METHODS` that ran: demand, action, censored steps."""
+    """One panel per method of :data:`TRAJECTORY_METHODS` that ran: demand, action, censored steps
+    (``demand`` ``(T,)``, or ``(T, N)`` for a fleet, of which the first service is drawn)."""
     runs = [(m, r) for m in TRAJECTORY_METHODS for r in _finished(results, dataset, m) if r.cell.seed == seed]
     if not runs:
         return None
+    fleet = demand.ndim == 2
+
+    def first(x: np.ndarray) -> np.ndarray:
+        return x[:, 0] if fleet else x
+
+    demand = first(demand)
     fig, axes = plt.subplots(len(runs), 1, figsize=(13, 2.6 * len(runs)), sharex=True, squeeze=False)
     ticks = np.arange(demand.shape[0])
     for ax, (method, run) in zip(axes[:, 0], runs):
-        censored = run.censored.astype(bool)
+        censored, actions = first(run.censored).astype(bool), first(run.actions)
         ax.plot(ticks, demand, color="black", lw=1.0, label="demand d (hidden from the method)")
-        ax.plot(ticks, run.actions, color="tab:blue", lw=1.0, label="action a")
-        ax.scatter(ticks[censored], run.actions[censored], marker="x", color="tab:red", s=14,
+        ax.plot(ticks, actions, color="tab:blue", lw=1.0, label="action a")
+        ax.scatter(ticks[censored], actions[censored], marker="x", color="tab:red", s=14,
                    label=f"censored (d > a): {censored.mean():.0%} of steps")
-        mae = float(np.mean(np.abs(run.actions - demand)))
+        mae = float(np.mean(np.abs(actions - demand)))
         ax.set_title(f"{REGISTRY[method].label}: MAE {mae:.4f}", loc="left", fontsize=10)
         ax.set_ylabel("normalised")
         ax.legend(loc="upper right", fontsize=8, ncol=3)
-    axes[-1, 0].set_xlabel(f"test tick ({dataset}, seed {seed})")
+    axes[-1, 0].set_xlabel(f"test tick ({dataset}{', first service' if fleet else ''}, seed {seed})")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -94,7 +101,8 @@ def plot_cumulative_regret(results: Sequence[CellResult], demands: dict[str, np.
             runs = _finished(results, dataset, method)
             if not runs:
                 continue
-            curve = np.mean([cumulative_regret(r.actions, demand, cost) for r in runs], axis=0)
+            services = 1 if demand.ndim == 1 else demand.shape[1]
+            curve = np.mean([cumulative_regret(r.actions, demand, cost) for r in runs], axis=0) / services
             ax.plot(curve, color="black" if method == "pic-rl" else colours(i % 20),
                     lw=2.4 if method == "pic-rl" else 1.1, ls="--" if REGISTRY[method].group == "bound" else "-",
                     label=REGISTRY[method].label)

@@ -30,7 +30,7 @@ from picrl.datasets import Trace
 from picrl_core.config import PicRLConfig
 from picrl_core.methods import REGISTRY
 from picrl_core.methods.evaluation import run_on_test_split
-from picrl_core.series import PreparedSeries, prepare_series
+from picrl_core.series import PreparedSeries, prepare_fleet, prepare_series
 from picrl_core.training_memo import shared_training
 
 
@@ -89,12 +89,14 @@ class CellResult:
 
 
 def test_series(trace: Trace, budget: Budget) -> PreparedSeries:
-    """The trace split and scaled as in the paper, with the test split cut to the budget's length."""
-    series = prepare_series(trace.values, trace.name, trace.context, trace.context_names)
+    """The trace (or fleet) split and scaled as in the paper, with the test split cut to the budget's length."""
+    series = (prepare_fleet(trace.values, trace.name) if trace.values.ndim == 2 else
+              prepare_series(trace.values, trace.name, trace.context, trace.context_names))
     if budget.test_ticks is None:
         return series
     cut = slice(0, budget.test_ticks)
-    return replace(series, test=series.test[cut], test_ctx=None if series.test_ctx is None else series.test_ctx[cut])
+    return replace(series, test=series.by_service("test")[:, cut].ravel(),
+                   test_ctx=None if series.test_ctx is None else series.test_ctx[cut])
 
 
 def _core_digest() -> str:
@@ -144,6 +146,7 @@ class CellCache:
 
 
 Report = Callable[[CellResult], None]
+
 
 
 def run_group(trace: Trace, seed: int, methods: Sequence[str], config: PicRLConfig, budget: Budget,

@@ -15,6 +15,8 @@ from pathlib import Path
 import numpy as np
 
 from picrl.comparison.runner import CellResult
+from picrl_core.config import CostConfig
+from picrl_core.costs import per_service_metrics
 from picrl_core.methods import REGISTRY
 
 GROUP_ORDER = ("pic-rl", "phase-1", "phase-2", "phase-3", "phase-2+3", "full", "operator", "reference", "bound")
@@ -134,6 +136,37 @@ def markdown_censoring_cost(summaries: dict[tuple[str, str], Summary], methods: 
         ratios = [censoring_cost(summaries, method, d) for d in datasets]
         cells = ("—" if np.isnan(r) else f"{r:.2f}x" for r in ratios)
         lines.append(f"| {REGISTRY[method].label} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def markdown_fleet(results: Sequence[CellResult], demand: np.ndarray, dataset: str, methods: Sequence[str],
+                   cost: CostConfig) -> str:
+    """A fleet's spread: for each Table-2 method, the regret of its services (``demand`` ``(T, N)``) pooled
+    over seeds: mean, std, quartiles, and the share of services on which it has the lowest regret of the
+    methods (the bound and full-information references aside), seed by seed."""
+    rows = table2_methods(methods)
+    regrets: dict[str, dict[int, np.ndarray]] = {}  # method -> seed -> (N,)
+    for r in results:
+        if r.cell.dataset == dataset and r.cell.method in rows and r.actions is not None:
+            regrets.setdefault(r.cell.method, {})[r.cell.seed] = np.array(
+                [m.regret for m in per_service_metrics(r.actions, demand, cost)])
+    rivals = [m for m in regrets if REGISTRY[m].censoring and REGISTRY[m].group != "bound"]
+    seeds = sorted(set.intersection(*(set(regrets[m]) for m in rivals))) if rivals else []
+    wins = {m: [] for m in rivals}
+    for seed in seeds:
+        best = np.argmin(np.stack([regrets[m][seed] for m in rivals]), axis=0)
+        for i, m in enumerate(rivals):
+            wins[m].append(np.mean(best == i))
+    lines = ["| Method | services | regret per service | std over services | p25 | median | p75 | "
+             "services where lowest |", "|---|---|---|---|---|---|---|---|"]
+    for method in rows:
+        if method not in regrets:
+            continue
+        pooled = np.concatenate(list(regrets[method].values()))
+        quartiles = np.percentile(pooled, [25, 50, 75])
+        share = f"{np.mean(wins[method]):.0%}" if wins.get(method) else "—"
+        lines.append(f"| {REGISTRY[method].label} | {pooled.size // len(regrets[method])} | {pooled.mean():.2f} | "
+                     f"{pooled.std(ddof=1):.2f} | " + " | ".join(f"{q:.2f}" for q in quartiles) + f" | {share} |")
     return "\n".join(lines) + "\n"
 
 

@@ -24,9 +24,11 @@ class DatasetError(ValueError):
 
 @dataclass(frozen=True, eq=False)
 class Trace:
-    """One demand series in native units, optionally with aligned context channels.
+    """One demand series in native units, optionally with aligned context channels, or a fleet of
+    services on one time grid.
 
-    ``values`` is ``(T,)`` float64; ``context`` is ``(T, C)`` float64 or ``None``;
+    ``values`` is ``(T,)`` float64, or ``(T, N)`` for a fleet of N services (without context);
+    ``context`` is ``(T, C)`` float64 or ``None``;
     ``step_seconds`` is NaN when the file has no time column. Arrays are read-only.
     """
 
@@ -40,8 +42,9 @@ class Trace:
 
     def __post_init__(self) -> None:
         values = _frozen_copy(self.values)
-        if values.ndim != 1:
-            raise DatasetError(f"trace '{self.name}': values must be 1-D, got shape {values.shape}")
+        if values.ndim != 1 and not (values.ndim == 2 and self.context is None):
+            raise DatasetError(f"trace '{self.name}': values must be 1-D (or 2-D for a fleet without context), "
+                               f"got shape {values.shape}")
         object.__setattr__(self, "values", values)
         if self.context is None:
             if self.context_names:
@@ -68,6 +71,12 @@ DATASETS: dict[str, str] = {
                  "22.8 h at 57 s",
     "genai-ctx": "genai-mem plus context channels duty_mean_pct (mean GPU duty cycle, %) and "
                  "n_pods_busy (pods with duty > 0)",
+}
+
+# Fleets: many services on one time grid, one service per column (``picrl compare`` runs them together).
+FLEETS: dict[str, str] = {
+    "pods": "Alibaba GenAI Stable-Diffusion serving: GPU memory of each of the 91 pods reporting at every "
+            "stamp, one service per pod, bytes, 22.8 h at 57 s",
 }
 
 # name -> (file, value column, context columns, unit, upstream source)
@@ -189,9 +198,13 @@ def load_csv(path: str | Path, column: str, time_column: str | None = None,
 
 
 def load_dataset(name: str) -> Trace:
-    """One of the bundled datasets listed in :data:`DATASETS`, in native units."""
+    """One of the bundled datasets listed in :data:`DATASETS` or :data:`FLEETS`, in native units."""
+    if name == "pods":
+        pods = load_pod_fleet()
+        return Trace(name="pods", values=np.column_stack([p.values for p in pods]), context=None, context_names=(),
+                     step_seconds=pods[0].step_seconds, unit="bytes", source=pods[0].source)
     if name not in _SPECS:
-        raise DatasetError(f"unknown dataset '{name}'; valid names: {', '.join(DATASETS)}")
+        raise DatasetError(f"unknown dataset '{name}'; valid names: {', '.join([*DATASETS, *FLEETS])}")
     file, column, context_columns, unit, source = _SPECS[name]
     trace = load_csv(FILES / file, column, time_column="t_sec", context_columns=context_columns)
     return replace(trace, name=name, unit=unit, source=source)

@@ -91,9 +91,11 @@ def fit_censored_sgd_residual(series: PreparedSeries, config: PicRLConfig, *,
     model = phase1_predictor(series, config) if predictor is None else predictor.eval()
     ratio = critical_ratio(config.cost)
     chunk = config.online.inference_chunk
-    on_train = float(np.quantile(split_residuals(model, series.train, series.train_ctx, config), ratio))
+    on_train = float(np.quantile(split_residuals(model, series.train, series.train_ctx, config,
+                                                 services=series.services), ratio))
     selection: Selection[float] = select_on_validation(
         STEPS, lambda step: CensoredSGDProvisioner(step, config.cost, on_train, predictor=model, chunk=chunk),
         series, config)
-    on_val = float(np.quantile(split_residuals(model, series.val, series.val_ctx, config), ratio))
+    on_val = float(np.quantile(split_residuals(model, series.val, series.val_ctx, config,
+                                               services=series.services), ratio))
     return CensoredSGDProvisioner(selection.chosen, config.cost, on_val, predictor=model, chunk=chunk)

@@ -43,7 +43,7 @@ from picrl_core.methods.base import Provisioner
 from picrl_core.methods.selection import Selection, select_on_validation
 from picrl_core.pipeline import phase1_predictor
 from picrl_core.predictor import GaussianLSTM, make_windows, predict_gaussian
-from picrl_core.series import PreparedSeries
+from picrl_core.series import PreparedSeries, segment_starts
 
 CONFORMAL_WINDOW = 256  # residuals kept per service (the calibration set size n)
 # Candidate gammas of adaptive conformal inference (Gibbs & Candes 2021 use 0.005), chosen on validation.
@@ -111,6 +111,7 @@ class ConformalProvisioner(Provisioner):
     residual pool (censored residuals as ``+inf``)."""
 
     def __init__(self, model: GaussianLSTM, calibration: np.ndarray, alpha: float, step: float, chunk: int) -> None:
+        """``calibration``: the residual pool ``(n,)`` every service starts from, or ``(N, n)``, one per service."""
         self.model = model
         self.chunk = chunk
         self.calibration = np.asarray(calibration, dtype=np.float64)
@@ -120,7 +121,7 @@ class ConformalProvisioner(Provisioner):
     def start(self, history: np.ndarray, history_context: np.ndarray | None) -> np.ndarray:
         self.feed = PredictorFeed(self.model, history, history_context, self.chunk)
         n = self.feed.observations.shape[0]
-        self.residuals = np.repeat(self.calibration[None, :], n, axis=0)
+        self.residuals = np.array(np.broadcast_to(self.calibration, (n, self.calibration.shape[-1])))
         self.alpha_t = np.full(n, self.alpha)
         return self._decide()
 
@@ -140,13 +141,16 @@ class ConformalProvisioner(Provisioner):
 
 
 def split_residuals(model: GaussianLSTM, values: np.ndarray, context: np.ndarray | None, config: PicRLConfig,
-                         window: int = CONFORMAL_WINDOW) -> np.ndarray:
-    """Residuals ``d - mu`` of the predictor on the last ``window`` (uncensored) windows of a split."""
+                    window: int = CONFORMAL_WINDOW, services: int = 1) -> np.ndarray:
+    """Residuals ``d - mu`` of the predictor on the last ``window`` (uncensored) windows of a split, for
+    each of its ``services`` series: ``(window,)`` for one, ``(services, window)`` for a fleet."""
     width = model.cfg.window
-    starts = np.arange(len(values) - width)[-window:]
-    windows, targets = make_windows(values, context, width, np.random.default_rng(config.seed), 0.0, starts=starts)
+    starts = segment_starts(len(values), services, 0, width + 1).reshape(services, -1)[:, -window:]
+    windows, targets = make_windows(values, context, width, np.random.default_rng(config.seed), 0.0,
+                                    starts=starts.ravel())
     mu, _ = predict_gaussian(model, windows)
-    return targets.astype(np.float64) - mu
+    residuals = (targets.astype(np.float64) - mu).reshape(starts.shape)
+    return residuals[0] if services == 1 else residuals
 
 
 def fit_conformal(series: PreparedSeries, config: PicRLConfig, *, predictor: GaussianLSTM | None = None,
@@ -157,8 +161,8 @@ def fit_conformal(series: PreparedSeries, config: PicRLConfig, *, predictor: Gau
     model = phase1_predictor(series, config) if predictor is None else predictor.eval()
     alpha = 1.0 - critical_ratio(config.cost)
     chunk = config.online.inference_chunk
-    on_train = split_residuals(model, series.train, series.train_ctx, config, window)
+    on_train = split_residuals(model, series.train, series.train_ctx, config, window, series.services)
     selection: Selection[float] = select_on_validation(
         steps, lambda step: ConformalProvisioner(model, on_train, alpha, step, chunk), series, config)
-    return ConformalProvisioner(model, split_residuals(model, series.val, series.val_ctx, config, window), alpha,
-                                selection.chosen, chunk)
+    on_val = split_residuals(model, series.val, series.val_ctx, config, window, series.services)
+    return ConformalProvisioner(model, on_val, alpha, selection.chosen, chunk)

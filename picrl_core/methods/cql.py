@@ -36,7 +36,7 @@ from picrl_core.controller import ControllerState, PicRLController, Transition
 from picrl_core.methods.pic_rl import PicRLProvisioner
 from picrl_core.pipeline import train_offline
 from picrl_core.policy import N_FEATURES, N_OUTPUTS, PolicyNetwork, ValueNetwork, _mlp, gaussian_log_prob
-from picrl_core.pretrain import _chunks
+from picrl_core.pretrain import _chunks, chunk_starts
 from picrl_core.series import PreparedSeries
 from picrl_core.simulator import simulate
 
@@ -78,16 +78,14 @@ class CQLReport:
 
 
 def collect_offline_data(predictor: torch.nn.Module, policy: PolicyNetwork, train: np.ndarray, config: PicRLConfig,
-                         train_context: np.ndarray | None) -> dict[str, torch.Tensor]:
+                         train_context: np.ndarray | None, series_count: int = 1) -> dict[str, torch.Tensor]:
     """One exploring rollout of ``policy`` through the PIC controller over
     ``chunks * max(1, iterations // ITERATIONS_PER_ROLLOUT)`` random chunks of the training split, all
     services stepped together; returns ``features``, ``pre``, ``reward`` and ``next_features`` rows."""
     cfg, window = config.pretrain, config.predictor.window
-    length = min(cfg.chunk_len, train.shape[0] - window - 1)
-    if length < 8:
-        raise ValueError(f"the training split ({train.shape[0]} steps) is too short for Phase 2 with window {window}")
+    every, length = chunk_starts(train, series_count, window, cfg.chunk_len, "Phase 2")
     services = cfg.chunks * max(1, cfg.iterations // ITERATIONS_PER_ROLLOUT)
-    starts = np.random.default_rng(config.seed).integers(window, train.shape[0] - length + 1, size=services)
+    starts = every[np.random.default_rng(config.seed).integers(0, every.size, size=services)]
     steps: list[Transition] = []
 
     def collect(_: int, __: ControllerState, transition: Transition) -> None:
@@ -113,7 +111,7 @@ def cql_log_sum_exp(q: QNetwork, features: torch.Tensor, proposals: list[tuple[t
 
 
 def pretrain_cql(predictor: torch.nn.Module, train: np.ndarray, config: PicRLConfig, *,
-                 train_context: np.ndarray | None = None,
+                 train_context: np.ndarray | None = None, services: int = 1,
                  progress: Callable[[dict[str, float]], None] | None = None
                  ) -> tuple[PolicyNetwork, ValueNetwork, CQLReport]:
     """CQL(H) pretraining of ``pi_phi`` (and ``V_psi`` fitted from Q) on offline PIC rollouts, with the
@@ -126,7 +124,7 @@ def pretrain_cql(predictor: torch.nn.Module, train: np.ndarray, config: PicRLCon
         q_nets = nn.ModuleList([QNetwork(config.policy.hidden), QNetwork(config.policy.hidden)])
     if cfg.iterations == 0:
         return policy, value, CQLReport(0, 0, 0.0, (), (), ())
-    data = collect_offline_data(predictor, policy, train, config, train_context)
+    data = collect_offline_data(predictor, policy, train, config, train_context, services)
     reward_scale = float(data["reward"].std()) or 1.0
     rewards = (data["reward"] / reward_scale).float()
     targets = copy.deepcopy(q_nets).requires_grad_(False)

@@ -1,8 +1,9 @@
 """One cell of Tables 2 and 3: a method trained on a series and run on its test split under the PIC loop.
 
-Every method gets the same inputs (Sec. 4.1.2): the test split as the demand ``d_t`` of one service,
-the last predictor window of the validation split as its uncensored cold-start history, the scaled
-context channels where the series has them, and the config's cost weights for the metrics. Only
+Every method gets the same inputs (Sec. 4.1.2): the test split as the demand ``d_t`` of one service
+(of each service of a fleet, all acting together), the last predictor window of the validation split
+as its uncensored cold-start history, the scaled context channels where the series has them, and the
+config's cost weights for the metrics (a fleet's are the mean over its services). Only
 :func:`~picrl_core.methods.base.run_pic_loop` and the metrics see ``d_t``.
 """
 from __future__ import annotations
@@ -12,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from picrl_core.config import PicRLConfig
-from picrl_core.costs import EpisodeMetrics, episode_metrics
+from picrl_core.costs import EpisodeMetrics, mean_service_metrics
 from picrl_core.methods.base import LoopResult, Method, run_pic_loop
 from picrl_core.pipeline import evaluation_inputs
 from picrl_core.series import PreparedSeries
@@ -20,7 +21,8 @@ from picrl_core.series import PreparedSeries
 
 @dataclass(frozen=True)
 class TestSplitRun:
-    """The test-split episode of one method: ``demand``, ``actions`` and ``censored`` are ``(T,)``."""
+    """The test-split episode of one method: ``demand``, ``actions`` and ``censored`` are ``(T,)``, or
+    ``(T, N)`` for a fleet of N services, whose ``metrics`` are the mean over services."""
 
     demand: np.ndarray
     actions: np.ndarray
@@ -36,6 +38,7 @@ def run_on_test_split(method: Method, series: PreparedSeries, config: PicRLConfi
     inputs = evaluation_inputs(series, config.predictor.window)
     loop: LoopResult = run_pic_loop(provisioner, inputs["demand"], inputs["history"], context=inputs["context"],
                                     history_context=inputs["history_context"], censoring=method.censoring)
-    demand = np.asarray(inputs["demand"])[:, 0]
-    actions = loop.actions[:, 0]
-    return TestSplitRun(demand, actions, loop.censored[:, 0], episode_metrics(actions, demand, config.cost))
+    demand, actions, censored = np.asarray(inputs["demand"]), loop.actions, loop.censored
+    if series.services == 1:
+        demand, actions, censored = demand[:, 0], actions[:, 0], censored[:, 0]
+    return TestSplitRun(demand, actions, censored, mean_service_metrics(actions, demand, config.cost))

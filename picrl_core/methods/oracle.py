@@ -49,9 +49,9 @@ def hindsight_buffer(previous: np.ndarray, demand: np.ndarray, cost: CostConfig)
 class OracleProvisioner(Provisioner):
     """Replays the true demand: ``a_{t+1} = clip(d_t + b*, 0, 1)`` for every service."""
 
-    def __init__(self, demand: np.ndarray, buffer: float) -> None:
-        self.demand = np.asarray(demand, dtype=np.float64)
-        self.buffer = buffer
+    def __init__(self, demand: np.ndarray, buffer: np.ndarray) -> None:
+        self.demand = np.asarray(demand, dtype=np.float64)  # (T, N)
+        self.buffer = np.asarray(buffer, dtype=np.float64)  # (N,): each service's b*
 
     def start(self, history: np.ndarray, history_context: np.ndarray | None) -> np.ndarray:
         history = np.asarray(history, dtype=np.float64)
@@ -61,18 +61,20 @@ class OracleProvisioner(Provisioner):
         return np.clip(history[:, -1] + self.buffer, 0.0, 1.0)
 
     def act(self, y: np.ndarray, censored: np.ndarray, context: np.ndarray | None) -> np.ndarray:
-        if self.tick >= self.demand.size:
-            raise ValueError(f"the oracle knows {self.demand.size} test ticks; the loop ran longer")
+        if self.tick >= self.demand.shape[0]:
+            raise ValueError(f"the oracle knows {self.demand.shape[0]} test ticks; the loop ran longer")
         d = self.demand[self.tick]
         y = np.asarray(y, dtype=np.float64)
         if np.any(~np.asarray(censored, dtype=bool) & (np.abs(y - d) > 1e-9)):
             raise ValueError(f"tick {self.tick}: the observed demand is not series.test's; the oracle only "
                              "replays the test split")
         self.tick += 1
-        return np.clip(np.full(y.shape, d + self.buffer), 0.0, 1.0)
+        return np.clip(np.broadcast_to(d + self.buffer, y.shape), 0.0, 1.0)
 
 
 def fit_oracle(series: PreparedSeries, config: PicRLConfig) -> OracleProvisioner:
-    """Reads ``series.test`` (and the last validation value): the bound, not a method."""
-    previous = np.concatenate([series.val[-1:], series.test[:-1]])
-    return OracleProvisioner(series.test, hindsight_buffer(previous, series.test, config.cost))
+    """Reads ``series.test`` (and the last validation value): the bound, not a method; each service of a
+    fleet gets its own ``b*``."""
+    test = series.by_service("test")
+    previous = np.concatenate([series.by_service("val")[:, -1:], test[:, :-1]], axis=1)
+    return OracleProvisioner(test.T, np.array([hindsight_buffer(p, d, config.cost) for p, d in zip(previous, test)]))

@@ -38,7 +38,7 @@ from picrl_core.noise import counter_normal
 from picrl_core.pipeline import config_for, phase1_predictor
 from picrl_core.policy import gaussian_log_prob
 from picrl_core.predictor import predict_gaussian
-from picrl_core.pretrain import _chunks, gae
+from picrl_core.pretrain import _chunks, chunk_starts, gae
 from picrl_core.series import PreparedSeries
 
 HISTORY = 8  # past steps each 1D-CNN reads (Pensieve: k = 8 chunks), at most the predictor window
@@ -165,7 +165,7 @@ class PensieveReport:
 
 
 def train_pensieve(predictor: torch.nn.Module, train: np.ndarray, config: PicRLConfig, *,
-                   train_context: np.ndarray | None = None,
+                   train_context: np.ndarray | None = None, services: int = 1,
                    progress: Callable[[dict[str, float]], None] | None = None
                    ) -> tuple[PensieveActor, PensieveNetwork, PensieveReport]:
     """Synchronous advantage actor-critic on exploring rollouts of the Pensieve controller over
@@ -176,15 +176,13 @@ def train_pensieve(predictor: torch.nn.Module, train: np.ndarray, config: PicRLC
         torch.manual_seed(config.seed)
         actor = PensieveActor(history, config.policy.hidden, config.policy.init_log_std)
         critic = PensieveNetwork(history, config.policy.hidden)
-    length = min(cfg.chunk_len, train.shape[0] - window - 1)
-    if length < 8:
-        raise ValueError(f"the training split ({train.shape[0]} steps) is too short for Pensieve with window {window}")
+    every, length = chunk_starts(train, services, window, cfg.chunk_len, "Pensieve")
     rng = np.random.default_rng(config.seed)
     actor_opt = torch.optim.Adam(actor.parameters(), lr=cfg.lr_actor)
     critic_opt = torch.optim.Adam(critic.parameters(), lr=cfg.lr_critic)
     curves: dict[str, list[float]] = {"value_loss": [], "mean_reward": [], "censor_rate": []}
     for iteration in range(cfg.iterations):
-        starts = rng.integers(window, train.shape[0] - length + 1, size=cfg.chunks)
+        starts = every[rng.integers(0, every.size, size=cfg.chunks)]
         record: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         agent = PensieveProvisioner(predictor, actor, config, explore=True, first_key=iteration * cfg.chunks,
                                     record=record)
@@ -227,5 +225,6 @@ def fit_pensieve(series: PreparedSeries, config: PicRLConfig) -> PensieveProvisi
     Phases 2 and 3."""
     config = config_for(series, config)
     predictor = phase1_predictor(series, config)
-    actor, _, _ = train_pensieve(predictor, series.train, config, train_context=series.train_ctx)
+    actor, _, _ = train_pensieve(predictor, series.train, config, train_context=series.train_ctx,
+                                 services=series.services)
     return PensieveProvisioner(predictor, actor, config)

@@ -17,7 +17,7 @@ from typing import Generic, TypeVar
 import numpy as np
 
 from picrl_core.config import PicRLConfig
-from picrl_core.costs import episode_metrics
+from picrl_core.costs import mean_service_metrics
 from picrl_core.methods.base import Provisioner, run_pic_loop
 from picrl_core.pipeline import STEP_MULTIPLIERS, evaluation_inputs
 from picrl_core.series import PreparedSeries
@@ -37,11 +37,11 @@ class Selection(Generic[Knob]):
 
 
 def validation_regret(provisioner: Provisioner, series: PreparedSeries, config: PicRLConfig) -> float:
-    """Regret of ``provisioner`` under the PIC loop on the validation split."""
+    """Regret of ``provisioner`` under the PIC loop on the validation split (per service, for a fleet)."""
     inputs = evaluation_inputs(series, config.predictor.window, "val")
     loop = run_pic_loop(provisioner, inputs["demand"], inputs["history"], context=inputs["context"],
                         history_context=inputs["history_context"])
-    return episode_metrics(loop.actions[:, 0], np.asarray(inputs["demand"])[:, 0], config.cost).regret
+    return mean_service_metrics(loop.actions, inputs["demand"], config.cost).regret
 
 
 def select_on_validation(candidates: Sequence[Knob], build: Callable[[Knob], Provisioner], series: PreparedSeries,

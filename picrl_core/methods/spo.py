@@ -49,7 +49,7 @@ from picrl_core.controller import _last_window, _shift
 from picrl_core.methods.base import Provisioner
 from picrl_core.methods.conformal import context_rows
 from picrl_core.predictor import make_windows
-from picrl_core.series import PreparedSeries
+from picrl_core.series import PreparedSeries, segment_starts
 
 SPO_EPOCHS = 60
 SPO_PATIENCE = 5
@@ -89,11 +89,12 @@ def train_spo(series: PreparedSeries, config: PicRLConfig) -> LinearDemandModel:
     width = cfg.window
     channels = 0 if series.train_ctx is None else series.train_ctx.shape[1]
     rng = np.random.default_rng(config.seed)
-    val_x, val_t = make_windows(series.val, series.val_ctx, width, rng, 0.0)
+    val_x, val_t = make_windows(series.val, series.val_ctx, width, rng, 0.0,
+                                starts=segment_starts(len(series.val), series.services, 0, width + 1))
     val_y, val_ctx = _split(val_x)
     val_target = torch.from_numpy(val_t)
-    n_all = len(series.train) - width
-    per_epoch = min(n_all, cfg.max_train_windows)
+    every = segment_starts(len(series.train), series.services, 0, width + 1)
+    per_epoch = min(every.size, cfg.max_train_windows)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(config.seed)
         model = LinearDemandModel(width, channels)
@@ -101,7 +102,7 @@ def train_spo(series: PreparedSeries, config: PicRLConfig) -> LinearDemandModel:
     best_loss, best_epoch, best_state = math.inf, 0, copy.deepcopy(model.state_dict())
     for epoch in range(1, SPO_EPOCHS + 1):
         x, t = make_windows(series.train, series.train_ctx, width, rng, 0.0,
-                            starts=rng.permutation(n_all)[:per_epoch])
+                            starts=every[rng.permutation(every.size)[:per_epoch]])
         y, ctx = _split(x)
         target = torch.from_numpy(t)
         for lo in range(0, per_epoch, cfg.batch_size):

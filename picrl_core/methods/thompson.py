@@ -141,13 +141,14 @@ class ThompsonProvisioner(Provisioner):
 
 def pretrain_bandit(model: GaussianLSTM, series: PreparedSeries, config: PicRLConfig) -> GaussianThompson:
     """Phase 2: one pass of PIC rollouts over the training split in ``config.pretrain.chunks``
-    consecutive chunks, all learning into one shared bandit; each chunk starts from the W uncensored
-    steps before it."""
+    consecutive chunks (of each series of a fleet, ``chunks // services`` at least one), all learning into
+    one shared bandit; each chunk starts from the W uncensored steps before it."""
     width = model.cfg.window
-    steps = len(series.train) - width
-    chunks = max(1, min(config.pretrain.chunks, steps))
+    per_service = len(series.train) // series.services
+    steps = per_service - width
+    chunks = max(1, min(config.pretrain.chunks // series.services, steps))
     length = steps // chunks
-    starts = width + length * np.arange(chunks)
+    starts = ((per_service * np.arange(series.services))[:, None] + width + length * np.arange(chunks)).ravel()
     ticks = starts[None, :] + np.arange(length)[:, None]  # (length, chunks)
     before = starts[:, None] - width + np.arange(width)[None, :]  # (chunks, W)
     ctx = series.train_ctx

@@ -20,10 +20,11 @@ FIGURES = ("trajectories.png", "ablation_bars.png", "cumulative_regret.png")
 
 @pytest.fixture(scope="module")
 def quick_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, str]:
-    """``picrl compare --quick`` on all three datasets, as a user runs it (a subprocess, two jobs)."""
+    """``picrl compare --quick`` on the three paper datasets, as a user runs it (a subprocess, two jobs)."""
     out, cache = tmp_path_factory.mktemp("compare"), tmp_path_factory.mktemp("cache")
     done = subprocess.run([sys.executable, "-m", "picrl", "compare", "--quick", "--jobs", "2", "--out", str(out),
-                           "--cache", str(cache)], cwd=REPO, capture_output=True, text=True, timeout=900)
+                           "--cache", str(cache), "--datasets", "dlrm", "genai-mem", "genai-ctx"],
+                          cwd=REPO, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-4000:]
     return out, cache, done.stdout
 
@@ -57,6 +58,21 @@ def test_quick_comparison_writes_tables_results_and_figures(quick_run: tuple[Pat
     assert "Table 2" in stdout and "Table 3" in stdout and "Cost of censoring" in stdout
     censoring = (out / "censoring_cost.md").read_text()
     assert "| PIC-RL (Ours) |" in censoring and "| Conformal |" in censoring
+
+
+def test_the_pod_fleet_runs_every_pod_as_a_service_and_reports_the_spread(tmp_path: Path) -> None:
+    """``--datasets pods``: 91 pods in one loop; metrics are the mean over pods, fleet.md their spread."""
+    assert main(["compare", "--quick", "--jobs", "1", "--datasets", "pods", "--methods", "conformal", "oracle",
+                 "--out", str(tmp_path), "--cache", str(tmp_path / "cache")]) == 0
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert results["datasets"]["pods"]["services"] == 91 and results["datasets"]["pods"]["test_ticks"] == 288
+    cells = {c["method"]: c["metrics"] for c in results["cells"]}
+    assert cells["conformal"]["steps"] == 288 and cells["oracle"]["regret"] < cells["conformal"]["regret"]
+    fleet = (tmp_path / "fleet.md").read_text()
+    assert "### pods (91 services)" in fleet
+    conformal = next(line for line in fleet.splitlines() if line.startswith("| Conformal |")).split("|")
+    assert conformal[2].strip() == "91" and float(conformal[3]) == pytest.approx(cells["conformal"]["regret"], abs=0.01)
+    assert conformal[-2].strip() == "100%"  # the only method that competes: lowest on every pod
 
 
 def test_a_rerun_reads_every_cell_from_the_cache(quick_run: tuple[Path, Path, str], tmp_path: Path,
