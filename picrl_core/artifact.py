@@ -49,6 +49,7 @@ def save_artifact(artifact: ModelArtifact, folder: Path) -> Path:
     manifest = {
         "format_version": FORMAT_VERSION,
         "weights_sha256": hashlib.sha256((folder / WEIGHTS).read_bytes()).hexdigest(),
+        "predictor": artifact.config.predictor.kind,  # "windowed" or "incremental" (config.predictor.kind says it too)
         "config": artifact.config.to_dict(),
         "scaling": artifact.scaling,
         "reports": artifact.reports,
@@ -75,6 +76,9 @@ def load_artifact(folder: Path) -> ModelArtifact:
         raise ArtifactError(f"{weights_path} does not match the checksum in {MANIFEST}: truncated or modified")
     try:
         config = PicRLConfig.from_dict(manifest["config"])
+        if manifest.get("predictor", config.predictor.kind) != config.predictor.kind:
+            raise ValueError(f"the manifest says a {manifest['predictor']} predictor, its config a "
+                             f"{config.predictor.kind} one")
         tensors = load_file(str(weights_path))
     except (KeyError, TypeError, ValueError, SafetensorError) as exc:
         raise ArtifactError(f"{folder} cannot be read: {exc}") from exc

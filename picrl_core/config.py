@@ -33,6 +33,13 @@ class PredictorConfig:
     censor_prob: float = 0.3  # share of training windows re-censored so the model sees PIC inputs
     max_train_windows: int = 20_000  # windows sampled per epoch (bounded epoch time on long traces)
     calibrate_sigma: bool = True  # temperature of sigma fitted on the validation split by NLL; paper: False
+    # "windowed": the LSTM re-reads the last `window` steps from a zero state every tick (the paper's);
+    # "incremental": it carries (h, c) per service and takes one cell step per tick (picrl_core.incremental_predictor)
+    kind: str = "windowed"
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("windowed", "incremental"):
+            raise ValueError(f"predictor.kind must be 'windowed' or 'incremental'; got {self.kind!r}")
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from picrl_core.calibrator import feedback, reactive_step
 from picrl_core.censored_estimator import estimate_censored_demand
 from picrl_core.config import PicRLConfig
 from picrl_core.features import state_features
+from picrl_core.incremental_predictor import advance_memory, memory_size, start_memory
 from picrl_core.noise import counter_normal
 from picrl_core.policy import N_OUTPUTS, PolicyNetwork, gaussian_log_prob, risk_centre, squash
 from picrl_core.predictor import GaussianLSTM, predict_gaussian
@@ -51,6 +52,7 @@ class ControllerState:
     features: np.ndarray  # (B, F) float32 state s_t the decision was made from
     est_mean: np.ndarray  # (B,) float64 censored-demand estimate (mean) of this window: the next tick's warm start
     est_std: np.ndarray  # (B,) float64 censored-demand estimate (std), likewise
+    memory: np.ndarray  # (B, M) float32 the incremental predictor's (h, c) after this window (M = 0 when windowed)
 
     def __len__(self) -> int:
         return int(self.keys.shape[0])
@@ -58,6 +60,11 @@ class ControllerState:
     def take(self, index: np.ndarray | slice) -> "ControllerState":
         """The sub-batch of services at ``index`` (copies)."""
         return ControllerState(**{f.name: getattr(self, f.name)[index].copy() for f in fields(self)})
+
+    def put(self, index: np.ndarray, other: "ControllerState") -> None:
+        """Overwrite the services at ``index`` with the services of ``other`` (in place, in order)."""
+        for f in fields(self):
+            getattr(self, f.name)[index] = getattr(other, f.name)
 
     @staticmethod
     def concat(states: list["ControllerState"]) -> "ControllerState":
@@ -93,6 +100,8 @@ class PicRLController:
             raise ValueError(f"inference chunk must be >= 1; got {self.chunk}")
         self.window = config.predictor.window
         self.context_channels = config.predictor.context_channels
+        self.incremental = config.predictor.kind == "incremental"
+        self.memory_size = memory_size(config.predictor)
 
     def set_policy(self, policy: PolicyNetwork) -> None:
         """Hot-swap the acting policy (slow-loop update or a new published version)."""
@@ -117,7 +126,7 @@ class PicRLController:
             tick=np.broadcast_to(np.asarray(start_tick, dtype=np.int64), (n,)).copy(),
             observations=observations, censored=np.zeros_like(observations, dtype=bool), context=context,
             margin=zeros, bias=zeros.copy(), censor_streak=np.zeros(n, np.int64), over_streak=np.zeros(n, np.int64),
-            estimate_start=None,
+            estimate_start=None, memory=None,
         )
 
     def step(self, state: ControllerState, y: np.ndarray, censored: np.ndarray,
@@ -143,6 +152,7 @@ class PicRLController:
             context=_shift(state.context, row_context[:, 0, :]),
             margin=margin, bias=bias, censor_streak=censor_streak, over_streak=over_streak,
             estimate_start=(state.est_mean, state.est_std) if self.config.estimator.warm_start else None,
+            memory=state.memory,
         )
         transition = Transition(features=state.features, pre=state.pre, log_prob=state.log_prob, reward=reward,
                                 next_features=new.features, censored=censored, action=a)
@@ -162,14 +172,23 @@ class PicRLController:
 
     def _decide(self, *, keys: np.ndarray, tick: np.ndarray, observations: np.ndarray, censored: np.ndarray,
                 context: np.ndarray, margin: np.ndarray, bias: np.ndarray, censor_streak: np.ndarray,
-                over_streak: np.ndarray, estimate_start: tuple[np.ndarray, np.ndarray] | None) -> ControllerState:
+                over_streak: np.ndarray, estimate_start: tuple[np.ndarray, np.ndarray] | None,
+                memory: np.ndarray | None) -> ControllerState:
         """Predict (mu, sigma), build s_t, plan (eta, k) and act: a = clip(mu + k*sigma + m + b, 0, 1).
 
         The censored-demand estimator starts from ``estimate_start`` (the previous tick's estimate, whose
-        window differs by one point) where given, and from the window's sample moments otherwise."""
+        window differs by one point) where given, and from the window's sample moments otherwise. The
+        incremental predictor advances ``memory`` (its state before the window's newest row) by that row,
+        or reads the whole window when there is none (cold start)."""
         cfg = self.config
         windows = np.concatenate([observations[:, :, None], censored[:, :, None].astype(np.float32), context], axis=2)
-        mu, sigma = predict_gaussian(self.predictor, windows, self.chunk)
+        if not self.incremental:
+            mu, sigma = predict_gaussian(self.predictor, windows, self.chunk)
+            memory = np.zeros((windows.shape[0], 0), np.float32)
+        elif memory is None:
+            mu, sigma, memory = start_memory(self.predictor, windows, self.chunk)
+        else:
+            mu, sigma, memory = advance_memory(self.predictor, windows[:, -1, :], memory, self.chunk)
         if not cfg.ablation.use_uncertainty:  # A1: no state-dependent uncertainty, the best constant std instead
             sigma = np.full_like(sigma, float(self.predictor.head.residual_rms))
         recent = slice(-cfg.estimator.window, None)
@@ -188,7 +207,7 @@ class PicRLController:
             keys=keys, tick=tick, observations=observations, censored=censored, context=context,
             margin=margin, bias=bias, censor_streak=censor_streak, over_streak=over_streak,
             action=action, mu=mu, sigma=sigma, eta=eta, k=k, pre=pre, log_prob=log_prob, features=features,
-            est_mean=estimate.mean, est_std=estimate.std,
+            est_mean=estimate.mean, est_std=estimate.std, memory=memory,
         )
 
     def _plan(self, features: np.ndarray, keys: np.ndarray, tick: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

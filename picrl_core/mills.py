@@ -37,7 +37,7 @@ _FRACTION_LEVELS = 45
 _SQRT_HALF = math.sqrt(0.5)
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 _LOG_2 = math.log(2.0)
-_LOG_SF_FROM_ERFCX = -1.0  # log(1 - Phi(z)) from erfcx from here up, from log_ndtr below
+_LOG_SF_FROM_ERFCX = -1.0  # log(1 - Phi(z)) from erfcx from here up, from erfc below
 
 
 def _tail_gap(w: np.ndarray) -> np.ndarray:
@@ -57,7 +57,7 @@ def _mills_terms(z: ArrayLike) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     scaled = torch.special.erfcx(t * _SQRT_HALF).numpy()  # (1 - Phi(z)) / phi(z) = sqrt(pi/2) * scaled
     with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
         # 1 - Phi(z) = erfc(z/sqrt 2)/2 = erfcx(z/sqrt 2) exp(-z^2/2)/2: exact from the erfcx already at hand
-        # where nothing cancels (z >= _LOG_SF_FROM_ERFCX); below, log_ndtr (there log(1 - Phi) -> 0 while
+        # where nothing cancels (z >= _LOG_SF_FROM_ERFCX); below, log1p(-Phi(z)) (there log(1 - Phi) -> 0 while
         # log erfcx and z^2/2 grow alike).
         log_sf = np.log(scaled) - 0.5 * flat * flat - _LOG_2
         lower = np.flatnonzero(~(flat >= _LOG_SF_FROM_ERFCX))  # NaN too

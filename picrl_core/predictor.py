@@ -281,6 +281,11 @@ def train_predictor(
     the Phase-1 substitutions of the comparison pass theirs and train by the same loop). A fleet's
     splits hold ``services`` series end to end; no window straddles two.
     """
+    if cfg.kind == "incremental":  # the carried LSTM trains on sequences (its own module); a Gaussian LSTM only
+        from picrl_core.incremental_predictor import train_incremental_predictor
+
+        return train_incremental_predictor(train, val, cfg, seed=seed, train_context=train_context,  # type: ignore[return-value]
+                                           val_context=val_context, progress=progress, services=services)
     train = np.asarray(train, dtype=np.float64)
     val = np.asarray(val, dtype=np.float64)
     train_context = None if train_context is None else np.asarray(train_context, dtype=np.float64)

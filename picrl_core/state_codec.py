@@ -11,14 +11,22 @@ from dataclasses import fields
 
 import numpy as np
 
+from picrl_core.config import PicRLConfig
 from picrl_core.controller import ControllerState
+from picrl_core.incremental_predictor import memory_size
 from picrl_core.policy import N_FEATURES, N_OUTPUTS
 
 
 class StateCodec:
-    """Converts controller states of one model shape to structured rows and back."""
+    """Converts controller states of one model shape to structured rows and back (``memory``: the
+    incremental predictor's floats per service, :func:`~picrl_core.incremental_predictor.memory_size`)."""
 
-    def __init__(self, window: int, context_channels: int, n_features: int = N_FEATURES) -> None:
+    @classmethod
+    def for_config(cls, config: PicRLConfig) -> "StateCodec":
+        """The codec of the states a controller of ``config`` keeps."""
+        return cls(config.predictor.window, config.predictor.context_channels, memory=memory_size(config.predictor))
+
+    def __init__(self, window: int, context_channels: int, n_features: int = N_FEATURES, memory: int = 0) -> None:
         self.dtype = np.dtype([
             ("keys", "<u8"), ("tick", "<i8"),
             ("observations", "<f4", (window,)), ("censored", "?", (window,)),
@@ -26,7 +34,7 @@ class StateCodec:
             ("margin", "<f8"), ("bias", "<f8"), ("censor_streak", "<i8"), ("over_streak", "<i8"),
             ("action", "<f8"), ("mu", "<f8"), ("sigma", "<f8"), ("eta", "<f8"), ("k", "<f8"),
             ("pre", "<f4", (N_OUTPUTS,)), ("log_prob", "<f4"), ("features", "<f4", (n_features,)),
-            ("est_mean", "<f8"), ("est_std", "<f8"),
+            ("est_mean", "<f8"), ("est_std", "<f8"), ("memory", "<f4", (memory,)),
         ])
         missing = {f.name for f in fields(ControllerState)} ^ set(self.dtype.names or ())
         if missing:

@@ -189,7 +189,7 @@ class DecisionEngine:
         if settings.scaling == "artifact" and not series:
             raise ValueError("scaling 'artifact' needs a model whose artifact records its series range")
         self._series = MinMaxScaler.from_dict(series) if series else None
-        self.codec = StateCodec(self.window, channels)
+        self.codec = StateCodec.for_config(config)  # the incremental predictor's memory rides in the row
         self.row_dtype = np.dtype([
             ("core", self.codec.dtype), ("low", "<f8"), ("high", "<f8"), ("capacity", "<f8"),
             ("expected_tick", "<i8"), ("policy_version", "<i8"), ("last_offset", "<i8"),

@@ -1,0 +1,235 @@
+"""The incremental predictor (``PredictorConfig.kind = "incremental"``): the same Gaussian LSTM, carried.
+
+The paper's predictor (``kind = "windowed"``) re-reads the whole ``W``-step window from a zero state at
+every tick: ``W`` LSTM cell steps per service per tick. The incremental one keeps the LSTM's ``(h, c)``
+per service in the controller state (``ControllerState.memory``, ``2 * layers * hidden`` floats) and
+advances one cell step per tick with the newest ``[y, c, ctx]`` row; a cold start runs the history
+window once. Its network is a :class:`~picrl_core.predictor.GaussianLSTM` (same weights, same head, same
+artifact layout); what differs is how it is trained and used, so the artifact's config says which one
+it holds (``predictor.kind``) and the controller acts accordingly.
+
+Training (:func:`train_incremental_predictor`): sequences of ``4 W`` steps of the training split, each
+from a zero state, re-censored in blocks of ``W`` steps like the windowed model's windows
+(``censor_prob`` of the blocks under a synthetic threshold), Gaussian NLL (Eq. 3) on every prediction
+after the first ``W`` steps, back-propagated through the whole sequence. Validation runs the LSTM over
+the whole validation split as one stream, as the controller runs it, and scores the same targets as
+the windowed model's evaluation (every step after the first ``W``); early stopping and the temperature
+of ``sigma`` use that NLL.
+"""
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Callable
+
+import numpy as np
+import torch
+
+from picrl_core.batching import INVARIANT_CHUNK, in_fixed_chunks
+from picrl_core.config import PredictorConfig
+from picrl_core.predictor import (GaussianLSTM, PredictorInputError, PredictorReport, _check_series,
+                                  gaussian_nll, gaussian_output)
+
+_CENSOR_NOISE_RANGE = (0.01, 0.1)  # as the windowed model's training windows
+_SEQUENCE_WINDOWS = 4  # a training sequence is this many windows long; the first one only warms the state up
+
+
+def memory_size(cfg: PredictorConfig) -> int:
+    """Floats of ``(h, c)`` per service: ``2 * layers * hidden`` for the incremental predictor, else 0."""
+    return 2 * cfg.layers * cfg.hidden if cfg.kind == "incremental" else 0
+
+
+def _split_memory(memory: torch.Tensor, cfg: PredictorConfig) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(B, 2 L H)`` rows -> ``(h, c)``, each ``(L, B, H)`` as ``torch.nn.LSTM`` takes them."""
+    rows, half = memory.shape[0], cfg.layers * cfg.hidden
+    h = memory[:, :half].reshape(rows, cfg.layers, cfg.hidden).transpose(0, 1).contiguous()
+    c = memory[:, half:].reshape(rows, cfg.layers, cfg.hidden).transpose(0, 1).contiguous()
+    return h, c
+
+
+def _join_memory(h: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+    rows = h.shape[1]
+    return torch.cat([h.transpose(0, 1).reshape(rows, -1), c.transpose(0, 1).reshape(rows, -1)], dim=1)
+
+
+def start_memory(model: GaussianLSTM, windows: np.ndarray,
+                 chunk: int = INVARIANT_CHUNK) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Cold start: the window ``(B, W, 2 + C)`` read from a zero state -> ``(mu, sigma)`` float64 ``(B,)``
+    for the next step and the memory ``(B, 2 L H)`` float32 after the window's last row (batch-invariant
+    for a fixed ``chunk``)."""
+    windows = np.asarray(windows, dtype=np.float32)
+    cfg = model.cfg
+    if windows.shape[0] == 0:
+        return np.empty(0), np.empty(0), np.zeros((0, memory_size(cfg)), np.float32)
+
+    def forward(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        x = torch.from_numpy(rows)
+        _, (h, c) = model.lstm(x)
+        mu, sigma = gaussian_output(model.head, h[-1], x[:, -1, 0], cfg.sigma_min)
+        return mu.numpy(), sigma.numpy(), _join_memory(h, c).numpy()
+
+    with torch.inference_mode():
+        mu, sigma, memory = in_fixed_chunks(forward, windows, chunk)
+    return mu.astype(np.float64), sigma.astype(np.float64), memory
+
+
+def advance_memory(model: GaussianLSTM, newest: np.ndarray, memory: np.ndarray,
+                   chunk: int = INVARIANT_CHUNK) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One LSTM cell step per service: the newest input row ``(B, 2 + C)`` and the carried memory
+    ``(B, 2 L H)`` -> ``(mu, sigma)`` float64 for the next step and the new memory (batch-invariant for
+    a fixed ``chunk``: the rows travel through :func:`~picrl_core.batching.in_fixed_chunks` together)."""
+    cfg = model.cfg
+    inputs = newest.shape[1]
+    rows = np.concatenate([np.asarray(newest, dtype=np.float32), np.asarray(memory, dtype=np.float32)], axis=1)
+    if rows.shape[0] == 0:
+        return np.empty(0), np.empty(0), np.zeros((0, memory_size(cfg)), np.float32)
+
+    def forward(part: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        both = torch.from_numpy(part)
+        x = both[:, :inputs]
+        _, (h, c) = model.lstm(x[:, None, :], _split_memory(both[:, inputs:], cfg))
+        mu, sigma = gaussian_output(model.head, h[-1], x[:, 0], cfg.sigma_min)
+        return mu.numpy(), sigma.numpy(), _join_memory(h, c).numpy()
+
+    with torch.inference_mode():
+        mu, sigma, new_memory = in_fixed_chunks(forward, rows, chunk)
+    return mu.astype(np.float64), sigma.astype(np.float64), new_memory
+
+
+def _sequence_outputs(model: GaussianLSTM, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(mu, sigma)`` ``(B, T)`` after every step of sequences ``x`` ``(B, T, 2 + C)`` from a zero state."""
+    out, _ = model.lstm(x)
+    rows, steps, hidden = out.shape
+    mu, sigma = gaussian_output(model.head, out.reshape(rows * steps, hidden), x[:, :, 0].reshape(-1),
+                                model.cfg.sigma_min)
+    return mu.reshape(rows, steps), sigma.reshape(rows, steps)
+
+
+def _inputs(d: np.ndarray, context: np.ndarray | None) -> np.ndarray:
+    """Uncensored input rows ``[d, 0, ctx]`` ``(T, 2 + C)`` float32 of a series."""
+    channels = 0 if context is None else context.shape[1]
+    x = np.zeros((len(d), 2 + channels), np.float32)
+    x[:, 0] = d
+    if context is not None:
+        x[:, 2:] = context
+    return x
+
+
+def _training_sequences(d: np.ndarray, context: np.ndarray | None, starts: np.ndarray, length: int, block: int,
+                        rng: np.random.Generator, censor_prob: float) -> tuple[np.ndarray, np.ndarray]:
+    """Sequences ``X`` ``(N, length, 2 + C)`` starting at ``starts`` and their targets ``(N, length)`` (the
+    demand one step later); blocks of ``block`` steps are censored with probability ``censor_prob`` under
+    a threshold ``clip(d + eps, 0, 1)``, ``eps ~ N(0, s)`` with ``s`` drawn per block."""
+    index = starts[:, None] + np.arange(length)[None, :]
+    demand = d[index]
+    n, blocks = len(starts), -(-length // block)
+    censored_block = np.repeat(rng.random((n, blocks)) < censor_prob, block, axis=1)[:, :length]
+    noise = np.repeat(rng.uniform(*_CENSOR_NOISE_RANGE, size=(n, blocks)), block, axis=1)[:, :length]
+    threshold = np.clip(demand + rng.standard_normal((n, length)) * noise, 0.0, 1.0)
+    cens = censored_block & (demand > threshold)
+    channels = 0 if context is None else context.shape[1]
+    x = np.empty((n, length, 2 + channels), np.float32)
+    x[:, :, 0] = np.where(cens, threshold, demand)
+    x[:, :, 1] = cens
+    if context is not None:
+        x[:, :, 2:] = context[index]
+    return x, d[index + 1].astype(np.float32)
+
+
+def _stream_predictions(model: GaussianLSTM, series: np.ndarray, context: np.ndarray | None, window: int,
+                        services: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(mu, sigma, target)`` of the whole (uncensored) series run as one stream per service, scored on
+    every step after the first ``window`` (the windowed evaluation's targets)."""
+    per = len(series) // services
+    mu, sigma, target = [], [], []
+    with torch.no_grad():
+        for s in range(services):
+            part = slice(s * per, (s + 1) * per)
+            x = torch.from_numpy(_inputs(series[part], None if context is None else context[part]))[None]
+            m, sd = _sequence_outputs(model, x[:, :-1])
+            mu.append(m[0, window - 1:].numpy().astype(np.float64))
+            sigma.append(sd[0, window - 1:].numpy().astype(np.float64))
+            target.append(series[part][window:])
+    return np.concatenate(mu), np.concatenate(sigma), np.concatenate(target)
+
+
+def evaluate_stream(model: GaussianLSTM, series: np.ndarray, context: np.ndarray | None, window: int,
+                    services: int = 1) -> dict[str, float]:
+    """NLL (Eq. 3), MAE of ``mu`` and 1/2-sigma coverage of the incremental predictor run over ``series``."""
+    m, s, t = _stream_predictions(model, np.asarray(series, np.float64), context, window, services)
+    z = np.abs(t - m) / s
+    return {"nll": float(np.mean(np.log(s) + 0.5 * z**2)), "mae": float(np.mean(np.abs(t - m))),
+            "coverage_1sigma": float(np.mean(z <= 1.0)), "coverage_2sigma": float(np.mean(z <= 2.0))}
+
+
+def train_incremental_predictor(
+    train: np.ndarray, val: np.ndarray, cfg: PredictorConfig, *, seed: int,
+    train_context: np.ndarray | None = None, val_context: np.ndarray | None = None,
+    progress: Callable[[dict[str, float]], None] | None = None, services: int = 1,
+) -> tuple[GaussianLSTM, PredictorReport]:
+    """Phase 1 for ``kind = "incremental"``: Eq. (3) on sequences (module docstring), Adam, early stopping
+    on the validation stream's NLL after ``cfg.patience`` epochs without improvement, the best epoch
+    restored and (with ``cfg.calibrate_sigma``) ``sigma`` temperature-scaled on the validation stream.
+    Each epoch draws ``max_train_windows / 4`` sequences (the windowed model's LSTM cell steps per epoch)
+    in minibatches of ``batch_size / 4``. Deterministic under ``seed``; the global torch RNG is untouched."""
+    train = np.asarray(train, dtype=np.float64)
+    val = np.asarray(val, dtype=np.float64)
+    train_context = None if train_context is None else np.asarray(train_context, dtype=np.float64)
+    val_context = None if val_context is None else np.asarray(val_context, dtype=np.float64)
+    window = cfg.window
+    _check_series(train, train_context, window, cfg.context_channels, "training")
+    _check_series(val, val_context, window, cfg.context_channels, "validation")
+    length = min(_SEQUENCE_WINDOWS * window, len(train) // services - 2)
+    if length <= window:
+        raise PredictorInputError(f"the training split is too short for incremental sequences of {window + 1} steps")
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = GaussianLSTM(cfg)
+    rng = np.random.default_rng(seed)
+    optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr)
+    per = len(train) // services
+    every = (np.arange(services)[:, None] * per + np.arange(per - length - 1)[None, :]).reshape(-1)
+    per_epoch = min(every.size, max(1, cfg.max_train_windows // _SEQUENCE_WINDOWS))
+    batch = max(1, cfg.batch_size // _SEQUENCE_WINDOWS)
+
+    history: list[dict[str, float]] = []
+    best_nll, best_epoch, best_state = math.inf, 0, copy.deepcopy(model.state_dict())
+    for epoch in range(1, cfg.epochs + 1):
+        starts = every[rng.permutation(every.size)[:per_epoch]]
+        x_np, t_np = _training_sequences(train, train_context, starts, length, window, rng, cfg.censor_prob)
+        x, t = torch.from_numpy(x_np), torch.from_numpy(t_np)
+        total, count = 0.0, 0
+        for lo in range(0, per_epoch, batch):
+            mu, sigma = _sequence_outputs(model, x[lo:lo + batch])
+            loss = gaussian_nll(mu[:, window - 1:], sigma[:, window - 1:], t[lo:lo + batch, window - 1:])
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            total += loss.item() * len(mu)
+            count += len(mu)
+        train_nll = total / count
+        if not math.isfinite(train_nll):
+            raise FloatingPointError(f"incremental predictor training diverged at epoch {epoch} (NLL {train_nll})")
+        metrics = evaluate_stream(model, val, val_context, window, services)
+        record = {"epoch": epoch, "train_nll": train_nll, "val_nll": metrics["nll"], "val_mae": metrics["mae"]}
+        history.append(record)
+        if progress is not None:
+            progress(dict(record))
+        if metrics["nll"] < best_nll:
+            best_nll, best_epoch, best_state = metrics["nll"], epoch, copy.deepcopy(model.state_dict())
+        elif epoch - best_epoch >= cfg.patience:
+            break
+
+    model.load_state_dict(best_state)
+    model.zero_grad(set_to_none=True)
+    with torch.no_grad():
+        model.head.sigma_scale.fill_(1.0)
+        m, s, t = _stream_predictions(model, val, val_context, window, services)
+        scale = float(np.sqrt(np.mean(((t - m) / s) ** 2))) if cfg.calibrate_sigma else 1.0
+        model.head.sigma_scale.fill_(max(scale, 1e-6))
+        model.head.residual_rms.fill_(max(float(np.sqrt(np.mean((t - m) ** 2))), cfg.sigma_min))
+    final = evaluate_stream(model, val, val_context, window, services)
+    report = PredictorReport(epochs_run=len(history), best_epoch=best_epoch, history=tuple(history),
+                             val_nll=final["nll"], val_mae=final["mae"], coverage_1sigma=final["coverage_1sigma"],
+                             coverage_2sigma=final["coverage_2sigma"], sigma_scale=scale)
+    return model.eval(), report
