@@ -170,20 +170,28 @@ def _newton(delta: np.ndarray, gamma: np.ndarray, window: _Window, iterations: i
         # Newton direction, fails the Armijo test and would be halved many times over.
         with np.errstate(divide="ignore", invalid="ignore"):
             step = np.where(p_g > 0, np.minimum(1.0, (gamma_max - g0) / p_g), 1.0)
-        accepted = flat.copy()
-        new_point: dict[str, np.ndarray] = {name: getattr(point, name).copy() for name in _Point.__dataclass_fields__}
-        for _ in range(_BACKTRACKS):
-            todo = ~accepted
-            if not todo.any():
-                break
-            s = step[todo]
-            trial = _evaluate(d0[todo] + s * p_d[todo], np.minimum(g0[todo] + s * p_g[todo], gamma_max), w.rows(todo))
-            ok = trial.f >= point.f[todo] + _ARMIJO * s * slope[todo]
-            at = np.flatnonzero(todo)
-            for name, values in new_point.items():
-                values[at[ok]] = getattr(trial, name)[ok]
-            accepted[at[ok]] = True
-            step[at[~ok]] *= 0.5
+        # The first trial for every row at once (flat rows are accepted as they are; their trial is unused).
+        trial = _evaluate(d0 + step * p_d, np.minimum(g0 + step * p_g, gamma_max), w)
+        accepted = flat | (trial.f >= point.f + _ARMIJO * step * slope)
+        if accepted.all():
+            new_point = trial
+        else:
+            new_point = _Point(**{name: np.where(accepted, getattr(trial, name), getattr(point, name))
+                                  for name in _Point.__dataclass_fields__})
+            step[~accepted] *= 0.5
+            for _ in range(_BACKTRACKS - 1):
+                todo = ~accepted
+                if not todo.any():
+                    break
+                s = step[todo]
+                trial = _evaluate(d0[todo] + s * p_d[todo], np.minimum(g0[todo] + s * p_g[todo], gamma_max),
+                                  w.rows(todo))
+                ok = trial.f >= point.f[todo] + _ARMIJO * s * slope[todo]
+                at = np.flatnonzero(todo)
+                for name in _Point.__dataclass_fields__:
+                    getattr(new_point, name)[at[ok]] = getattr(trial, name)[ok]
+                accepted[at[ok]] = True
+                step[at[~ok]] *= 0.5
         step = np.where(accepted, step, 0.0)
         d1 = d0 + step * p_d
         g1 = np.minimum(g0 + step * p_g, gamma_max)
@@ -192,7 +200,9 @@ def _newton(delta: np.ndarray, gamma: np.ndarray, window: _Window, iterations: i
         going = ~((moved < _STEP_TOLERANCE) | flat)
         if not going.all():
             rows, w = rows[going], w.rows(going)
-        point = _Point(**{name: values[going] for name, values in new_point.items()})
+            point = _Point(**{name: getattr(new_point, name)[going] for name in _Point.__dataclass_fields__})
+        else:
+            point = new_point
     return delta, gamma, used
 
 

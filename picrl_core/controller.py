@@ -181,14 +181,17 @@ class PicRLController:
         incremental predictor advances ``memory`` (its state before the window's newest row) by that row,
         or reads the whole window when there is none (cold start)."""
         cfg = self.config
-        windows = np.concatenate([observations[:, :, None], censored[:, :, None].astype(np.float32), context], axis=2)
-        if not self.incremental:
-            mu, sigma = predict_gaussian(self.predictor, windows, self.chunk)
-            memory = np.zeros((windows.shape[0], 0), np.float32)
-        elif memory is None:
-            mu, sigma, memory = start_memory(self.predictor, windows, self.chunk)
+        if self.incremental and memory is not None:  # one cell step on the newest [y, c, ctx] row
+            newest = np.concatenate([observations[:, -1:], censored[:, -1:].astype(np.float32), context[:, -1]], axis=1)
+            mu, sigma, memory = advance_memory(self.predictor, newest, memory, self.chunk)
         else:
-            mu, sigma, memory = advance_memory(self.predictor, windows[:, -1, :], memory, self.chunk)
+            windows = np.concatenate([observations[:, :, None], censored[:, :, None].astype(np.float32), context],
+                                     axis=2)
+            if self.incremental:
+                mu, sigma, memory = start_memory(self.predictor, windows, self.chunk)
+            else:
+                mu, sigma = predict_gaussian(self.predictor, windows, self.chunk)
+                memory = np.zeros((windows.shape[0], 0), np.float32)
         if not cfg.ablation.use_uncertainty:  # A1: no state-dependent uncertainty, the best constant std instead
             sigma = np.full_like(sigma, float(self.predictor.head.residual_rms))
         recent = slice(-cfg.estimator.window, None)
@@ -216,15 +219,42 @@ class PicRLController:
             return np.zeros((0, N_OUTPUTS), np.float32), np.zeros(0, np.float32)
         noise = counter_normal(self.seed, keys, tick, N_OUTPUTS).astype(np.float32) if self.explore else None
 
-        def forward(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-            mean, std = self.policy(torch.from_numpy(rows))
-            return mean.numpy(), std.numpy()
+        layers = _plain_mlp(self.policy.body) if type(self.policy) is PolicyNetwork else None
+        if layers is None:  # any other policy: through its modules
+            def forward(rows: np.ndarray) -> tuple[np.ndarray, ...]:
+                mean, std = self.policy(torch.from_numpy(rows))
+                return mean.numpy(), std.numpy()
+        else:  # nn.Linear/nn.Tanh's own functions, without the per-module call overhead (the same bits)
+            def forward(rows: np.ndarray) -> tuple[np.ndarray]:
+                x = torch.from_numpy(rows)
+                for weight, bias, squashed in layers:
+                    x = torch.nn.functional.linear(x, weight, bias)
+                    if squashed:
+                        x = torch.tanh(x)
+                return (x.numpy(),)
 
         with torch.inference_mode():
-            mean, std = (torch.from_numpy(out) for out in in_fixed_chunks(forward, features, self.chunk))
+            outputs = [torch.from_numpy(out) for out in in_fixed_chunks(forward, features, self.chunk)]
+            mean = outputs[0]  # PolicyNetwork.forward's std, or the policy's own
+            std = self.policy.log_std.clamp(-5.0, 1.0).exp().expand_as(mean) if layers is not None else outputs[1]
             pre = mean if noise is None else mean + std * torch.from_numpy(noise)
             log_prob = gaussian_log_prob(mean, std, pre)
         return pre.numpy().copy(), log_prob.numpy().copy()
+
+
+def _plain_mlp(body: torch.nn.Module) -> list[tuple[torch.Tensor, torch.Tensor | None, bool]] | None:
+    """``(weight, bias, tanh after)`` per layer of a ``Sequential`` of ``Linear`` and ``Tanh`` layers, else None."""
+    if not isinstance(body, torch.nn.Sequential):
+        return None
+    layers: list[tuple[torch.Tensor, torch.Tensor | None, bool]] = []
+    for module in body:
+        if isinstance(module, torch.nn.Linear):
+            layers.append((module.weight, module.bias, False))
+        elif isinstance(module, torch.nn.Tanh) and layers and not layers[-1][2]:
+            layers[-1] = (layers[-1][0], layers[-1][1], True)
+        else:
+            return None
+    return layers
 
 
 def _shift(window: np.ndarray, newest: np.ndarray) -> np.ndarray:
