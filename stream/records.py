@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import base64
 import math
+import sys
 import unicodedata
 from collections.abc import Callable, Mapping
 from dataclasses import MISSING, dataclass, fields
@@ -58,6 +59,7 @@ MAX_QUANTITY = 1e18  # usage and capacity: far above any real unit, and their ra
 USAGE_ABOVE_CAPACITY_RTOL = 1e-9
 CENSORED_USAGE_RTOL = 0.01
 _INT64_MAX = 2**63 - 1
+_VALID_IDS_KEPT = 100_000  # service ids remembered as valid by the encoder's fast check (then forgotten at once)
 _SHOWN_CHARS = 80
 _FORBIDDEN_ID_CATEGORIES = frozenset({"Cc", "Cf", "Cs"})  # control, format (e.g. bidi overrides), surrogate
 
@@ -100,12 +102,21 @@ def _fail(reason: DecodeReason, name: str, expected: str, value: Any) -> NoRetur
 # controller outputs encode without manual conversion.
 
 Decoder = Callable[[str, Any], Any]
+_SLOW = object()  # a fast check's answer: "not sure this value decodes to itself; take the full round trip"
+_FLOAT_MAX = sys.float_info.max
+
+
+def _slow(_value: Any) -> Any:
+    return _SLOW
 
 
 @dataclass(frozen=True, slots=True)
 class _Field:
     decode: Decoder
     encode: Callable[[str, Any], Any] = lambda _name, value: value
+    #: the value to serialise when ``value`` certainly decodes to a value equal to it (the same JSON), else _SLOW;
+    #: it lets :meth:`_Record.to_bytes` skip the decode round trip for the plain values the worker emits
+    fast: Callable[[Any], Any] = _slow
 
 
 def _as_float(name: str, value: Any) -> float:
@@ -129,7 +140,12 @@ def _number(minimum: float | None = None, reason: DecodeReason = "out_of_range",
         if maximum is not None and number > maximum:
             _fail("out_of_range", name, f"a number <= {maximum:g}", value)
         return number
-    return _Field(decode)
+    low = -_FLOAT_MAX if minimum is None else minimum
+    high = _FLOAT_MAX if maximum is None else maximum
+
+    def fast(value: Any) -> Any:  # a finite float within the bounds (NaN fails every comparison)
+        return value if type(value) is float and low <= value <= high else _SLOW
+    return _Field(decode, fast=fast)
 
 
 def _integer(minimum: int = 0, reason: DecodeReason = "out_of_range", maximum: int = _INT64_MAX) -> _Field:
@@ -140,7 +156,10 @@ def _integer(minimum: int = 0, reason: DecodeReason = "out_of_range", maximum: i
         if not minimum <= number <= maximum:
             _fail(reason, name, f"an integer in [{minimum}, {maximum}]", value)
         return number
-    return _Field(decode)
+
+    def fast(value: Any) -> Any:
+        return value if type(value) is int and minimum <= value <= maximum else _SLOW
+    return _Field(decode, fast=fast)
 
 
 def _decode_flag(name: str, value: Any) -> bool:
@@ -168,7 +187,21 @@ def _identifier(reason: DecodeReason) -> _Field:
         if any(unicodedata.category(char) in _FORBIDDEN_ID_CATEGORIES for char in text):
             _fail(reason, name, "no control or format characters", value)
         return text
-    return _Field(decode)
+    valid: set[str] = set()  # identifiers seen valid (a worker's services, encoded again every tick)
+
+    def fast(value: Any) -> Any:
+        if type(value) is not str:
+            return _SLOW
+        if value not in valid:
+            try:
+                decode("", value)
+            except DecodeError:
+                return _SLOW
+            if len(valid) >= _VALID_IDS_KEPT:
+                valid.clear()
+            valid.add(value)
+        return value
+    return _Field(decode, fast=fast)
 
 
 def _numbers(length: int | None = None) -> _Field:
@@ -183,7 +216,20 @@ def _numbers(length: int | None = None) -> _Field:
         if length is not None and len(value) != length:
             _fail("wrong_type", name, expected, value)
         return tuple(_as_float(f"{name}[{index}]", item) for index, item in enumerate(value))
-    return _Field(decode)
+
+    def fast(value: Any) -> Any:  # a 1-D float64 array (as a list of the same floats) or a list/tuple of floats
+        if type(value) is np.ndarray:
+            if value.ndim != 1 or value.dtype != np.float64 or (length is not None and value.shape[0] != length) \
+                    or not np.isfinite(value).all():
+                return _SLOW
+            return value.tolist()
+        if type(value) not in (tuple, list) or (length is not None and len(value) != length):
+            return _SLOW
+        for item in value:
+            if type(item) is not float or not -_FLOAT_MAX <= item <= _FLOAT_MAX:
+                return _SLOW
+        return value
+    return _Field(decode, fast=fast)
 
 
 def _decode_channels(name: str, value: Any) -> dict[str, float] | None:
@@ -199,7 +245,7 @@ def _choice(*allowed: str) -> _Field:
         if value not in allowed or not isinstance(value, str):
             _fail("wrong_type", name, "one of " + ", ".join(map(repr, allowed)), value)
         return value
-    return _Field(decode)
+    return _Field(decode, fast=lambda value: value if type(value) is str and value in allowed else _SLOW)
 
 
 def _optional(spec: _Field) -> _Field:
@@ -226,8 +272,8 @@ _COUNT = _integer()
 _FINITE = _number()
 _NON_NEGATIVE = _number(minimum=0.0)
 _TIMESTAMP = _NON_NEGATIVE  # epoch seconds
-_FLAG = _Field(_decode_flag)
-_TEXT = _Field(_decode_text)
+_FLAG = _Field(_decode_flag, fast=lambda value: value if type(value) is bool else _SLOW)
+_TEXT = _Field(_decode_text, fast=lambda value: value if type(value) is str and value.isascii() else _SLOW)
 _SERVICE = _identifier("bad_service_id")
 _BLOB = _Field(_decode_blob, _encode_blob)
 
@@ -260,8 +306,21 @@ class _Record:
 
     def to_bytes(self) -> bytes:
         """The orjson value for the topic. A record its own decoder would refuse (NaN, negative usage...)
-        raises the same DecodeError here: a worker never emits what another would dead-letter."""
-        return orjson.dumps(type(self).from_dict(self._payload())._payload())
+        raises the same DecodeError here: a worker never emits what another would dead-letter.
+
+        The bytes are those of the decoded payload (``from_dict(payload)._payload()``). When every field holds
+        a plain value its decoder would return unchanged (a finite float within its bounds, an int, a known
+        choice, a service id seen valid before, a float64 vector...: each field spec's ``fast`` check), that is
+        the payload itself, so the decode round trip (most of the encoding time of a worker's outputs) is
+        skipped and only the record's cross-field ``_check`` runs; any other value takes the round trip."""
+        payload: dict[str, Any] = {"schema": SCHEMA_VERSION, "type": self._TYPE}
+        for name, spec in self._FIELDS.items():
+            value = spec.fast(getattr(self, name))
+            if value is _SLOW:
+                return orjson.dumps(type(self).from_dict(self._payload())._payload())
+            payload[name] = value
+        self._check()
+        return orjson.dumps(payload)
 
     @classmethod
     def from_dict(cls, obj: Any) -> Self:

@@ -55,13 +55,32 @@ class ServiceStateTable(faust.Table):
 
     def set_watermark(self, partition: int, next_offset: int) -> None:
         """Record that the rows hold every usage event of ``partition`` before ``next_offset`` (a redelivered
-        event never lowers the watermark)."""
+        event never lowers the watermark), through Faust's changelog path."""
         if next_offset > self.watermark(partition):
             self[WATERMARK_KEY + str(partition).encode()] = str(next_offset).encode()
 
+    def row(self, key: bytes) -> bytes | None:
+        """The row of ``key`` in memory (None: none)."""
+        return self.data.get(key)
+
+    def put(self, key: bytes, value: bytes) -> None:
+        """Set a row in memory only: its changelog record is the caller's to send, in the transaction of the
+        usage partition whose events made it (``StreamWorker.handle``, stream/outbox.py), on the changelog
+        partition :meth:`partition_of` gives it."""
+        self.data[key] = value
+
+    def advance_watermark(self, partition: int, next_offset: int) -> tuple[bytes, bytes] | None:
+        """:meth:`set_watermark` in memory only: the (key, value) changelog record to send on changelog
+        partition ``partition``, or None when ``next_offset`` does not raise the watermark."""
+        if next_offset <= self.watermark(partition):
+            return None
+        record = WATERMARK_KEY + str(partition).encode(), str(next_offset).encode()
+        self.data[record[0]] = record[1]
+        return record
+
     def watermark(self, partition: int) -> int:
         """The usage offset up to which the rows of ``partition`` are known to hold the events (0: none)."""
-        value = self.get(WATERMARK_KEY + str(partition).encode())
+        value = self.data.get(WATERMARK_KEY + str(partition).encode())
         return 0 if value is None else int(value)
 
     def partition_of(self, key: bytes) -> int:

@@ -147,8 +147,37 @@ class _FreshTransactions(TransactionManager):
             return failed
 
 
+class _Producer(driver.Producer):
+    async def commit_transactions(self, tid_to_offset_map: Mapping[str, Mapping[TP, int]], group_id: str,
+                                  start_new_transaction: bool = True) -> None:
+        """Faust's commit of every partition's transaction, the partitions at once instead of one after the other.
+
+        Each usage partition has its own transactional producer; a commit sends its offsets, ends its
+        transaction and begins the next, three round trips to the transaction coordinator. Faust does that for
+        one partition after the other, so with 8 partitions a commit (every ``commit_interval``, decisions
+        waiting meanwhile) took 8 times as long as one. The first failure (in partition order) is raised, as
+        before, after every other partition's commit has ended."""
+        async def commit(transactional_id: str, offsets: Mapping[TP, int]) -> None:
+            async with self._trn_locks[transactional_id]:
+                producer = self._transaction_producers.get(transactional_id)
+                if producer is None:
+                    logger.warning("Commit invoked for unknown transaction %s", transactional_id)
+                    return
+                await producer.send_offsets_to_transaction(offsets, group_id)
+                await producer.commit_transaction()
+                if start_new_transaction:
+                    await producer.begin_transaction()
+
+        results = await asyncio.gather(*(commit(tid, offsets) for tid, offsets in tid_to_offset_map.items()),
+                                       return_exceptions=True)
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
+
+
 class _Transport(driver.Transport):
     Consumer = HoldingConsumer
+    Producer = _Producer
     TransactionManager = _FreshTransactions
 
 

@@ -37,10 +37,12 @@ from picrl_core.artifact import ModelArtifact
 from picrl_core.policy import PolicyNetwork
 from stream.decisions import BadValue, BatchOutcome, DecisionEngine, EngineSettings, Incoming
 from stream.metrics import WorkerMetrics
+from stream.outbox import Outbox, ProducerFor, key_partition, send_outbox
 from stream.policy_follower import PolicyFollower, PolicyGate
 from stream.intake import Letter, Raw, decide, decode_batch
 from stream.records import Action
 from stream.state_table import ServiceStateTable
+from stream.take import take_ready
 from stream.topics import TopicNames, committed_offsets
 from stream.transport import TRANSACTION_ERRORS, HoldingConsumer, WorkerApp
 from stream.views import add_views
@@ -50,6 +52,7 @@ log = logging.getLogger("picrl.worker")
 GUARANTEES = ("exactly_once", "at_least_once")
 RECENT_DECISIONS = 10  # last decisions kept per service for /services/<id>
 RECENT_SERVICES = 10_000  # services whose recent decisions are kept (least recently seen dropped)
+OUTPUT_BATCH_BYTES = 512 << 10  # record batch size: a decision batch's records for one topic partition in one or a few
 FAUST_COMMITS_OFF = 1 << 30  # Faust's own periodic commits (seconds, events): the worker commits between batches
 
 
@@ -100,12 +103,14 @@ class StreamWorker:
             processing_guarantee=settings.guarantee, topic_partitions=settings.partitions,
             topic_replication_factor=1, broker_commit_interval=FAUST_COMMITS_OFF, broker_commit_every=FAUST_COMMITS_OFF,
             broker_session_timeout=settings.session_timeout, broker_heartbeat_interval=settings.session_timeout / 5,
-            producer_max_request_size=8 << 20, Table=ServiceStateTable, **web)
+            producer_max_request_size=8 << 20, producer_max_batch_size=OUTPUT_BATCH_BYTES, Table=ServiceStateTable, **web)
         self.usage = self.app.topic(self.topics.usage, key_type=bytes, value_type=bytes, key_serializer="raw",
                                     value_serializer="raw", partitions=settings.partitions)
         self.states = cast(ServiceStateTable, self.app.Table(  # bytes: raw serializer
             "service-state", key_type=bytes, value_type=bytes, partitions=settings.partitions, use_partitioner=True))
         self.app.agent(self.usage, name="decide")(self._decide)
+        self._producer_for = ProducerFor(self.app, self.topics.usage)
+        self._partitions: dict[str, int] = {}
         self._batch = asyncio.Lock()  # held while a batch is decided and sent, and while offsets commit
         self.app.timer(settings.commit_interval, name="commit")(self._commit_between_batches)
         self.app.on_rebalance_complete.connect(self._hold_records_until_seeked)
@@ -185,7 +190,7 @@ class StreamWorker:
         self.metrics.adopted(version)
 
     async def _decide(self, stream: faust.StreamT) -> None:
-        async for events in stream.take_events(self.settings.batch_max, within=self.settings.batch_within):
+        async for events in take_ready(stream, self.settings.batch_max, self.settings.batch_within):
             await self.follower.ready.wait()
             consumer = cast(HoldingConsumer, self.app.consumer)
             async with self._batch:  # no commit while a batch is decided and sent
@@ -207,27 +212,58 @@ class StreamWorker:
             await self.app.consumer.commit()  # a failed transaction rejoins the group (HoldingConsumer)
 
     async def handle(self, events: Sequence[EventT]) -> None:
-        """Decode, decide, store and send one batch of usage events."""
+        """Decode, decide, store and send one batch of usage events.
+
+        The batch's rows and watermarks are set in memory and, with its actions, transitions and dead letters,
+        handed to the producer of each source partition as one record batch per topic partition
+        (stream/outbox.py). Under ``exactly_once`` the transaction commit (between batches) waits for their
+        delivery and makes them atomic with the input offsets, so the batch does not wait for it; under
+        ``at_least_once`` it waits, since its offsets commit once it is acknowledged."""
         now = time.time()
         incoming, letters = decode_batch([Raw(e.message.topic, e.message.partition, e.message.offset, e.message.key,
                                               e.message.value) for e in events], now)
         partition_of = {item.service: item.partition for item in incoming}
-        stored = {service: self.states.get(service.encode()) for service in partition_of}
-        outcome, refused = decide(self.engine, incoming, stored, self.states.services(), self.topics.usage, now)
+        states = self.states
+        stored = {service: states.row(service.encode()) for service in partition_of}
+        outcome, refused = decide(self.engine, incoming, stored, states.services(), self.topics.usage, now)
         letters += refused
+        outbox = Outbox()
+        changelog = states.changelog_topic.get_topic_name()
+        partitions = await self._partition_counts(changelog)
         for service, row in outcome.rows.items():
-            self.states[service.encode()] = row
-        for partition in {e.message.partition for e in events}:
-            self.states.set_watermark(partition, 1 + max(e.message.offset for e in events
-                                                         if e.message.partition == partition))
-        sends = [self._send(self.topics.actions, a.service.encode(), a.to_bytes(), partition_of[a.service])
-                 for a in outcome.actions]
-        sends += [self._send(self.topics.replay, t.service.encode(), t.to_bytes(), partition_of[t.service])
-                  for t in outcome.transitions]
-        sends += [self._send(self.topics.deadletter, letter.key, letter.record.to_bytes(), letter.partition)
-                  for letter in letters]
-        await asyncio.gather(*[await send for send in sends], self.states.changelog_written())
+            key = service.encode()
+            states.put(key, row)
+            outbox.add(partition_of[service], changelog, key_partition(key, partitions[changelog]), key, row)
+        for partition in sorted({e.message.partition for e in events}):
+            mark = states.advance_watermark(partition, 1 + max(e.message.offset for e in events
+                                                               if e.message.partition == partition))
+            if mark is not None:
+                outbox.add(partition, changelog, partition, *mark)
+        topics = self.topics
+        for a in outcome.actions:
+            key = a.service.encode()
+            outbox.add(partition_of[a.service], topics.actions, key_partition(key, partitions[topics.actions]), key,
+                       a.to_bytes())
+        for t in outcome.transitions:
+            key = t.service.encode()
+            outbox.add(partition_of[t.service], topics.replay, key_partition(key, partitions[topics.replay]), key,
+                       t.to_bytes())
+        for letter in letters:
+            outbox.add(letter.partition, topics.deadletter, key_partition(letter.key, partitions[topics.deadletter]),
+                       letter.key, letter.record.to_bytes())
+        deliveries = await send_outbox(outbox, self._producer_for)
+        if not self.app.in_transaction:
+            await asyncio.gather(*deliveries)
         self._observe(events, incoming, outcome, letters)
+
+    async def _partition_counts(self, changelog: str) -> dict[str, int]:
+        """How many partitions each output topic has (from the broker's metadata, once)."""
+        if not self._partitions:
+            producer = self.app.producer._ensure_producer()
+            for topic in (self.topics.actions, self.topics.replay, self.topics.deadletter, changelog):
+                await producer.client._wait_on_metadata(topic)
+                self._partitions[topic] = len(producer.client.cluster.partitions_for_topic(topic))
+        return self._partitions
 
     def _observe(self, events: Sequence[EventT], incoming: list[Incoming | BadValue], outcome: BatchOutcome,
                  letters: list[Letter]) -> None:
@@ -270,13 +306,3 @@ class StreamWorker:
         self.recent[action.service] = history
         if len(self.recent) > RECENT_SERVICES:
             self.recent.popitem(last=False)
-
-    async def _send(self, topic: str, key: bytes, value: bytes, source_partition: int) -> asyncio.Future:
-        """Enqueue one output in the transaction of its source partition (exactly_once) and return
-        its delivery future."""
-        app = self.app
-        transactional_id = None
-        if app.in_transaction:
-            group = app.assignor.group_for_topic(self.topics.usage)
-            transactional_id = f"{app.conf.id}-{group}-{source_partition}"
-        return await app.producer.send(topic, key, value, None, None, None, transactional_id=transactional_id)

@@ -1,0 +1,96 @@
+"""One decision batch's output, sent per source partition as one aiokafka record batch per topic partition.
+
+Faust sends every record on its own (``app.producer.send``: a Python call chain, a future and, here, an
+acknowledgement awaited per record), and table writes go through its producer buffer, a background task
+that sends them one by one. A batch of ``n`` events made ``3n`` such sends (action, transition, state
+row): 28% of the worker's CPU, plus a quarter of its time waiting for the deliveries
+(docs/performance.md, "1. Stream worker"). Here the records of a batch are grouped by the usage partition
+they come from, then by destination topic partition, appended to aiokafka ``BatchBuilder``\\ s
+(``create_batch``) and handed over with ``send_batch``: one call and one future per topic partition.
+
+Each source partition's records go through the producer that commits that partition's offsets: under
+``exactly_once`` its transactional producer (``<app id>-<group>-<partition>``, the one Faust's transaction
+manager started for it), so the batch's actions, transitions, dead letters, state rows and watermark commit
+or abort together with its input offsets (faust-streaming issue #177: Faust itself would send them outside
+any transaction). A destination partition is the one Kafka's default partitioner gives the key (murmur2,
+as aiokafka's ``send`` without a partition), so every record lands where it did before.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import defaultdict
+from contextlib import AbstractAsyncContextManager, nullcontext
+
+from aiokafka import AIOKafkaProducer
+from aiokafka.partitioner import murmur2
+from faust.exceptions import ProducerSendError
+
+log = logging.getLogger("picrl.worker")
+
+Records = list[tuple[bytes, bytes]]  # (key, value)
+
+
+def key_partition(key: bytes, partitions: int) -> int:
+    """Kafka's default partition of ``key`` among ``partitions`` (aiokafka's ``DefaultPartitioner``)."""
+    return (murmur2(key) & 0x7FFFFFFF) % partitions
+
+
+class Outbox:
+    """The records of one batch, by source partition, then by destination (topic, partition)."""
+
+    def __init__(self) -> None:
+        self.by_source: defaultdict[int, defaultdict[tuple[str, int], Records]] = defaultdict(lambda: defaultdict(list))
+        self.records = 0
+
+    def add(self, source: int, topic: str, partition: int, key: bytes, value: bytes) -> None:
+        self.by_source[source][topic, partition].append((key, value))
+        self.records += 1
+
+
+def _consume_failure(future: asyncio.Future) -> None:
+    """Retrieve a failed delivery's exception (the transaction's commit reports it; no asyncio warning)."""
+    if not future.cancelled() and future.exception() is not None:
+        log.debug("a batch delivery failed: %r", future.exception())
+
+
+async def send_outbox(outbox: Outbox, producer_for: ProducerFor) -> list[asyncio.Future]:
+    """Hand every record of ``outbox`` to the producer of its source partition, one ``send_batch`` per
+    destination topic partition (more when a batch fills up), and return the delivery futures."""
+    futures: list[asyncio.Future] = []
+    for source, groups in outbox.by_source.items():
+        producer, lock = producer_for(source)
+        async with lock:
+            for (topic, partition), records in groups.items():
+                batch = producer.create_batch()
+                for key, value in records:
+                    if batch.append(key=key, value=value, timestamp=None) is None:  # full: send it, start another
+                        futures.append(await producer.send_batch(batch, topic, partition=partition))
+                        batch = producer.create_batch()
+                        batch.append(key=key, value=value, timestamp=None)  # a batch always takes its first record
+                futures.append(await producer.send_batch(batch, topic, partition=partition))
+    for future in futures:
+        future.add_done_callback(_consume_failure)
+    return futures
+
+
+class ProducerFor:
+    """The aiokafka producer (and the lock Faust holds around its use) for a source partition's output.
+
+    Under ``exactly_once``: the transactional producer Faust's transaction manager started for that usage
+    partition, and Faust's per-transaction lock (its commits take it too). Otherwise Faust's one producer."""
+
+    def __init__(self, app, source_topic: str) -> None:  # app: faust.App (untyped: Faust's driver internals)
+        self.app = app
+        self.source_topic = source_topic
+
+    def __call__(self, source: int) -> tuple[AIOKafkaProducer, AbstractAsyncContextManager]:
+        faust_producer = self.app.producer
+        if not self.app.in_transaction:
+            return faust_producer._ensure_producer(), nullcontext()
+        group = self.app.assignor.group_for_topic(self.source_topic)
+        transactional_id = f"{self.app.conf.id}-{group}-{source}"
+        producer = faust_producer._transaction_producers.get(transactional_id)
+        if producer is None:
+            raise ProducerSendError(f"No transaction producer found for : {transactional_id}")
+        return producer, faust_producer._trn_locks[transactional_id]
