@@ -234,12 +234,23 @@ class PicRLController:
                 return (x.numpy(),)
 
         with torch.inference_mode():
-            outputs = [torch.from_numpy(out) for out in in_fixed_chunks(forward, features, self.chunk)]
-            mean = outputs[0]  # PolicyNetwork.forward's std, or the policy's own
-            std = self.policy.log_std.clamp(-5.0, 1.0).exp().expand_as(mean) if layers is not None else outputs[1]
-            pre = mean if noise is None else mean + std * torch.from_numpy(noise)
-            log_prob = gaussian_log_prob(mean, std, pre)
-        return pre.numpy().copy(), log_prob.numpy().copy()
+            outputs = in_fixed_chunks(forward, features, self.chunk)
+            if layers is None:
+                mean, std = (torch.from_numpy(out) for out in outputs)
+                pre_t = mean if noise is None else mean + std * torch.from_numpy(noise)
+                return pre_t.numpy().copy(), gaussian_log_prob(mean, std, pre_t).numpy().copy()
+            # PolicyNetwork's std is one (2,) vector for every row: its log is taken once, so each row's log
+            # density is plain arithmetic (gaussian_log_prob's, in float32), the same in any batch.
+            std_t = self.policy.log_std.clamp(-5.0, 1.0).exp()
+            std, log_std = std_t.numpy(), std_t.log().numpy()
+        mean = outputs[0]
+        pre = mean if noise is None else mean + std * noise
+        z = (pre - mean) / std
+        log_prob = (np.float32(-0.5) * z * z - log_std - _HALF_LOG_2PI).sum(axis=1, dtype=np.float32)
+        return pre.copy(), log_prob
+
+
+_HALF_LOG_2PI = np.float32(0.5 * np.log(2.0 * np.pi))
 
 
 def _plain_mlp(body: torch.nn.Module) -> list[tuple[torch.Tensor, torch.Tensor | None, bool]] | None:

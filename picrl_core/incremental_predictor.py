@@ -84,12 +84,22 @@ def advance_memory(model: GaussianLSTM, newest: np.ndarray, memory: np.ndarray,
     if rows.shape[0] == 0:
         return np.empty(0), np.empty(0), np.zeros((0, memory_size(cfg)), np.float32)
 
+    lstm = model.lstm
+    weights = [(getattr(lstm, f"weight_ih_l{k}"), getattr(lstm, f"weight_hh_l{k}"), getattr(lstm, f"bias_ih_l{k}"),
+                getattr(lstm, f"bias_hh_l{k}")) for k in range(cfg.layers)]
+
     def forward(part: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         both = torch.from_numpy(part)
         x = both[:, :inputs]
-        _, (h, c) = model.lstm(x[:, None, :], _split_memory(both[:, inputs:], cfg))
-        mu, sigma = gaussian_output(model.head, h[-1], x[:, 0], cfg.sigma_min)
-        return mu.numpy(), sigma.numpy(), _join_memory(h, c).numpy()
+        h, c = _split_memory(both[:, inputs:], cfg)
+        layer_in, hs, cs = x, [], []
+        for k, (w_ih, w_hh, b_ih, b_hh) in enumerate(weights):  # one cell step per layer (no nn.LSTM call overhead)
+            h_k, c_k = torch.lstm_cell(layer_in, (h[k], c[k]), w_ih, w_hh, b_ih, b_hh)
+            hs.append(h_k)
+            cs.append(c_k)
+            layer_in = h_k
+        mu, sigma = gaussian_output(model.head, layer_in, x[:, 0], cfg.sigma_min)
+        return mu.numpy(), sigma.numpy(), _join_memory(torch.stack(hs), torch.stack(cs)).numpy()
 
     with torch.inference_mode():
         mu, sigma, new_memory = in_fixed_chunks(forward, rows, chunk)
