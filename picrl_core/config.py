@@ -102,6 +102,10 @@ class PretrainConfig:
     iterations: int = 150  # paper's Figure 4 shows 150 iterations
     chunk_len: int = 128  # steps per rollout chunk
     chunks: int = 64  # chunks rolled out in parallel per iteration (vectorised controller)
+    # Each rollout episode of chunk_len steps is played over this many iterations (chunks * segments
+    # episodes side by side, chunk_len / segments steps each iteration): the same transitions per
+    # iteration in fewer, wider controller steps. 1: fresh chunks every iteration (the original scheme).
+    segments: int = 8
     discount: float = 0.95
     gae_lambda: float = 0.9
     lr_actor: float = 1e-3

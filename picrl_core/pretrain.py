@@ -1,9 +1,14 @@
 """Phase 2 (Sec. 3.2.4, Algorithm 1 lines 3-14): offline actor-critic pretraining on simulator rollouts.
 
-Each iteration rolls the current policy out over ``chunks`` random chunks of the training split at
-once (one batch through the vectorised controller, exploring with counter-based noise), rewards
-censored steps with the pessimistic surrogate and uncensored ones with the true cost (the
-controller's ``step_reward``), and takes one advantage actor-critic step (GAE advantages).
+Each iteration rolls the current policy out for ``chunks * chunk_len`` steps of episodes that start at
+random chunks of the training split (one batch through the vectorised controller, exploring with
+counter-based noise), rewards censored steps with the pessimistic surrogate and uncensored ones with
+the true cost (the controller's ``step_reward``), and takes one advantage actor-critic step (GAE
+advantages). An episode of ``chunk_len`` steps spans ``segments`` iterations (:class:`_Rollouts`):
+``chunks * segments`` episodes advance ``chunk_len / segments`` steps per iteration, so the same
+transitions come from fewer, wider controller steps (8 segments: 16 steps of 512 services instead of
+128 steps of 64; the per-step cost is mostly fixed). ``benchmarks/offline_training.py`` measured the
+value loss and the validation regret of both schemes (``docs/performance.md``, section 3).
 """
 from __future__ import annotations
 
@@ -14,13 +19,12 @@ from typing import Callable
 import numpy as np
 import torch
 
-from picrl_core.batching import INVARIANT_CHUNK
 from picrl_core.config import PicRLConfig
 from picrl_core.controller import ControllerState, PicRLController, Transition
 from picrl_core.policy import PolicyNetwork, ValueNetwork, gaussian_log_prob
 from picrl_core.predictor import GaussianLSTM
 from picrl_core.series import segment_starts
-from picrl_core.simulator import simulate
+from picrl_core.simulator import censor
 
 
 @dataclass(frozen=True)
@@ -64,6 +68,67 @@ def gae(rewards: torch.Tensor, values: torch.Tensor, next_values: torch.Tensor, 
     return advantages
 
 
+class _Rollouts:
+    """The rollouts of Phase 2: ``chunks * segments`` episodes of ``length`` steps on the training split,
+    each cold-started at a random chunk start (uncensored history, zero calibrator) as in the paper's
+    rollouts, played ``length / segments`` steps per iteration. Every iteration still yields
+    ``chunks * length`` transitions, but in ``length / segments`` controller steps of ``chunks * segments``
+    services instead of ``length`` steps of ``chunks``: the per-step cost is mostly fixed, so Phase 2 runs
+    several times faster. The episodes' phases are staggered (the first episode of rollout ``r`` ends
+    after ``1 + r mod segments`` segments), so every iteration sees every part of an episode; an episode
+    ends only between segments, where the last step bootstraps on the value of its next state as
+    before. ``segments = 1`` is the original scheme (fresh chunks every iteration)."""
+
+    def __init__(self, predictor: GaussianLSTM, policy: PolicyNetwork, config: PicRLConfig, train: np.ndarray,
+                 train_context: np.ndarray | None, length: int, draw: Callable[[int], np.ndarray]) -> None:
+        cfg = config.pretrain
+        segments = max(1, min(cfg.segments, length))
+        self.segment = length // segments
+        self.episode = self.segment * segments
+        self.count = cfg.chunks * segments
+        self.window = config.predictor.window
+        self.train, self.context, self.draw = train, train_context, draw
+        # rollouts need no batch invariance (nothing else replays them): one network pass, no padding rows
+        self.controller = PicRLController(predictor, policy, config, explore=True, chunk=self.count)
+        self.start = np.zeros(self.count, np.int64)
+        self.age = np.zeros(self.count, np.int64)
+        self.limit = self.segment * (1 + np.arange(self.count) % segments)
+        self.keys = np.zeros(self.count, np.uint64)
+        self.next_key = 0
+        self.state: ControllerState | None = None
+
+    def _restart(self, rows: np.ndarray) -> None:
+        starts = self.draw(rows.size)
+        history = starts[:, None] + np.arange(-self.window, 0)[None, :]
+        keys = np.arange(self.next_key, self.next_key + rows.size, dtype=np.uint64)
+        self.next_key += rows.size
+        fresh = self.controller.initial_state(keys, self.train[history],
+                                              None if self.context is None else self.context[history])
+        self.start[rows], self.age[rows], self.keys[rows] = starts, 0, keys
+        if self.state is None:
+            self.state = fresh
+        else:
+            self.limit[rows] = self.episode
+            self.state.put(rows, fresh)
+
+    def advance(self) -> list[Transition]:
+        """One segment of every rollout (episodes that ended are restarted first): its transitions, time-major."""
+        ended = np.arange(self.count) if self.state is None else np.flatnonzero(self.age >= self.limit)
+        if ended.size:
+            self._restart(ended)
+        steps: list[Transition] = []
+        for _ in range(self.segment):
+            state = self.state
+            assert state is not None
+            now = self.start + self.age
+            observed, censored = censor(self.train[now], state.action)
+            self.state, transition = self.controller.step(state, observed, censored,
+                                                          None if self.context is None else self.context[now])
+            steps.append(transition)
+            self.age += 1
+        return steps
+
+
 def pretrain_policy(predictor: GaussianLSTM, train: np.ndarray, config: PicRLConfig, *,
                     train_context: np.ndarray | None = None, services: int = 1,
                     progress: Callable[[dict[str, float]], None] | None = None
@@ -82,22 +147,11 @@ def pretrain_policy(predictor: GaussianLSTM, train: np.ndarray, config: PicRLCon
     rng = np.random.default_rng(config.seed)
     actor_opt = torch.optim.Adam(policy.parameters(), lr=cfg.lr_actor)
     critic_opt = torch.optim.Adam(value.parameters(), lr=cfg.lr_critic)
-    controller = PicRLController(predictor, policy, config, explore=True, chunk=INVARIANT_CHUNK)
+    rollouts = _Rollouts(predictor, policy, config, train, train_context, length,
+                         lambda count: every[rng.integers(0, every.size, size=count)])
     curves: dict[str, list[float]] = {"value_loss": [], "mean_reward": [], "censor_rate": []}
     for iteration in range(cfg.iterations):
-        starts = every[rng.integers(0, every.size, size=cfg.chunks)]
-        history_starts = starts - window
-        steps: list[Transition] = []
-
-        def collect(_: int, __: ControllerState, transition: Transition) -> None:
-            steps.append(transition)
-
-        # the simulator takes demand/context time-major (T, B, ...) and history service-major (B, H, ...)
-        context = None if train_context is None else np.swapaxes(_chunks(train_context, starts, length), 0, 1)
-        history_context = None if train_context is None else _chunks(train_context, history_starts, window)
-        simulate(controller, np.swapaxes(_chunks(train, starts, length), 0, 1), _chunks(train, history_starts, window),
-                 context=context, history_context=history_context,
-                 keys=np.arange(cfg.chunks, dtype=np.uint64) + np.uint64(iteration * cfg.chunks), on_step=collect)
+        steps = rollouts.advance()
         features = torch.from_numpy(np.stack([s.features for s in steps]))
         next_features = torch.from_numpy(np.stack([s.next_features for s in steps]))
         pre = torch.from_numpy(np.stack([s.pre for s in steps]))
