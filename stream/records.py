@@ -104,6 +104,7 @@ def _fail(reason: DecodeReason, name: str, expected: str, value: Any) -> NoRetur
 Decoder = Callable[[str, Any], Any]
 _SLOW = object()  # a fast check's answer: "not sure this value decodes to itself; take the full round trip"
 _FLOAT_MAX = sys.float_info.max
+_FLOAT_DTYPES = (np.dtype(np.float64), np.dtype(np.float32))  # tolist() gives float() of each item, as decoding does
 
 
 def _slow(_value: Any) -> Any:
@@ -217,9 +218,9 @@ def _numbers(length: int | None = None) -> _Field:
             _fail("wrong_type", name, expected, value)
         return tuple(_as_float(f"{name}[{index}]", item) for index, item in enumerate(value))
 
-    def fast(value: Any) -> Any:  # a 1-D float64 array (as a list of the same floats) or a list/tuple of floats
+    def fast(value: Any) -> Any:  # a 1-D float array (as a list of the same floats) or a list/tuple of floats
         if type(value) is np.ndarray:
-            if value.ndim != 1 or value.dtype != np.float64 or (length is not None and value.shape[0] != length) \
+            if value.ndim != 1 or value.dtype not in _FLOAT_DTYPES or (length is not None and value.shape[0] != length) \
                     or not np.isfinite(value).all():
                 return _SLOW
             return value.tolist()

@@ -5,13 +5,15 @@
                           +--> <prefix>.replay (transitions)     +--> <prefix>.deadletter (refused input)
     <prefix>.policy --> policy follower (every worker reads it all) --> hot-swap of the acting policy
 
-The agent takes the events it has in hand (``stream.take_events``, up to ``batch_max`` within
-``batch_within`` seconds) and makes one vectorised controller call per batch. With the
-``exactly_once`` guarantee (the default) the outputs of a batch, its table updates and its input
-offsets commit in one Kafka transaction per usage partition; Faust routes table writes itself, and
-the outputs are sent with the transactional producer of their source partition (Faust would send
-them outside any transaction: faust-streaming issue #177). A batch waits for its outputs and table
-writes to be delivered, and commits run between batches, never within one; after a rebalance the
+The agent takes the events it has in hand (:func:`stream.take.take_ready`: what was fetched, up to
+``batch_max``; a batch fills for at most ``batch_within`` seconds while a backlog is read, and a lone event is
+not held) and makes one vectorised controller call per batch. With the ``exactly_once`` guarantee (the
+default) the outputs of a batch, its table updates and its input offsets commit in one Kafka transaction
+per usage partition: the batch's actions, transitions, dead letters and changelog rows are encoded in one
+pass and handed to the transactional producer of their source partition as one aiokafka record batch per
+topic partition (stream/outbox.py; Faust would send outputs outside any transaction: faust-streaming issue
+#177), and the commit, not the batch, waits for their delivery. Commits run between batches, never within
+one (a batch is decided while a commit may be under way, and sent only after it); after a rebalance the
 agent gets no record before Faust has seeked to the committed offsets (faust-streaming issue #596), and
 none of a partition whose restored rows fall short of its committed offsets (a watermark row per partition
 says how far they go). Faust's app here (stream/transport.py) restores tables up to the broker's end
@@ -82,6 +84,17 @@ class WorkerSettings:
             raise ValueError("batch_max and partitions must be >= 1, batch_within >= 0 and commit_interval > 0")
         if not 6.0 <= self.session_timeout <= 300.0:
             raise ValueError("session_timeout must be within the broker's default bounds, 6 to 300 seconds")
+
+
+@dataclass
+class PreparedBatch:
+    """A decided batch, its records encoded and waiting to be sent."""
+
+    events: Sequence[EventT]
+    incoming: list[Incoming | BadValue]
+    outcome: BatchOutcome
+    letters: list[Letter]
+    outbox: Outbox
 
 
 class StreamWorker:
@@ -193,12 +206,15 @@ class StreamWorker:
         async for events in take_ready(stream, self.settings.batch_max, self.settings.batch_within):
             await self.follower.ready.wait()
             consumer = cast(HoldingConsumer, self.app.consumer)
-            async with self._batch:  # no commit while a batch is decided and sent
-                if consumer.failed is None:  # else: a failed transaction's events, decided again after a rebalance
-                    try:
-                        await self.handle(events)
-                    except TRANSACTION_ERRORS as exc:
-                        consumer.transaction_failed(exc)
+            if consumer.failed is not None:  # a failed transaction's events, decided again after a rebalance
+                continue
+            try:
+                batch = await self.prepare(events)  # decided while the previous batches' commit may be under way
+                async with self._batch:  # no commit while the batch is handed to the producers
+                    if consumer.failed is None:
+                        await self.send(batch)
+            except TRANSACTION_ERRORS as exc:
+                consumer.transaction_failed(exc)
 
     async def _commit_between_batches(self) -> None:
         """Commit the offsets of the batches handled so far, never in the middle of one.
@@ -212,13 +228,24 @@ class StreamWorker:
             await self.app.consumer.commit()  # a failed transaction rejoins the group (HoldingConsumer)
 
     async def handle(self, events: Sequence[EventT]) -> None:
-        """Decode, decide, store and send one batch of usage events.
+        """Decode, decide, store and send one batch of usage events."""
+        await self.send(await self.prepare(events))
 
-        The batch's rows and watermarks are set in memory and, with its actions, transitions and dead letters,
-        handed to the producer of each source partition as one record batch per topic partition
-        (stream/outbox.py). Under ``exactly_once`` the transaction commit (between batches) waits for their
-        delivery and makes them atomic with the input offsets, so the batch does not wait for it; under
+    async def send(self, batch: PreparedBatch) -> None:
+        """Hand a prepared batch's records to the producer of each source partition, one record batch per topic
+        partition (stream/outbox.py). Under ``exactly_once`` the transaction commit (between batches) waits for
+        their delivery and makes them atomic with the input offsets, so the batch does not wait for it; under
         ``at_least_once`` it waits, since its offsets commit once it is acknowledged."""
+        deliveries = await send_outbox(batch.outbox, self._producer_for)
+        if not self.app.in_transaction:
+            await asyncio.gather(*deliveries)
+        self._observe(batch.events, batch.incoming, batch.outcome, batch.letters)
+
+    async def prepare(self, events: Sequence[EventT]) -> PreparedBatch:
+        """Decode and decide one batch of usage events, set its rows and watermarks in memory and encode every
+        record it sends (rows included) into an :class:`Outbox`. Nothing is sent: :meth:`send` does, between
+        commits, and the rows in memory that a batch never sent are read again from the changelog after the
+        rebalance that follows a failed transaction (their watermark is then ahead of the committed offset)."""
         now = time.time()
         incoming, letters = decode_batch([Raw(e.message.topic, e.message.partition, e.message.offset, e.message.key,
                                               e.message.value) for e in events], now)
@@ -251,10 +278,7 @@ class StreamWorker:
         for letter in letters:
             outbox.add(letter.partition, topics.deadletter, key_partition(letter.key, partitions[topics.deadletter]),
                        letter.key, letter.record.to_bytes())
-        deliveries = await send_outbox(outbox, self._producer_for)
-        if not self.app.in_transaction:
-            await asyncio.gather(*deliveries)
-        self._observe(events, incoming, outcome, letters)
+        return PreparedBatch(events, incoming, outcome, letters, outbox)
 
     async def _partition_counts(self, changelog: str) -> dict[str, int]:
         """How many partitions each output topic has (from the broker's metadata, once)."""
