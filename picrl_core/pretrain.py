@@ -156,9 +156,10 @@ def pretrain_policy(predictor: GaussianLSTM, train: np.ndarray, config: PicRLCon
         next_features = torch.from_numpy(np.stack([s.next_features for s in steps]))
         pre = torch.from_numpy(np.stack([s.pre for s in steps]))
         rewards = torch.from_numpy(np.stack([s.reward for s in steps])).float()
+        values = value(features)  # one forward serves the advantages (detached) and the critic's loss
         with torch.no_grad():
-            advantages = gae(rewards, value(features), value(next_features), cfg.discount, cfg.gae_lambda)
-            returns = advantages + value(features)
+            advantages = gae(rewards, values.detach(), value(next_features), cfg.discount, cfg.gae_lambda)
+            returns = advantages + values.detach()
             advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
         policy.train()
         mean, std = policy(features)
@@ -168,7 +169,7 @@ def pretrain_policy(predictor: GaussianLSTM, train: np.ndarray, config: PicRLCon
         actor_loss.backward()
         torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.grad_clip)
         actor_opt.step()
-        value_loss = cfg.value_coef * (value(features) - returns).pow(2).mean()
+        value_loss = cfg.value_coef * (values - returns).pow(2).mean()
         critic_opt.zero_grad()
         value_loss.backward()
         torch.nn.utils.clip_grad_norm_(value.parameters(), cfg.grad_clip)
