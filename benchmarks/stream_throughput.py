@@ -27,7 +27,9 @@ One broker, one run:
 Prints tables and writes ``stream_throughput.json`` (machine, command line, settings, rows) and
 ``stream_throughput.png`` (events/s per consumer; latency percentiles against the offered load).
 ``--py-spy DIR`` attaches ``py-spy record`` (raw collapsed stacks) to each throughput worker during
-its measured window.
+its measured window, and to each latency worker while its load is offered. ``--workers N`` (default 2) adds
+a row of N workers of one app id deciding the same workload (see :func:`scale_out`). Every row records the
+host's steal and the CPU share that other processes of the machine took (``other_cpu_share``).
 """
 from __future__ import annotations
 
@@ -56,6 +58,7 @@ import orjson
 import torch
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.partitioner import murmur2
 from tqdm import tqdm
 
 from host import describe, steal_seconds
@@ -127,6 +130,12 @@ def cpu_seconds(pid: int) -> float:
     """User + system CPU seconds of a process (all its threads), from /proc."""
     fields_ = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields_[11]) + int(fields_[12])) / CLOCK_TICKS
+
+
+def busy_seconds() -> float:
+    """CPU seconds every process of the machine used since boot (user, nice, system, irq, softirq), from /proc/stat."""
+    values = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:8]]
+    return (values[0] + values[1] + values[2] + values[5] + values[6]) / CLOCK_TICKS
 
 
 def peak_rss_mib(pid: int) -> float:
@@ -317,7 +326,12 @@ def row(name: str, window: Window, main: str) -> dict[str, float | str | int]:
             "events_per_second": window.events / window.seconds,
             "cpu_us_per_event": 1e6 * window.cpu[main] / window.events,
             "broker_cpu_us_per_event": 1e6 * window.cpu["broker"] / window.events,
-            "cpu_steal_share": window.cpu["steal"] / (window.seconds * (os.cpu_count() or 1))}
+            "cpu_steal_share": window.cpu["steal"] / (window.seconds * (os.cpu_count() or 1)),
+            # the CPU that processes other than the benchmark's (this one, the consumers, the broker) took: the host
+            # is shared, and on 2 cores another session's work slows every row down
+            "other_cpu_share": max(0.0, window.cpu["busy"] - sum(v for k, v in window.cpu.items()
+                                                                  if k not in ("busy", "steal", "pipe", "bench"))
+                                   - window.cpu["bench"]) / (window.seconds * (os.cpu_count() or 1))}
 
 
 async def decision_batches(bootstrap: str, topic: str, partitions: int) -> list[float]:
@@ -356,7 +370,8 @@ async def throughput(setup: Setup, bar: tqdm) -> list[dict]:
     warm = await end_offsets(setup.bootstrap, names.usage, a.partitions)
     await produce(setup.bootstrap, names.usage, usage_messages(workload, capacity, range(w, ticks)), "produce events")
     total = await end_offsets(setup.bootstrap, names.usage, a.partitions)
-    broker = {"broker": lambda: cpu_seconds(setup.broker_pid), "steal": steal_seconds}
+    broker = {"broker": lambda: cpu_seconds(setup.broker_pid), "steal": steal_seconds, "busy": busy_seconds,
+              "bench": time.process_time}
     bar.update(1)
 
     stop = asyncio.Event()
@@ -370,7 +385,7 @@ async def throughput(setup: Setup, bar: tqdm) -> list[dict]:
 
     try:
         window = await drain(setup.bootstrap, f"{prefix}-raw", names.usage, warm, total, "raw aiokafka pipe",
-                             a.timeout, pipe_alive, {"pipe": time.process_time, **broker})
+                             a.timeout, pipe_alive, {"pipe": time.process_time, **broker})  # pipe = bench: one process
     finally:
         stop.set()
         await asyncio.gather(pipe, return_exceptions=True)
@@ -393,9 +408,77 @@ async def throughput(setup: Setup, bar: tqdm) -> list[dict]:
     for r, guarantee in zip(rows[1:], app_ids):
         r["events_per_decision_batch"] = events_per_batch(decided, windows[guarantee].wall)
         r["dead_letters"] = sum(dead.values())
+    if a.workers > 1:
+        for guarantee in a.guarantees[:1]:
+            rows.append(await scale_out(setup, guarantee, workload, capacity, ticks))
+            bar.update(1)
     for r in rows:
         r["ratio_to_raw_pipe"] = r["events_per_second"] / rows[0]["events_per_second"]
     return rows
+
+
+async def group_members(bootstrap: str, group: str) -> tuple[str, int]:
+    """(state, number of members) of a consumer group."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        description = (await admin.describe_consumer_groups([group]))[0].groups[0]
+    finally:
+        await admin.close()
+    return description[2], len(description[5])
+
+
+async def scale_out(setup: Setup, guarantee: str, workload: Workload, capacity: np.ndarray, ticks: int) -> dict:
+    """``--workers`` workers of one app id on fresh topics with the same workload: the warm-up ticks are
+    produced and decided first, and once the group is stable with every worker in it the measured ticks
+    are produced at once; the window runs from the first poll after that to the last commit, production
+    included (~1 s of it; the backlog is not there before the window as in the one-worker rows)."""
+    a, w = setup.args, setup.engine.window
+    prefix = f"scale{a.workers}"
+    names = TopicNames(prefix)
+    app_id = f"{prefix}-{guarantee.replace('_', '-')}"
+    await ensure_topics(setup.bootstrap, topic_specs(prefix, a.partitions))
+    await produce(setup.bootstrap, names.usage, usage_messages(workload, capacity, range(w)), "produce warm-up")
+    warm = await end_offsets(setup.bootstrap, names.usage, a.partitions)
+    workers = [WorkerProcess(setup.worker_args(prefix, app_id, guarantee), setup.folder / f"{app_id}-{i}")
+               for i in range(a.workers)]
+
+    def alive() -> None:
+        for worker in workers:
+            worker.alive()
+    try:
+        deadline = time.monotonic() + a.timeout
+        while await group_members(setup.bootstrap, app_id) != ("Stable", a.workers):
+            alive()
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{app_id}: the group did not settle with {a.workers} members")
+            await asyncio.sleep(0.5)
+        await drain(setup.bootstrap, app_id, names.usage, warm, warm, "scale-out warm-up", a.timeout, alive)
+        await asyncio.sleep(2.0)  # the group stays as it is (a late rebalance would show in the window)
+        if await group_members(setup.bootstrap, app_id) != ("Stable", a.workers):
+            raise RuntimeError(f"{app_id}: the group changed after its warm-up")
+        cpu = {f"worker{i}": worker.cpu for i, worker in enumerate(workers)}
+        producing = asyncio.create_task(produce(setup.bootstrap, names.usage,
+                                                usage_messages(workload, capacity, range(w, ticks)), "produce events"))
+        total = {p: warm[p] + n for p, n in (await expected_counts(workload, a.partitions, ticks - w)).items()}
+        window = await drain(setup.bootstrap, app_id, names.usage, warm, total, f"{a.workers} workers {guarantee}",
+                             a.timeout, alive, {**cpu, "broker": lambda: cpu_seconds(setup.broker_pid),
+                                                "steal": steal_seconds, "busy": busy_seconds,
+                                                "bench": time.process_time})
+        await producing
+    finally:
+        peaks = [worker.stop() for worker in workers]
+    window.cpu["workers"] = sum(window.cpu.pop(f"worker{i}") for i in range(a.workers))
+    return {**row(f"{a.workers} picrl workers ({guarantee})", window, "workers"), "workers": a.workers,
+            "worker_peak_rss_mib": max(peaks)}
+
+
+async def expected_counts(workload: Workload, partitions: int, ticks: int) -> dict[int, int]:
+    """Usage events per partition of ``ticks`` ticks of every service (Kafka's default partitioner on the key)."""
+    counts = dict.fromkeys(range(partitions), 0)
+    for service in workload.services:
+        counts[(murmur2(service.encode()) & 0x7FFFFFFF) % partitions] += ticks
+    return counts
 
 
 async def paced(bootstrap: str, topic: str, workload: Workload, capacity: np.ndarray, ticks: range,
@@ -474,12 +557,19 @@ async def latency(setup: Setup, rate: float) -> dict:
         await asyncio.wait([watcher, asyncio.create_task(ready.wait())], return_when=asyncio.FIRST_COMPLETED)
         if watcher.done():
             watcher.result()
+        if a.py_spy is not None:
+            worker.start_py_spy(a.py_spy / f"worker-latency-{rate:g}.txt")
         cpu_before, steal_before, offered_from = worker.cpu(), steal_seconds(), time.monotonic()
+        busy_before, bench_before, broker_before = busy_seconds(), time.process_time(), cpu_seconds(setup.broker_pid)
         sent, seconds = await paced(setup.bootstrap, names.usage, workload, capacity, range(w, ticks), rate)
         total = await end_offsets(setup.bootstrap, names.usage, a.partitions)
         await drain(setup.bootstrap, f"{prefix}-worker", names.usage, total, total, "drain", a.timeout, worker.alive)
         cpu = worker.cpu() - cpu_before
-        steal = (steal_seconds() - steal_before) / ((time.monotonic() - offered_from) * (os.cpu_count() or 1))
+        worker.stop_py_spy()
+        elapsed_cpu = (time.monotonic() - offered_from) * (os.cpu_count() or 1)
+        steal = (steal_seconds() - steal_before) / elapsed_cpu
+        others = max(0.0, busy_seconds() - busy_before - cpu - (time.process_time() - bench_before)
+                     - (cpu_seconds(setup.broker_pid) - broker_before)) / elapsed_cpu
         deadline = time.monotonic() + 30
         while len(seen) < sent and time.monotonic() < deadline:
             await asyncio.sleep(0.1)
@@ -497,7 +587,7 @@ async def latency(setup: Setup, rate: float) -> dict:
             "decided": percentiles(decided), "visible_read_committed": percentiles(visible),
             "events_per_decision_batch": len(control) / max(1, len({x.decided_at for _, x in control})),
             "worker_cpu_share": cpu / seconds,  # worker CPU seconds per offered second
-            "worker_peak_rss_mib": peak, "cpu_steal_share": steal}
+            "worker_peak_rss_mib": peak, "cpu_steal_share": steal, "other_cpu_share": others}
 
 
 async def run(args: argparse.Namespace, folder: Path) -> dict:
@@ -511,7 +601,7 @@ async def run(args: argparse.Namespace, folder: Path) -> dict:
             subprocess.run([sys.executable, "-m", "picrl", "train", "--dataset", "genai-mem", "--quick", "--out",
                             str(model)], check=True, cwd=REPO, stdout=subprocess.DEVNULL)
         setup = Setup(args, info.bootstrap, info.pid, folder, model, DecisionEngine(load_artifact(model)))
-        steps = 2 + len(args.guarantees) + len(args.rates)
+        steps = 2 + len(args.guarantees) + (args.workers > 1) + len(args.rates)
         with tqdm(total=steps, desc="stream benchmark", unit="phase", dynamic_ncols=True) as bar:
             rows = await throughput(setup, bar) if args.events else []
             latencies = []
@@ -527,20 +617,21 @@ async def run(args: argparse.Namespace, folder: Path) -> dict:
 def print_tables(result: dict) -> None:
     if result["throughput"]:
         print(f"\n{'consumer':<29}{'events':>8}{'seconds':>9}{'events/s':>10}{'x raw':>7}{'CPU us/ev':>10}"
-              f"{'broker us/ev':>13}{'ev/batch':>9}{'steal':>7}")
+              f"{'broker us/ev':>13}{'ev/batch':>9}{'steal':>7}{'others':>7}")
         for r in result["throughput"]:
             print(f"{r['consumer']:<29}{r['events']:>8,}{r['seconds']:>9.1f}{r['events_per_second']:>10,.0f}"
                   f"{r['ratio_to_raw_pipe']:>7.2f}{r['cpu_us_per_event']:>10.0f}{r['broker_cpu_us_per_event']:>13.0f}"
-                  f"{r.get('events_per_decision_batch', float('nan')):>9.0f}{r['cpu_steal_share']:>7.0%}")
+                  f"{r.get('events_per_decision_batch', float('nan')):>9.0f}{r['cpu_steal_share']:>7.0%}"
+                  f"{r['other_cpu_share']:>7.0%}")
     if result["latency"]:
         print(f"\n{'offered/s':>10}{'achieved/s':>11}{'actions':>9}  {'decided p50/p99/max ms':<24}"
-              f"{'visible p50/p99/max ms':<24}{'CPU/s':>6}{'ev/batch':>9}{'steal':>7}")
+              f"{'visible p50/p99/max ms':<24}{'CPU/s':>6}{'ev/batch':>9}{'steal':>7}{'others':>7}")
         for r in result["latency"]:
             d, v = r["decided"], r["visible_read_committed"]
             print(f"{r['offered_rate']:>10,.0f}{r['achieved_rate']:>11,.0f}{r['control_actions']:>9,}  "
                   f"{d['p50_ms']:>6.1f} {d['p99_ms']:>7.1f} {d['max_ms']:>7.0f}   "
                   f"{v['p50_ms']:>6.1f} {v['p99_ms']:>7.1f} {v['max_ms']:>7.0f}   {r['worker_cpu_share']:>4.2f}"
-                  f"{r['events_per_decision_batch']:>9.1f}{r['cpu_steal_share']:>7.0%}")
+                  f"{r['events_per_decision_batch']:>9.1f}{r['cpu_steal_share']:>7.0%}{r['other_cpu_share']:>7.0%}")
 
 
 def main() -> None:
@@ -556,6 +647,8 @@ def main() -> None:
     parser.add_argument("--latency-services", type=int, help="services of the latency part (default 1,000)")
     parser.add_argument("--guarantees", nargs="+", default=["exactly_once", "at_least_once"],
                         choices=("exactly_once", "at_least_once"), help="worker rows of the throughput part")
+    parser.add_argument("--workers", type=int, default=2,
+                        help="a throughput row with this many workers of one app id (first guarantee; 1: none)")
     parser.add_argument("--latency-guarantee", default="exactly_once", choices=("exactly_once", "at_least_once"))
     parser.add_argument("--partitions", type=int, default=8, help="partitions of the topics (default 8)")
     parser.add_argument("--batch-max", type=int, default=1000, help="worker --batch-max and raw pipe batch (default 1000)")
