@@ -3,10 +3,11 @@
 Run on demand (not part of the test suite):
 
     python benchmarks/controller_throughput.py --out benchmarks/results [--batches 1 10 100 1000 10000 100000]
-        [--chunk 128] [--quick]
+        [--chunk 128] [--quick] [--predictor windowed|incremental] [--name controller_throughput]
 
 Each batch size runs ``--ticks`` closed-loop ticks of the full PIC-RL decision (Gaussian LSTM
-prediction, censored-demand estimator, policy, reactive calibrator) with untrained networks of the
+prediction, windowed or incremental (``--predictor``), warm-started censored-demand estimator, policy,
+reactive calibrator) with untrained networks of the
 default shapes (speed does not depend on the weights), the networks on fixed chunks of ``--chunk``
 rows (``OnlineConfig.inference_chunk``; 128, the default, is what the stream uses). Writes
 ``controller_throughput.json`` and ``controller_throughput.png`` (service-steps/s against batch size)
@@ -29,10 +30,12 @@ from __future__ import annotations
 import argparse
 import cProfile
 import json
+import os
 import pstats
 import resource
 import time
 import tracemalloc
+from dataclasses import replace
 from pathlib import Path
 
 import matplotlib
@@ -72,11 +75,12 @@ def measure(controller: PicRLController, services: int, ticks: int, rng: np.rand
     y, c = censor(demand[0], state.action)
     state, _ = controller.step(state, y, c)  # warm-up tick (allocator, torch kernels)
     steal = StealMeter()
-    started = time.perf_counter()
+    load = os.getloadavg()[0]
+    started, cpu = time.perf_counter(), time.process_time()
     for t in range(1, ticks + 1):
         y, c = censor(demand[t], state.action)
         state, _ = controller.step(state, y, c)
-    seconds = time.perf_counter() - started
+    seconds, cpu_seconds = time.perf_counter() - started, time.process_time() - cpu
     stolen = steal.share()
     y, c = censor(demand[ticks + 1], state.action)
     tracemalloc.start()
@@ -88,6 +92,7 @@ def measure(controller: PicRLController, services: int, ticks: int, rng: np.rand
         "services": services, "ticks": ticks, "seconds": seconds,
         "service_steps_per_second": services * ticks / seconds,
         "us_per_call": 1e6 * seconds / ticks, "cpu_steal_share": stolen,
+        "cpu_seconds": cpu_seconds, "load_average_1min": load,
         "state_bytes_per_service": state_bytes_per_service(state),
         "max_rss_mib": rss, "rss_growth_mib": rss - rss_before,
         "traced_peak_mib": traced_peak / MIB, "traced_peak_bytes_per_service": traced_peak / services,
@@ -95,7 +100,9 @@ def measure(controller: PicRLController, services: int, ticks: int, rng: np.rand
 
 
 # Where a step's time goes: (label, function name in cProfile's statistics).
-COMPONENTS = (("Phase-1 LSTM (mu, sigma)", "predict_gaussian"), ("Tobit censored-demand estimator", "estimate_censored_demand"),
+COMPONENTS = (("Phase-1 LSTM (mu, sigma)", "predict_gaussian"), ("Phase-1 LSTM (mu, sigma)", "advance_memory"),
+              ("Phase-1 LSTM (mu, sigma)", "start_memory"),
+              ("Tobit censored-demand estimator", "estimate_censored_demand"),
               ("state features", "state_features"), ("policy network (eta, k)", "_plan"),
               ("reward and calibrator", "step_reward"), ("reward and calibrator", "calibrate"))
 
@@ -131,31 +138,36 @@ def main() -> None:
                         help="ticks per size (default: enough for ~2M service-steps, 5..200; --quick: ~200k, 3..50)")
     parser.add_argument("--quick", action="store_true", help="about ten times fewer service-steps per size")
     parser.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
+    parser.add_argument("--predictor", choices=["windowed", "incremental"], default="windowed",
+                        help="predictor.kind: the LSTM re-reads its window every tick, or carries (h, c)")
+    parser.add_argument("--name", default="controller_throughput", help="result file names (without suffix)")
     parser.add_argument("--profile", type=int, default=100_000, metavar="SERVICES",
                         help="profile the step at this many services (cProfile, 5 ticks; 0: skip; default 100,000)")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results"), help="folder for the JSON result")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     config = PicRLConfig()
+    config = replace(config, predictor=replace(config.predictor, kind=args.predictor))
     torch.manual_seed(0)
     predictor, policy = GaussianLSTM(config.predictor), PolicyNetwork(config.policy)
     controller = PicRLController(predictor, policy, config, chunk=args.chunk)
     artifact = ModelArtifact(config, predictor, policy, ValueNetwork(config.policy), scaling={"context_names": []})
-    codec_row = StateCodec(config.predictor.window, config.predictor.context_channels).row_bytes
+    codec_row = StateCodec.for_config(config).row_bytes
     stream_row = DecisionEngine(artifact).row_bytes
     steps, low, high = (200_000, 3, 50) if args.quick else (2_000_000, 5, 200)
     rng = np.random.default_rng(0)
     rows = []
     print(f"state per service: StateCodec row {codec_row} B, stream table row (DecisionEngine.row_bytes) {stream_row} B")
     print(f"{'services':>9}{'ticks':>7}{'service-steps/s':>17}{'us/call':>11}{'state B/svc':>13}{'max RSS MiB':>13}"
-          f"{'RSS growth':>12}{'traced MiB':>12}{'steal':>7}")
+          f"{'RSS growth':>12}{'traced MiB':>12}{'steal':>7}{'CPU/wall':>9}{'load':>6}")
     for services in sorted(args.batches):
         ticks = args.ticks or int(np.clip(steps // services, low, high))
         rows.append(measure(controller, services, ticks, rng))
         r = rows[-1]
         print(f"{r['services']:>9,}{r['ticks']:>7}{r['service_steps_per_second']:>17,.0f}{r['us_per_call']:>11,.0f}"
               f"{r['state_bytes_per_service']:>13.0f}{r['max_rss_mib']:>13.0f}{r['rss_growth_mib']:>12.0f}"
-              f"{r['traced_peak_mib']:>12.1f}{r['cpu_steal_share']:>7.0%}")
+              f"{r['traced_peak_mib']:>12.1f}{r['cpu_steal_share']:>7.0%}{r['cpu_seconds'] / r['seconds']:>9.2f}"
+              f"{r['load_average_1min']:>6.1f}")
     breakdown = profile(controller, args.profile, 5, rng) if args.profile else {}
     if breakdown:
         total = sum(breakdown.values())
@@ -164,24 +176,25 @@ def main() -> None:
             print(f"  {label:<34}{seconds:>8.3f} s {seconds / total:>6.0%}")
     result = {"benchmark": "controller_throughput", "machine": describe(),
               "profile": {"services": args.profile, "seconds_per_tick": breakdown},
-              "threads": args.threads, "chunk": args.chunk, "quick": args.quick,
+              "threads": args.threads, "chunk": args.chunk, "quick": args.quick, "predictor": args.predictor,
               "config": {"window": config.predictor.window, "hidden": config.predictor.hidden,
                          "policy_hidden": config.policy.hidden, "estimator_iterations": config.estimator.iterations},
               "state_codec_row_bytes": codec_row, "stream_row_bytes": stream_row, "rows": rows}
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "controller_throughput.json").write_text(json.dumps(result, indent=2) + "\n")
-    plot(rows, args, args.out / "controller_throughput.png")
-    print(f"written {args.out / 'controller_throughput.json'}, {args.out / 'controller_throughput.png'}")
+    (args.out / f"{args.name}.json").write_text(json.dumps(result, indent=2) + "\n")
+    plot(rows, args, args.out / f"{args.name}.png")
+    print(f"written {args.out / (args.name + '.json')}, {args.out / (args.name + '.png')}")
 
 
 def plot(rows: list[dict[str, float]], args: argparse.Namespace, path: Path) -> None:
     services = [r["services"] for r in rows]
     fig, ax = plt.subplots(figsize=(7, 4.2))
     ax.plot(services, [r["service_steps_per_second"] for r in rows], marker="o", label="PIC-RL controller step")
-    ax.axhline(500_000, color="tab:red", ls="--", lw=1, label="target at 100,000 services (500k/s)")
+    ax.axhline(250_000, color="tab:red", ls="--", lw=1, label="target at 100,000 services (250k/s)")
+    ax.axhline(2_000, color="tab:orange", ls=":", lw=1, label="target for one service (2k/s)")
     ax.set(xscale="log", yscale="log", xlabel="services per batch (one controller call)",
            ylabel="service-steps per second",
-           title=f"Embedded controller, {args.threads} torch threads, chunk {args.chunk}")
+           title=f"Embedded controller ({args.predictor} LSTM), {args.threads} torch threads, chunk {args.chunk}")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend()
     fig.tight_layout()
