@@ -284,6 +284,10 @@ def train_predictor(
     if cfg.kind == "incremental":  # the carried LSTM trains on sequences (its own module); a Gaussian LSTM only
         from picrl_core.incremental_predictor import train_incremental_predictor
 
+        if model_factory is not GaussianLSTM:
+            raise PredictorInputError("the incremental predictor is a Gaussian LSTM; "
+                                      f"{getattr(model_factory, '__name__', model_factory)} cannot be carried")
+
         return train_incremental_predictor(train, val, cfg, seed=seed, train_context=train_context,  # type: ignore[return-value]
                                            val_context=val_context, progress=progress, services=services)
     train = np.asarray(train, dtype=np.float64)

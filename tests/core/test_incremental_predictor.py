@@ -106,3 +106,12 @@ def test_training_is_deterministic_and_reports_the_validation_stream(tiny_config
         assert torch.equal(second.state_dict()[name], tensor), name
     metrics = evaluate_stream(first, diurnal_series[1600:2000], None, cfg.window)
     assert metrics["nll"] == pytest.approx(report.val_nll) and 0 < report.coverage_1sigma < report.coverage_2sigma
+
+
+def test_only_the_gaussian_lstm_can_be_carried(tiny_config: PicRLConfig, diurnal_series: np.ndarray) -> None:
+    class Other(GaussianLSTM):
+        pass
+
+    with pytest.raises(ValueError, match="cannot be carried"):
+        train_predictor(diurnal_series[:1600], diurnal_series[1600:2000], _incremental(tiny_config).predictor,
+                        seed=0, model_factory=Other)
