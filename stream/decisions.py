@@ -223,11 +223,15 @@ class DecisionEngine:
         services = list(queues)
         rows = np.zeros(len(services), dtype=self.row_dtype)
         known = np.zeros(len(services), dtype=bool)
-        for i, service in enumerate(services):
-            raw = stored.get(service)
-            if raw is not None:
-                rows[i] = self.decode_row(raw)[0]
-                known[i] = True
+        held = [(i, raw) for i, raw in enumerate(map(stored.get, services)) if raw is not None]
+        if held:
+            index = [i for i, _ in held]
+            if all(len(raw) == self.row_bytes for _, raw in held):  # all the rows in one pass
+                rows[index] = np.frombuffer(b"".join(raw for _, raw in held), dtype=self.row_dtype)
+            else:
+                for i, raw in held:
+                    rows[i] = self.decode_row(raw)[0]  # raises for the row of the wrong size
+            known[index] = True
         now = time.time()
         room = None if self.settings.max_services is None else self.settings.max_services - services_held
         for round_ in range(max(map(len, queues.values()), default=0)):
