@@ -1,5 +1,6 @@
-"""The worker's service-state table: a Faust table whose changelog writes a batch can wait for, with one
-watermark row per partition that says which usage offsets its rows already hold."""
+"""The worker's service-state table: a Faust table (changelog-backed, restored by Faust) whose rows the worker
+sets in memory and writes to the changelog in its own transactions, with one watermark row per partition that
+says which usage offsets its rows already hold."""
 from __future__ import annotations
 
 import asyncio
@@ -25,7 +26,10 @@ class ServiceStateTable(faust.Table):
     which a stop or a crash never committed. A worker taking over then restored rows without those
     events and, their offsets being committed, never saw them again (its decisions drifted from an
     uninterrupted run's; tests/stream/test_reliability.py). Waiting for the writes before a batch is
-    acknowledged puts them in the transaction that commits its offsets.
+    acknowledged puts them in the transaction that commits its offsets. The worker no longer writes rows
+    that way (issue 17): it sets them in memory (:meth:`put`, :meth:`advance_watermark`) and sends their
+    changelog records itself, in the record batches of the transaction that commits the batch's offsets
+    (stream/outbox.py); a write through ``table[key] = value`` still works as described here.
 
     Each batch also sets the watermark of every usage partition it read: the offset after its last event,
     on the changelog partition of the same number, in the same transaction as the rows and the offsets.
