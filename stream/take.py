@@ -75,7 +75,7 @@ async def take_ready(stream: StreamT, max_: int, within: float) -> AsyncGenerato
     s._enable_passive(aiter(s.channel))
     try:
         while not s.should_stop:
-            await s.wait_for_stopped(ready, timeout=within)  # events that stop coming wait no longer
+            await s.wait_for_stopped(ready, timeout=within or None)  # events that stop coming wait no longer
             if events:
                 consuming = loop.create_future()  # the drainer adds nothing while the batch is handled
                 try:
