@@ -119,7 +119,7 @@ class PretrainConfig:
 class OnlineConfig:
     """Phase 3 slow loop: KL-regularised policy refinement from replay, with parameter EMA."""
 
-    n_update: int = 64  # slow update every N_update transitions
+    n_update: int = 64  # slow update every N_update ticks (each tick brings one transition per service)
     buffer_size: int = 4096  # bounded replay buffer (transitions)
     batch_size: int = 256
     gradient_steps: int = 4

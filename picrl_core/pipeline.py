@@ -98,8 +98,10 @@ class OnlineRun:
 
 class SlowLoop:
     """Phase 3 slow loop (Algorithm 1, lines 31-35) as one object: every transition goes to the replay
-    buffer, and the KL-regularised learner updates the acting policy every ``N_update`` transitions
-    (once the buffer holds ``min(batch_size, 32)``). The acting policy changes in place."""
+    buffer, and the KL-regularised learner updates the acting policy every ``N_update`` ticks (once the
+    buffer holds ``min(batch_size, 32)``). The acting policy changes in place. Algorithm 1 counts the
+    steps of its one service; a tick of N services brings N transitions, so counting transitions would
+    update N times as often (every tick for a 91-pod fleet), and each update would see one tick only."""
 
     def __init__(self, policy: PolicyNetwork, value: ValueNetwork, config: PicRLConfig) -> None:
         self.learner = SlowPolicyLearner(policy, value, config)
@@ -114,7 +116,7 @@ class SlowLoop:
 
     def observe(self, transition: Transition) -> None:
         self.buffer.add(transition)
-        self._since_update += transition.reward.shape[0]
+        self._since_update += 1
         if self._since_update >= self._online.n_update and len(self.buffer) >= min(self._online.batch_size, 32):
             self.updates.append(self.learner.update(self.buffer))
             self._since_update = 0

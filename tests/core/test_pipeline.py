@@ -37,11 +37,12 @@ def _phase3(config: PicRLConfig) -> PicRLConfig:
 
 
 def _expected_updates(steps: int, services: int, n_update: int, batch_size: int) -> list[int]:
-    """Transitions seen at each slow update: the runner's rule, replayed from counts alone."""
+    """Transitions seen at each slow update: the runner's rule (every ``n_update`` ticks, whatever the
+    number of services), replayed from counts alone."""
     seen, since, marks = 0, 0, []
     for _ in range(steps):
         seen += services
-        since += services
+        since += 1
         if since >= n_update and seen >= min(batch_size, 32):
             marks.append(seen)
             since = 0
@@ -113,13 +114,13 @@ def test_run_online_many_services_and_without_slow_updates(artifact: ModelArtifa
     assert run.metrics == episode_metrics(run.trajectory.action, demand, config.cost)
     marks = [u.transitions_seen for u in run.updates]
     assert marks == _expected_updates(steps, services, N_UPDATE, N_UPDATE)
-    assert marks[:2] == [18, 36]  # 3 transitions a tick: the threshold of 16 is crossed every 6 ticks
+    assert marks[:2] == [48, 96]  # every 16 ticks, each bringing 3 transitions
 
     frozen = run_online(artifact, demand, history, config=config, slow_updates=False)
     assert frozen.updates == []
     assert frozen.metrics == episode_metrics(frozen.trajectory.action, demand, config.cost)
-    # the first update happens after tick 5; before it the two runs act identically
-    np.testing.assert_array_equal(frozen.trajectory.action[:7], run.trajectory.action[:7])
+    # the first update happens after tick 15; before it the two runs act identically
+    np.testing.assert_array_equal(frozen.trajectory.action[:17], run.trajectory.action[:17])
     assert not np.array_equal(frozen.trajectory.action[7:], run.trajectory.action[7:])  # then the policy moved
 
 
