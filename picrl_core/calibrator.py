@@ -15,11 +15,14 @@ SHORTAGE_TOLERANCE = 1e-6
 
 def feedback(y: np.ndarray, action: np.ndarray, censored: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``(short, over)`` of the action in force from its feedback: ``short = 1[d > a]`` is the censoring flag
-    under PIC, and ``y > a`` under full information (the reference run reveals ``y = d`` and no flag);
-    ``over = 1[d < a]``, neither short nor exactly met."""
+    under PIC (a censored observation sits at the capacity), and ``y > a`` under full information (the
+    reference run reveals ``y = d`` and no flag); ``over = 1[d < a]``, uncensored and below the action.
+    A censored observation *below* the capacity (a soft resource whose requests failed on a hard one,
+    :mod:`picrl_core.resources`) is a lower bound that says neither: both are False."""
     y = np.asarray(y, dtype=np.float64)
-    short = np.asarray(censored, dtype=bool) | (y > action + SHORTAGE_TOLERANCE)
-    return short, ~short & (action > y)
+    censored = np.asarray(censored, dtype=bool)
+    short = (censored & (y >= action - SHORTAGE_TOLERANCE)) | (y > action + SHORTAGE_TOLERANCE)
+    return short, ~short & ~censored & (action > y)
 
 
 def over_weights(cfg: CalibratorConfig, cost: CostConfig) -> tuple[float, float]:

@@ -12,6 +12,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from picrl_core.resources import Resource, check_resources
 from picrl_core.scaling import from_unit, to_unit
 
 
@@ -165,7 +166,9 @@ class PreparedSeries:
 
     ``*_ctx`` are ``(T_i, C)`` context matrices scaled per channel (``None`` without context).
     A fleet (:func:`prepare_fleet`) holds ``services`` equal-length series end to end in each split
-    (service-major); windows and rollouts never straddle two of them (:func:`segment_starts`).
+    (service-major); windows and rollouts never straddle two of them (:func:`segment_starts`). A
+    multi-resource fleet (:func:`prepare_resource_fleet`) holds ``len(resources)`` blocks of services,
+    one per resource, each scaled on its own training part (``scaler`` is the first resource's).
     """
 
     name: str
@@ -180,6 +183,7 @@ class PreparedSeries:
     notes: tuple[str, ...]
     context_names: tuple[str, ...] = ()
     services: int = 1
+    resources: tuple[Resource, ...] = ()
 
     def by_service(self, split: str) -> np.ndarray:
         """Split ``"train" | "val" | "test"`` as ``(services, T_i)``, one row per service."""
@@ -291,6 +295,26 @@ def prepare_fleet(values: np.ndarray, name: str,
     train, val, test = (scaler.transform(matrix[:, p]).ravel() for p in parts)
     return PreparedSeries(name, train, val, test, None, None, None, scaler, (), tuple(notes),
                           services=matrix.shape[0])
+
+
+def prepare_resource_fleet(values: Sequence[np.ndarray], resources: Sequence[Resource], name: str,
+                           fractions: tuple[float, float, float] = (0.6, 0.2, 0.2)) -> PreparedSeries:
+    """A fleet provisioned on several resources: ``values[r]`` is ``(T, N)``, resource ``r`` of the same N
+    services on one time grid. Each resource is a :func:`prepare_fleet` (its own scaling); the splits hold
+    the resources' blocks end to end (resource-major, ``services = R * N``), so every method trains one
+    model over all of them and acts for every (resource, service) row at once."""
+    resources = check_resources(resources)
+    if len(values) != len(resources) or len({np.shape(v) for v in values}) != 1:
+        raise UnusableSeriesError(f"fleet '{name}': {len(resources)} resources need as many value matrices of "
+                                  f"one shape; got {[np.shape(v) for v in values]}")
+    parts = [prepare_fleet(v, f"{name}:{r.name}", fractions) for v, r in zip(values, resources)]
+
+    def joined(split: str) -> np.ndarray:
+        return np.concatenate([getattr(p, split) for p in parts])
+
+    return PreparedSeries(name, joined("train"), joined("val"), joined("test"), None, None, None, parts[0].scaler, (),
+                          tuple(n for p in parts for n in p.notes), services=sum(p.services for p in parts),
+                          resources=resources)
 
 
 def development_series(series: PreparedSeries, fraction: float = 0.75) -> PreparedSeries:

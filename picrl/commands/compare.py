@@ -117,8 +117,10 @@ def run(args: argparse.Namespace) -> int:
     if seeds < 1:
         raise ValueError("--seeds must be >= 1")
     budget = QUICK if args.quick else FULL
-    methods = list(REGISTRY) if "all" in args.methods else list(dict.fromkeys(args.methods))
     traces = _traces(args)
+    multi_resource = any(trace.resources for trace in traces.values())
+    methods = ([m for m in REGISTRY if multi_resource or not REGISTRY[m].multi_resource_only] if "all" in args.methods
+               else list(dict.fromkeys(args.methods)))
     config = _base_config(args.config)
     series = {name: test_series(trace, budget) for name, trace in traces.items()}
     for name, prepared in series.items():

@@ -30,7 +30,8 @@ from picrl.datasets import Trace
 from picrl_core.config import PicRLConfig
 from picrl_core.methods import REGISTRY
 from picrl_core.methods.evaluation import run_on_test_split
-from picrl_core.series import PreparedSeries, prepare_fleet, prepare_series
+from picrl_core.resources import KNOWN
+from picrl_core.series import PreparedSeries, prepare_fleet, prepare_resource_fleet, prepare_series
 from picrl_core.training_memo import shared_training
 
 
@@ -90,8 +91,13 @@ class CellResult:
 
 def test_series(trace: Trace, budget: Budget) -> PreparedSeries:
     """The trace (or fleet) split and scaled as in the paper, with the test split cut to the budget's length."""
-    series = (prepare_fleet(trace.values, trace.name) if trace.values.ndim == 2 else
-              prepare_series(trace.values, trace.name, trace.context, trace.context_names))
+    if trace.resources:
+        series = prepare_resource_fleet(np.split(trace.values, len(trace.resources), axis=1),
+                                        [KNOWN[name] for name in trace.resources], trace.name)
+    elif trace.values.ndim == 2:
+        series = prepare_fleet(trace.values, trace.name)
+    else:
+        series = prepare_series(trace.values, trace.name, trace.context, trace.context_names)
     if budget.test_ticks is None:
         return series
     cut = slice(0, budget.test_ticks)
@@ -167,7 +173,7 @@ def run_group(trace: Trace, seed: int, methods: Sequence[str], config: PicRLConf
                     result = CellResult(cell, None, time.perf_counter() - started, False,
                                         error=traceback.format_exc(limit=4))
                 else:
-                    result = CellResult(cell, run.metrics.to_dict(), time.perf_counter() - started, False,
+                    result = CellResult(cell, run.metrics.to_dict() | run.extra, time.perf_counter() - started, False,
                                         run.actions, run.censored)
                     cache.store(result)
             report(result)

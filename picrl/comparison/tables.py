@@ -19,11 +19,13 @@ from picrl_core.config import CostConfig
 from picrl_core.costs import per_service_metrics
 from picrl_core.methods import REGISTRY
 
-GROUP_ORDER = ("pic-rl", "phase-1", "phase-2", "phase-3", "phase-2+3", "full", "operator", "reference", "bound")
+GROUP_ORDER = ("pic-rl", "phase-1", "phase-2", "phase-3", "phase-2+3", "full", "operator", "multi-resource",
+               "reference", "bound")
 GROUP_TITLES = {"pic-rl": "", "phase-1": "Phase 1 substitution (predictor)", "phase-2": "Phase 2 substitution (offline RL)",
                 "phase-3": "Phase 3 substitution (online calibration; no Phase 2)",
                 "phase-2+3": "Phase 2+3 substitution (decision module)", "full": "Full-pipeline baselines",
                 "operator": "Operator and textbook baselines (beyond the paper)",
+                "multi-resource": "Multi-resource variants (which censoring flags a method reads)",
                 "reference": "Full-information references (the same controller, demand revealed every tick)",
                 "bound": "Bound (reads the test demand)",
                 "ablation": "Ablations"}

@@ -27,7 +27,8 @@ class Trace:
     """One demand series in native units, optionally with aligned context channels, or a fleet of
     services on one time grid.
 
-    ``values`` is ``(T,)`` float64, or ``(T, N)`` for a fleet of N services (without context);
+    ``values`` is ``(T,)`` float64, or ``(T, N)`` for a fleet of N services (without context), or
+    ``(T, R * N)`` for a fleet provisioned on the ``resources`` named (one block of N columns each);
     ``context`` is ``(T, C)`` float64 or ``None``;
     ``step_seconds`` is NaN when the file has no time column. Arrays are read-only.
     """
@@ -39,6 +40,7 @@ class Trace:
     step_seconds: float
     unit: str
     source: str
+    resources: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         values = _frozen_copy(self.values)
@@ -77,6 +79,8 @@ DATASETS: dict[str, str] = {
 FLEETS: dict[str, str] = {
     "pods": "Alibaba GenAI Stable-Diffusion serving: GPU memory of each of the 91 pods reporting at every "
             "stamp, one service per pod, bytes, 22.8 h at 57 s",
+    "pods-2r": "the 72 of those pods whose GPU duty cycle is complete, each provisioned on two resources at once: "
+               "GPU memory (bytes; hard: a shortage fails requests) and GPU compute (duty cycle, %; soft)",
 }
 
 # name -> (file, value column, context columns, unit, upstream source)
@@ -203,6 +207,12 @@ def load_dataset(name: str) -> Trace:
         pods = load_pod_fleet()
         return Trace(name="pods", values=np.column_stack([p.values for p in pods]), context=None, context_names=(),
                      step_seconds=pods[0].step_seconds, unit="bytes", source=pods[0].source)
+    if name == "pods-2r":
+        pods = [p for p in load_pod_fleet() if p.context is not None]
+        values = np.column_stack([p.values for p in pods] + [p.context[:, 0] for p in pods])
+        return Trace(name="pods-2r", values=values, context=None, context_names=(), step_seconds=pods[0].step_seconds,
+                     unit="bytes | duty %", source=f"{pods[0].source} + pod_gpu_duty_cycle_anon.tar.gz",
+                     resources=("gpu_mem", "gpu_compute"))
     if name not in _SPECS:
         raise DatasetError(f"unknown dataset '{name}'; valid names: {', '.join([*DATASETS, *FLEETS])}")
     file, column, context_columns, unit, source = _SPECS[name]

@@ -43,6 +43,11 @@ class Method:
     fit: Callable[..., Provisioner]  # (series, config) -> provisioner; timed methods take step_seconds too
     timed: bool = False  # its windows are in seconds: fit takes the trace's step_seconds
     censoring: bool = True  # False: a full-information reference, run with the demand revealed every tick
+    # On a multi-resource series (picrl_core.resources): True reads the coupled censoring flags (a hard
+    # resource's shortage censors every resource of the tick), False only each resource's own shortage, as
+    # a per-resource autoscaler does. Irrelevant with one resource.
+    coupled: bool = False
+    multi_resource_only: bool = False  # a variant that only differs from another on a multi-resource series
 
     def fitted(self, series: PreparedSeries, config: PicRLConfig, step_seconds: float) -> Provisioner:
         """The trained provisioner for ``series``, with the trace's sampling period where it needs one."""

@@ -17,7 +17,9 @@ Calibration set: the residuals of the predictor on the (uncensored) validation s
 service's pool of the last :data:`CONFORMAL_WINDOW` residuals; each tick's residual then replaces the
 oldest. Under PIC a censored residual is only a lower bound (``d - mu > a - mu``): it enters the pool
 as ``+inf``, i.e. above every candidate quantile. That can only raise the quantile, so the one-sided
-guarantee the true residuals would give is kept (conservatively).
+guarantee the true residuals would give is kept (conservatively). A censored observation below the
+action (a soft resource whose requests failed on a hard one, :mod:`picrl_core.resources`) says
+nothing about coverage: that service's pool and ``alpha_t`` skip the tick.
 
 Miscoverage is exactly observable under PIC (it *is* the censoring flag ``c_t = 1[d_t > a_t]``), so
 ``alpha_t`` follows adaptive conformal inference (Gibbs & Candes, "Adaptive Conformal Inference
@@ -129,8 +131,10 @@ class ConformalProvisioner(Provisioner):
         y = np.asarray(y, dtype=np.float64)
         censored = np.asarray(censored, dtype=bool)
         shortage, _ = feedback(y, self.action, censored)
-        self.residuals = _shift(self.residuals, np.where(censored, np.inf, y - self.mu))
-        self.alpha_t = self.alpha_t + self.step * (self.alpha - shortage)
+        known = ~censored | shortage  # a lower bound below the action (coupled censoring) updates nothing
+        shifted = _shift(self.residuals, np.where(censored, np.inf, y - self.mu))
+        self.residuals = np.where(known[:, None], shifted, self.residuals)
+        self.alpha_t = np.where(known, self.alpha_t + self.step * (self.alpha - shortage), self.alpha_t)
         self.feed.push(y, censored, context)
         return self._decide()
 

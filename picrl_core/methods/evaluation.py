@@ -8,13 +8,14 @@ config's cost weights for the metrics (a fleet's are the mean over its services)
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from picrl_core.config import PicRLConfig
 from picrl_core.costs import EpisodeMetrics, mean_service_metrics
 from picrl_core.methods.base import LoopResult, Method, run_pic_loop
+from picrl_core.methods.coupled import resource_metrics, run_coupled_loop
 from picrl_core.pipeline import evaluation_inputs
 from picrl_core.series import PreparedSeries
 
@@ -22,22 +23,31 @@ from picrl_core.series import PreparedSeries
 @dataclass(frozen=True)
 class TestSplitRun:
     """The test-split episode of one method: ``demand``, ``actions`` and ``censored`` are ``(T,)``, or
-    ``(T, N)`` for a fleet of N services, whose ``metrics`` are the mean over services."""
+    ``(T, N)`` for a fleet of N services, whose ``metrics`` are the mean over services (on a multi-resource
+    fleet, summed over resources with their weights; per-resource metrics in ``extra``)."""
 
     demand: np.ndarray
     actions: np.ndarray
     censored: np.ndarray
     metrics: EpisodeMetrics
+    extra: dict[str, float] = field(default_factory=dict)
 
 
 def run_on_test_split(method: Method, series: PreparedSeries, config: PicRLConfig,
                       step_seconds: float) -> TestSplitRun:
     """Fit ``method`` on the training (and validation) split, then run it on the test split (with the
-    demand revealed every tick for a full-information reference, ``method.censoring`` False)."""
+    demand revealed every tick for a full-information reference, ``method.censoring`` False). A
+    multi-resource fleet runs in :func:`~picrl_core.methods.coupled.run_coupled_loop`, reading the coupled
+    flags when ``method.coupled``."""
     provisioner = method.fitted(series, config, step_seconds)
     inputs = evaluation_inputs(series, config.predictor.window)
-    loop: LoopResult = run_pic_loop(provisioner, inputs["demand"], inputs["history"], context=inputs["context"],
-                                    history_context=inputs["history_context"], censoring=method.censoring)
+    if series.resources:
+        loop: LoopResult = run_coupled_loop(provisioner, inputs["demand"], inputs["history"], series.resources,
+                                            coupled=method.coupled, censoring=method.censoring)
+        metrics, extra = resource_metrics(loop.actions, inputs["demand"], series.resources, config.cost)
+        return TestSplitRun(inputs["demand"], loop.actions, loop.censored, metrics, extra)
+    loop = run_pic_loop(provisioner, inputs["demand"], inputs["history"], context=inputs["context"],
+                        history_context=inputs["history_context"], censoring=method.censoring)
     demand, actions, censored = np.asarray(inputs["demand"]), loop.actions, loop.censored
     if series.services == 1:
         demand, actions, censored = demand[:, 0], actions[:, 0], censored[:, 0]

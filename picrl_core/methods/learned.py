@@ -16,9 +16,12 @@ from picrl_core.methods.predictors import GaussianAutoformer, GaussianInformer, 
 PAPER = "PIC-RL (this paper, pic-rl.tex, Algorithm 1)"
 
 METHODS: list[Method] = [
-    Method("pic-rl", "PIC-RL (Ours)", PAPER, "pic-rl", fit_pic_rl),
+    Method("pic-rl", "PIC-RL (Ours)", PAPER, "pic-rl", fit_pic_rl, coupled=True),
     Method("pic-rl-fi", "PIC-RL, full information", f"{PAPER}, run with the demand revealed every tick (no censoring)",
-           "reference", fit_pic_rl, censoring=False),
+           "reference", fit_pic_rl, censoring=False, coupled=True),
+    Method("pic-rl-per-resource", "PIC-RL per resource", f"{PAPER}, reading each resource's own shortage flag only "
+           "(the coupling ignored, as a per-resource autoscaler does)", "multi-resource", fit_pic_rl,
+           multi_resource_only=True),
     Method("tft", "TFT", "Lim et al., Temporal Fusion Transformers for interpretable multi-horizon time series "
            "forecasting, International Journal of Forecasting 37(4), 2021", "phase-1",
            partial(fit_with_predictor, GaussianTFT)),
@@ -30,5 +33,6 @@ METHODS: list[Method] = [
            "phase-2", fit_cql),
     Method("pensieve", "Pensieve", "Mao et al., Neural adaptive video streaming with Pensieve, SIGCOMM 2017",
            "phase-2+3", fit_pensieve),
-    *(Method(a.name, a.label, f"{PAPER}, ablation {a.name.upper()} (Table 3)", "ablation", a.fit) for a in ABLATIONS),
+    *(Method(a.name, a.label, f"{PAPER}, ablation {a.name.upper()} (Table 3)", "ablation", a.fit, coupled=True)
+      for a in ABLATIONS),
 ]

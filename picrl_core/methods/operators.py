@@ -27,6 +27,9 @@ METHODS: list[Method] = [
            "phase-3", fit_conformal),
     Method("conformal-fi", "Conformal, full information", "One-sided conformal run with the demand revealed every "
            "tick (no censoring)", "reference", fit_conformal, censoring=False),
+    Method("conformal-coupled", "Conformal, coupled flags", "One-sided conformal reading the coupled censoring "
+           "flags of a multi-resource fleet (picrl_core.resources)", "multi-resource", fit_conformal, coupled=True,
+           multi_resource_only=True),
     Method("thompson", "Thompson Sampling", "Agrawal & Goyal, Further Optimal Regret Bounds for Thompson "
            "Sampling (AISTATS 2013)", "phase-2+3", fit_thompson),
     Method("spo", "SPO+", "Elmachtoub & Grigas, Smart \"Predict, then Optimize\" (Management Science 2022)",
@@ -46,5 +49,5 @@ METHODS: list[Method] = [
     Method("naive", "Naive (uncensored-only)", "PIC-RL paper, Proposition 1 (instability under mixture)",
            "operator", fit_naive),
     Method("oracle", "Hindsight oracle", "Best constant buffer on the true previous demand, in hindsight "
-           "(reads the test split)", "bound", fit_oracle),
+           "(reads the test split)", "bound", fit_oracle, coupled=True),
 ]

@@ -100,9 +100,13 @@ def test_the_provisioner_interface_never_takes_demand() -> None:
     for cls in (Provisioner, PicRLProvisioner, PensieveProvisioner):
         for name in ("start", "act"):
             assert not any("demand" in p for p in inspect.signature(getattr(cls, name)).parameters)
-    assert {m.group for m in METHODS} == {"pic-rl", "phase-1", "phase-2", "phase-2+3", "ablation", "reference"}
-    assert [m.name for m in METHODS] == ["pic-rl", "pic-rl-fi", "tft", "informer", "autoformer", "cql", "pensieve",
-                                         "a1", "a2", "a3", "a4", "a5", "a6", "a7"]
+    assert {m.group for m in METHODS} == {"pic-rl", "phase-1", "phase-2", "phase-2+3", "ablation", "reference",
+                                          "multi-resource"}
+    assert [m.name for m in METHODS] == ["pic-rl", "pic-rl-fi", "pic-rl-per-resource", "tft", "informer", "autoformer",
+                                         "cql", "pensieve", "a1", "a2", "a3", "a4", "a5", "a6", "a7"]
+    # the method reads the coupled censoring flags of a multi-resource fleet; its per-resource variant does not
+    assert [m.name for m in METHODS if not m.coupled] == ["pic-rl-per-resource", "tft", "informer", "autoformer",
+                                                          "cql", "pensieve"]
 
 
 def _flat(config: PicRLConfig) -> dict[tuple[str, str], Any]:
@@ -132,7 +136,7 @@ def test_ablations_flip_exactly_their_switch(tiny_config: PicRLConfig) -> None:
 def test_pic_rl_provisioner_acts_as_run_online(series: PreparedSeries, tiny_config: PicRLConfig,
                                                loop_inputs: tuple[np.ndarray, np.ndarray]) -> None:
     demand, history = loop_inputs
-    config = replace(tiny_config, online=replace(tiny_config.online, n_update=8, batch_size=8))
+    config = replace(tiny_config, online=replace(tiny_config.online, n_update=4, batch_size=8))
     artifact = train_offline(series, config)
     before = {k: v.clone() for k, v in artifact.policy.state_dict().items()}
     online = run_online(artifact, demand, history)

@@ -59,13 +59,14 @@ def two_services(series: PreparedSeries, window: int, oracle: bool) -> dict[str,
 
 
 def test_every_group_and_name_is_listed() -> None:
-    assert sorted(NAMES) == sorted(["conformal", "conformal-fi", "thompson", "spo", "autopilot", "vpa", "tobit",
-                                    "kaplan-meier", "sgd", "sgd-residual", "naive", "oracle"])
+    assert sorted(NAMES) == sorted(["conformal", "conformal-fi", "conformal-coupled", "thompson", "spo", "autopilot",
+                                    "vpa", "tobit", "kaplan-meier", "sgd", "sgd-residual", "naive", "oracle"])
     groups = {m.name: m.group for m in METHODS}
     assert groups["conformal"] == "phase-3" and groups["thompson"] == "phase-2+3"
     assert groups["spo"] == groups["autopilot"] == "full" and groups["oracle"] == "bound"
     assert {groups[n] for n in ("vpa", "tobit", "kaplan-meier", "sgd", "sgd-residual", "naive")} == {"operator"}
-    assert groups["conformal-fi"] == "reference"
+    assert groups["conformal-fi"] == "reference" and groups["conformal-coupled"] == "multi-resource"
+    assert [m.name for m in METHODS if m.multi_resource_only] == ["conformal-coupled"]
     assert [m.name for m in METHODS if not m.censoring] == ["conformal-fi"]
     assert all(m.reference and m.label for m in METHODS)
 

@@ -1,0 +1,89 @@
+"""Several resources per service, censored together: the paper's next step ("multi-resource coupled
+constraints, e.g. joint GPU memory and compute censoring"), as the observation rule of the PIC loop.
+
+A service is provisioned ``a_r`` of each resource ``r`` (scaled to ``[0, 1]`` like the single-resource
+series) and its demand is ``d_r``. Resources are of two kinds:
+
+* a **hard** resource (GPU memory) that runs short fails the requests that do not fit: only the share
+  ``f = min_{hard r} min(1, a_r / d_r)`` of the tick's load is served, so *every* resource of that tick
+  is observed on the served load only and its observation is a lower bound of its demand;
+* a **soft** resource (GPU compute) that runs short throttles: it censors itself only.
+
+So, with ``short_r = 1[d_r > a_r]``:
+
+    y_r = min(d_r, a_r)               for a hard resource,
+    y_r = min(f * d_r, a_r)           for a soft one (f = 1 when no hard resource is short),
+    c_r = short_r  or  any_{hard r'} short_{r'}      (the coupled censoring flag).
+
+A per-resource monitor instead flags resource ``r`` when it ran at its limit on the load it was given
+(``f d_r > a_r`` for a soft one), so a compute shortage hidden behind failed requests goes unseen.
+
+``c_r`` is what a learner must read: when memory ran short, the compute observation is low because
+requests failed, not because compute demand was low. A learner that reads only its own resource's
+flag (``short_r``, what a per-resource autoscaler such as the Kubernetes VPA recommender sees) takes
+those ticks as uncensored low demand: the selection bias of Proposition 1, crossing resources.
+
+The cost of a tick is the sum over resources of the asymmetric cost Eq. (1), each weighted by
+``weight_r`` (:data:`GPU_POD`): Eq. (1)'s ``c_under / c_over`` ratio, and so each resource's critical
+fractile, is kept.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Resource:
+    """One provisioned resource of a service: its name, whether a shortage of it fails requests (hard) or
+    throttles them (soft), and the weight of its asymmetric cost in a tick's total."""
+
+    name: str
+    hard: bool
+    weight: float
+
+    def __post_init__(self) -> None:
+        if not self.name or not np.isfinite(self.weight) or self.weight <= 0:
+            raise ValueError(f"a resource needs a name and a positive weight; got {self.name!r}, {self.weight}")
+
+
+# A GPU inference pod. Memory is hard: a request that does not fit fails (CUDA out of memory), which is
+# an error the user sees, and idle memory is the capacity that decides how many pods pack on a GPU; so
+# each unit of it, short or idle, weighs twice a unit of compute. Compute is soft: a short duty cycle
+# slows requests down (latency), and idle duty cycle is cheap to hand to a neighbour (MPS/time slicing).
+GPU_POD: tuple[Resource, ...] = (Resource("gpu_mem", hard=True, weight=2.0),
+                                 Resource("gpu_compute", hard=False, weight=1.0))
+KNOWN: dict[str, Resource] = {r.name: r for r in GPU_POD}
+
+
+def check_resources(resources: Sequence[Resource]) -> tuple[Resource, ...]:
+    """``resources`` as a tuple, refusing duplicates and an empty list."""
+    resources = tuple(resources)
+    names = [r.name for r in resources]
+    if not resources or len(set(names)) != len(names):
+        raise ValueError(f"resources must be a non-empty list of distinct names; got {names}")
+    return resources
+
+
+def observe(demand: np.ndarray, action: np.ndarray, resources: Sequence[Resource]
+            ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The coupled observation rule for ``(R, N)`` demand and actions (resource-major, N services):
+    ``(y, coupled, own, short)``, each ``(R, N)``: the observations ``y_r``, the coupled censoring flags
+    ``c_r``, the flags a per-resource monitor raises (resource ``r`` ran at its limit on the load it was
+    given: ``f d_r > a_r`` for a soft resource) and the true shortages ``1[d_r > a_r]``."""
+    resources = check_resources(resources)
+    demand = np.asarray(demand, dtype=np.float64)
+    action = np.asarray(action, dtype=np.float64)
+    if demand.shape != action.shape or demand.ndim != 2 or demand.shape[0] != len(resources):
+        raise ValueError(f"demand and action must both have shape ({len(resources)}, services); "
+                         f"got {demand.shape} and {action.shape}")
+    short = demand > action
+    hard = np.array([r.hard for r in resources])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        fits = np.where(short, action / demand, 1.0)  # share of the load resource r can carry
+    served = fits[hard].min(axis=0) if hard.any() else np.ones(demand.shape[1])
+    failed = short[hard].any(axis=0) if hard.any() else np.zeros(demand.shape[1], dtype=bool)
+    load = np.where(hard[:, None], demand, served[None, :] * demand)  # what each resource was asked for
+    return np.minimum(load, action), short | failed[None, :], load > action, short
