@@ -13,11 +13,11 @@ import torch
 from tqdm import tqdm
 
 from picrl.commands.source import load_trace
-from picrl.comparison.figures import plot_ablation_bars, plot_cumulative_regret, plot_trajectories
+from picrl.comparison.figures import plot_ablation_bars, plot_cumulative_regret, plot_resources, plot_trajectories
 from picrl.comparison.runner import FULL, QUICK, CellCache, CellResult, run_comparison, test_series
 from picrl.comparison.tables import (full_information_pairs, markdown_censoring_cost, markdown_fleet,
-                                     markdown_table2, markdown_table3, summarise, table2_methods, table3_methods,
-                                     write_csv)
+                                     markdown_resources, markdown_table2, markdown_table3, summarise,
+                                     table2_methods, table3_methods, write_csv)
 from picrl.datasets import DATASETS, FLEETS, Trace, load_dataset
 from picrl.kafka.local_broker import default_cache
 from picrl_core.config import PicRLConfig
@@ -158,7 +158,17 @@ def run(args: argparse.Namespace) -> int:
         print("Table 3: ablations (ΔMAE relative to PIC-RL Full)\n")
         print(table3)
     demands = {name: s.test if s.services == 1 else s.by_service("test").T for name, s in series.items()}
-    fleets = [name for name in datasets if series[name].services > 1]
+    for name in (n for n in datasets if series[n].resources):
+        table = markdown_resources(results, name, methods, series[name].resources)
+        (args.out / "resources.md").write_text(f"### {name}\n\n{table}")
+        written.append(args.out / "resources.md")
+        print(f"Resources of {name} (mean over seeds)\n")
+        print(table)
+        drawn = [m for m in ("pic-rl", "pic-rl-per-resource") if m in methods] or table2_methods(methods)[:2]
+        figure = plot_resources(results, demands[name], series[name].resources, name, args.out / "resources.png",
+                                drawn)
+        written += [figure] if figure else []
+    fleets = [name for name in datasets if series[name].services > 1 and not series[name].resources]
     if fleets and table2_methods(methods):
         spread = "".join(f"### {name} ({series[name].services} services)\n\n"
                          f"{markdown_fleet(results, demands[name], name, methods, config.cost)}\n" for name in fleets)

@@ -4,7 +4,10 @@
   (its first service, for a fleet), censored steps (``d > a``) marked;
 * ``ablation_bars.png``: MAE change of each ablation relative to PIC-RL (Full), per dataset;
 * ``cumulative_regret.png``: cumulative regret over the test split (mean over seeds, and per service
-  for a fleet) of every Table-2 method, one panel per dataset.
+  for a fleet) of every Table-2 method, one panel per dataset;
+* ``resources.png`` (a multi-resource fleet): one service's capacity of each resource against its
+  demand, for PIC-RL and its per-resource variant, the ticks where a hard resource ran short marked
+  on every panel.
 """
 from __future__ import annotations
 
@@ -22,6 +25,7 @@ from picrl.comparison.tables import Summary, mae_change, table2_methods, table3_
 from picrl_core.config import CostConfig  # noqa: E402
 from picrl_core.costs import cumulative_regret  # noqa: E402
 from picrl_core.methods import REGISTRY  # noqa: E402
+from picrl_core.resources import Resource  # noqa: E402
 
 TRAJECTORY_METHODS = ("pic-rl", "cql", "tft", "autopilot")
 
@@ -56,6 +60,38 @@ def plot_trajectories(results: Sequence[CellResult], demand: np.ndarray, dataset
         ax.set_ylabel("normalised")
         ax.legend(loc="upper right", fontsize=8, ncol=3)
     axes[-1, 0].set_xlabel(f"test tick ({dataset}{', first service' if fleet else ''}, seed {seed})")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_resources(results: Sequence[CellResult], demand: np.ndarray, resources: Sequence[Resource], dataset: str,
+                   path: Path, methods: Sequence[str], seed: int = 0, service: int = 0) -> Path | None:
+    """Rows: ``methods`` that ran; columns: resources. ``demand`` ``(T, R * N)`` (resource-major)."""
+    runs = [(m, r) for m in methods for r in _finished(results, dataset, m) if r.cell.seed == seed]
+    if not runs:
+        return None
+    n = demand.shape[1] // len(resources)
+    hard = [i for i, res in enumerate(resources) if res.hard]
+    fig, axes = plt.subplots(len(runs), len(resources), figsize=(7 * len(resources), 2.8 * len(runs)),
+                             sharex=True, squeeze=False)
+    ticks = np.arange(demand.shape[0])
+    for row, (method, run) in enumerate(runs):
+        columns = [i * n + service for i in range(len(resources))]
+        hard_short = np.any([demand[:, columns[i]] > run.actions[:, columns[i]] for i in hard], axis=0)
+        for i, res in enumerate(resources):
+            ax = axes[row, i]
+            d, a = demand[:, columns[i]], run.actions[:, columns[i]]
+            ax.plot(ticks, d, color="black", lw=1.0, label="demand (hidden)")
+            ax.plot(ticks, a, color="tab:blue", lw=1.0, label="capacity")
+            ax.scatter(ticks[hard_short], a[hard_short], marker="x", color="tab:red", s=14,
+                       label=f"{'/'.join(resources[h].name for h in hard)} short: {hard_short.mean():.0%} of ticks")
+            ax.set_title(f"{REGISTRY[method].label}: {res.name} ({'hard' if res.hard else 'soft'})", loc="left",
+                         fontsize=10)
+            ax.legend(loc="upper right", fontsize=7)
+    for ax in axes[-1]:
+        ax.set_xlabel(f"test tick ({dataset}, service {service}, seed {seed})")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

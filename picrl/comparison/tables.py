@@ -18,6 +18,7 @@ from picrl.comparison.runner import CellResult
 from picrl_core.config import CostConfig
 from picrl_core.costs import per_service_metrics
 from picrl_core.methods import REGISTRY
+from picrl_core.resources import Resource
 
 GROUP_ORDER = ("pic-rl", "phase-1", "phase-2", "phase-3", "phase-2+3", "full", "operator", "multi-resource",
                "reference", "bound")
@@ -169,6 +170,27 @@ def markdown_fleet(results: Sequence[CellResult], demand: np.ndarray, dataset: s
         share = f"{np.mean(wins[method]):.0%}" if wins.get(method) else "—"
         lines.append(f"| {REGISTRY[method].label} | {pooled.size // len(regrets[method])} | {pooled.mean():.2f} | "
                      f"{pooled.std(ddof=1):.2f} | " + " | ".join(f"{q:.2f}" for q in quartiles) + f" | {share} |")
+    return "\n".join(lines) + "\n"
+
+
+def markdown_resources(results: Sequence[CellResult], dataset: str, methods: Sequence[str],
+                       resources: Sequence[Resource]) -> str:
+    """A multi-resource fleet, per method: each resource's regret and shortage rate (mean over seeds), and
+    how a hard shortage meets a soft one (:func:`picrl_core.methods.coupled.resource_metrics`)."""
+    keys = [f"{key}_{r.name}" for r in resources for key in ("regret", "shortage")]
+    keys += ["soft_short_with_hard_short", "soft_short_after_hard_short", "soft_short_otherwise"]
+    heads = [f"{r.name} regret | {r.name} shortage" for r in resources]
+    lines = ["| Method | total regret | " + " | ".join(heads) + " | soft short with a hard shortage | "
+             "the tick after | soft short otherwise |", "|---|" + "---|" * (1 + len(keys))]
+    for method in table2_methods(methods):
+        cells = [r.metrics for r in results if r.cell.dataset == dataset and r.cell.method == method
+                 and r.metrics is not None]
+        if not cells:
+            continue
+        mean = {k: float(np.nanmean([c.get(k, np.nan) for c in cells])) for k in ["regret", *keys]}
+        lines.append(f"| {REGISTRY[method].label} | {mean['regret']:.2f} | "
+                     + " | ".join(f"{mean[k]:.2f}" if k.startswith("regret") else f"{mean[k]:.3f}" for k in keys)
+                     + " |")
     return "\n".join(lines) + "\n"
 
 

@@ -105,3 +105,18 @@ def test_mae_change_is_relative_to_full_and_undefined_over_a_zero_mae() -> None:
     assert mae_change(summaries, "a1", "a") == pytest.approx(50.0)
     assert math.isnan(mae_change(summaries, "a1", "flat"))  # 1e-7 over 0 is no +inf% regression
     assert math.isnan(mae_change(summaries, "a2", "a"))  # not run
+
+
+def test_the_two_resource_pods_report_each_resource_and_draw_both(tmp_path: Path) -> None:
+    """``--datasets pods-2r``: memory and duty cycle of 72 pods in one coupled loop, resources.md and .png."""
+    assert main(["compare", "--quick", "--jobs", "1", "--datasets", "pods-2r", "--methods", "conformal",
+                 "conformal-coupled", "oracle", "--out", str(tmp_path), "--cache", str(tmp_path / "cache")]) == 0
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert results["datasets"]["pods-2r"]["services"] == 144
+    cells = {c["method"]: c["metrics"] for c in results["cells"]}
+    for metrics in cells.values():
+        assert metrics["regret"] == pytest.approx(2.0 * metrics["regret_gpu_mem"] + metrics["regret_gpu_compute"])
+    table = (tmp_path / "resources.md").read_text()
+    assert "| Conformal, coupled flags |" in table and "gpu_compute shortage" in table
+    assert (tmp_path / "resources.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not (tmp_path / "fleet.md").exists()
