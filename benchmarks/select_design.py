@@ -19,6 +19,7 @@ and two options tried on top of the default and left off because they did not he
 
     +select-step        delta_m chosen per trace on validation among x0.25..x4
     +escalation         Psi(n - 1) on the margin's shortage step in a censoring streak
+    +adaptive-step      Rprop's sign rule on each service's margin step (calibrator.adaptive_step)
 
 next to the default's full-information reference (the same controller fed the demand) and the two
 strongest baselines on the same development split: conformal and the censored SGD residual tracker,
@@ -26,7 +27,12 @@ each with its knobs chosen on the same validation part and the same number of ca
 
 Run on demand (not part of the test suite; ~20 minutes for the default traces on 2 cores):
 
-    python benchmarks/select_design.py --out benchmarks/results/design [--pods 6] [--seeds 1]
+    python benchmarks/select_design.py --out benchmarks/results/design [--pods 6] [--seeds 1] [--fleet]
+        [--rungs NAME ...]
+
+``--fleet`` adds the 91-pod fleet (``picrl compare --datasets pods``) on its development split;
+``--rungs`` runs only the named variants (the default is always run: the ratios are to its
+full-information regret).
 
 Prints the regret table, writes ``design.json``, ``design.csv`` and ``design.png`` (regret of each
 variant over the default's full-information regret, per trace).
@@ -53,13 +59,13 @@ from picrl.comparison.runner import FULL  # noqa: E402
 from picrl.datasets import load_dataset, load_pod_fleet  # noqa: E402
 from picrl_core import synthetic  # noqa: E402
 from picrl_core.config import PicRLConfig  # noqa: E402
-from picrl_core.costs import episode_metrics  # noqa: E402
+from picrl_core.costs import mean_service_metrics  # noqa: E402
 from picrl_core.methods.base import Provisioner, run_pic_loop  # noqa: E402
 from picrl_core.methods.censored_sgd import fit_censored_sgd_residual  # noqa: E402
 from picrl_core.methods.conformal import fit_conformal  # noqa: E402
 from picrl_core.methods.pic_rl import PicRLProvisioner  # noqa: E402
 from picrl_core.pipeline import evaluation_inputs, phase1_predictor, train_offline  # noqa: E402
-from picrl_core.series import PreparedSeries, development_series, prepare_series  # noqa: E402
+from picrl_core.series import PreparedSeries, development_series, prepare_fleet, prepare_series  # noqa: E402
 from picrl_core.training_memo import shared_training  # noqa: E402
 
 Variant = Callable[[PicRLConfig], PicRLConfig]
@@ -98,6 +104,7 @@ def ladder() -> dict[str, Variant]:
         rungs[name] = _with_paper_values([s for _, changed in CHANGES[i + 1:] for s in changed])
     rungs["+select-step"] = lambda c: replace(c, calibrator=replace(c.calibrator, select_on_validation=True))
     rungs["+escalation"] = lambda c: replace(c, calibrator=replace(c.calibrator, escalate=True))
+    rungs["+adaptive-step"] = lambda c: replace(c, calibrator=replace(c.calibrator, adaptive_step=True))
     return rungs
 
 
@@ -123,15 +130,17 @@ def regret(provisioner: Provisioner, series: PreparedSeries, config: PicRLConfig
     inputs = evaluation_inputs(series, config.predictor.window)
     loop = run_pic_loop(provisioner, inputs["demand"], inputs["history"], context=inputs["context"],
                         history_context=inputs["history_context"], censoring=censoring)
-    return episode_metrics(loop.actions[:, 0], inputs["demand"][:, 0], config.cost).to_dict()
+    return mean_service_metrics(loop.actions, inputs["demand"], config.cost).to_dict()
 
 
-def evaluate_trace(series: PreparedSeries, seed: int) -> dict[str, dict]:
-    """Every variant and reference on one development series."""
+def evaluate_trace(series: PreparedSeries, seed: int, rungs: list[str] | None = None) -> dict[str, dict]:
+    """Every variant (or the default and ``rungs``) and reference on one development series."""
     base = replace(FULL.apply(PicRLConfig()), seed=seed)
     rows: dict[str, dict] = {}
     with shared_training():
         for name, variant in ladder().items():
+            if rungs is not None and name not in rungs and not name.endswith("(default)"):
+                continue
             artifact = train_offline(series, variant(base))
             rows[name] = regret(PicRLProvisioner.from_artifact(artifact), series, artifact.config)
             if name.endswith("(default)"):
@@ -168,17 +177,23 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True, help="folder for design.json, design.csv, design.png")
     parser.add_argument("--pods", type=int, default=6, help="evenly spaced real pods to include (default 6)")
     parser.add_argument("--seeds", type=int, default=1, help="seeds per trace (default 1)")
+    parser.add_argument("--fleet", action="store_true", help="add the 91-pod fleet as one more trace")
+    parser.add_argument("--rungs", nargs="+", choices=list(ladder()), metavar="NAME",
+                        help="only these variants besides the default (default: the whole ladder)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     args.out.mkdir(parents=True, exist_ok=True)
     steal = StealMeter()
     started = time.perf_counter()
     results: dict[str, dict[str, dict]] = {}
-    for name, (values, context, context_names) in traces(args.pods).items():
-        series = development_series(prepare_series(values, name, context, context_names))
+    developed = {name: development_series(prepare_series(values, name, context, context_names))
+                 for name, (values, context, context_names) in traces(args.pods).items()}
+    if args.fleet:
+        developed["pods-fleet"] = development_series(prepare_fleet(load_dataset("pods").values, "pods"))
+    for name, series in developed.items():
         for seed in range(args.seeds):
             key = f"{name} seed {seed}" if args.seeds > 1 else name
-            results[key] = evaluate_trace(series, seed)
+            results[key] = evaluate_trace(series, seed, args.rungs)
             print(f"{key:<18} " + "  ".join(f"{m} {r['regret']:.2f}" for m, r in results[key].items()), flush=True)
     names = list(next(iter(results.values())))
     ratios = {m: [rows[m]["regret"] / max(rows["default, full information"]["regret"], 1e-9)

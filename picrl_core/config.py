@@ -74,6 +74,9 @@ class CalibratorConfig:
     margin_limit: float = 0.5  # |m| is clipped to this bound
     bias_limit: float = 0.5  # |b| is clipped to this bound
     escalate: bool = False  # the n-th censored tick in a row steps the margin Psi(n - 1) times (Eq. 9)
+    # per-service multiplier of the margin's step, Rprop's sign rule (Riedmiller & Braun 1993): x1.2 when the
+    # feedback repeats its sign (short after short, over after over), x0.5 when it flips, within [1/64, 1]
+    adaptive_step: bool = False
     select_on_validation: bool = False  # pick delta_m, delta_b (x0.25..x4) on the validation split
 
     def __post_init__(self) -> None:

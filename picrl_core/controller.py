@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from picrl_core.batching import in_fixed_chunks
-from picrl_core.calibrator import feedback, reactive_step
+from picrl_core.calibrator import adapt_step, feedback, reactive_step
 from picrl_core.censored_estimator import estimate_censored_demand
 from picrl_core.config import PicRLConfig
 from picrl_core.features import state_features
@@ -53,6 +53,7 @@ class ControllerState:
     est_mean: np.ndarray  # (B,) float64 censored-demand estimate (mean) of this window: the next tick's warm start
     est_std: np.ndarray  # (B,) float64 censored-demand estimate (std), likewise
     memory: np.ndarray  # (B, M) float32 the incremental predictor's (h, c) after this window (M = 0 when windowed)
+    step_scale: np.ndarray  # (B,) float64 multiplier of the margin's step (calibrator.adaptive_step; else 1)
 
     def __len__(self) -> int:
         return int(self.keys.shape[0])
@@ -126,7 +127,7 @@ class PicRLController:
             tick=np.broadcast_to(np.asarray(start_tick, dtype=np.int64), (n,)).copy(),
             observations=observations, censored=np.zeros_like(observations, dtype=bool), context=context,
             margin=zeros, bias=zeros.copy(), censor_streak=np.zeros(n, np.int64), over_streak=np.zeros(n, np.int64),
-            estimate_start=None, memory=None,
+            estimate_start=None, memory=None, step_scale=np.ones(n),
         )
 
     def step(self, state: ControllerState, y: np.ndarray, censored: np.ndarray,
@@ -142,7 +143,9 @@ class PicRLController:
         cfg = self.config
         reward = step_reward(a, y, censored, state.mu, state.sigma, censor_streak, cfg.cost, cfg.reward)
         margin, bias = reactive_step(state.margin, state.bias, state.eta, shortage, over, censor_streak, state.sigma,
-                                     cfg)
+                                     cfg, state.step_scale)
+        step_scale = (adapt_step(state.step_scale, state.censor_streak > 0, state.over_streak > 0, shortage, over)
+                      if cfg.calibrator.adaptive_step else state.step_scale)
         row_context = self._check_context(None if context is None else np.asarray(context)[:, None, :],
                                           (len(state), 1), "context")
         new = self._decide(
@@ -152,7 +155,7 @@ class PicRLController:
             context=_shift(state.context, row_context[:, 0, :]),
             margin=margin, bias=bias, censor_streak=censor_streak, over_streak=over_streak,
             estimate_start=(state.est_mean, state.est_std) if self.config.estimator.warm_start else None,
-            memory=state.memory,
+            memory=state.memory, step_scale=step_scale,
         )
         transition = Transition(features=state.features, pre=state.pre, log_prob=state.log_prob, reward=reward,
                                 next_features=new.features, censored=censored, action=a)
@@ -173,7 +176,7 @@ class PicRLController:
     def _decide(self, *, keys: np.ndarray, tick: np.ndarray, observations: np.ndarray, censored: np.ndarray,
                 context: np.ndarray, margin: np.ndarray, bias: np.ndarray, censor_streak: np.ndarray,
                 over_streak: np.ndarray, estimate_start: tuple[np.ndarray, np.ndarray] | None,
-                memory: np.ndarray | None) -> ControllerState:
+                memory: np.ndarray | None, step_scale: np.ndarray) -> ControllerState:
         """Predict (mu, sigma), build s_t, plan (eta, k) and act: a = clip(mu + k*sigma + m + b, 0, 1).
 
         The censored-demand estimator starts from ``estimate_start`` (the previous tick's estimate, whose
@@ -210,7 +213,7 @@ class PicRLController:
             keys=keys, tick=tick, observations=observations, censored=censored, context=context,
             margin=margin, bias=bias, censor_streak=censor_streak, over_streak=over_streak,
             action=action, mu=mu, sigma=sigma, eta=eta, k=k, pre=pre, log_prob=log_prob, features=features,
-            est_mean=estimate.mean, est_std=estimate.std, memory=memory,
+            est_mean=estimate.mean, est_std=estimate.std, memory=memory, step_scale=step_scale,
         )
 
     def _plan(self, features: np.ndarray, keys: np.ndarray, tick: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
