@@ -31,7 +31,7 @@ from typing import Any, cast
 
 import faust
 from aiokafka import AIOKafkaConsumer
-from aiokafka.errors import IllegalOperation, KafkaError
+from aiokafka.errors import IllegalOperation, KafkaError, ProducerFenced
 from faust.exceptions import ProducerSendError
 from faust.transport.consumer import TransactionManager
 from faust.transport.drivers import aiokafka as driver
@@ -227,7 +227,11 @@ class _Producer(driver.Producer):
         transaction and begins the next, three round trips to the transaction coordinator. Faust does that for
         one partition after the other, so with 8 partitions a commit (every ``commit_interval``, decisions
         waiting meanwhile) took 8 times as long as one. The first failure (in partition order) is raised, as
-        before, after every other partition's commit has ended."""
+        before, after every other partition's commit has ended; a fenced producer's (``ProducerFenced``, a zombie
+        whose session expired) as a ``ProducerSendError``: Faust's ``TransactionManager.commit`` crashes the app
+        on ``ProducerFenced`` (seen once in the chaos test: a frozen worker exited), while the worker's consumer
+        takes any other failed commit as a failed transaction and rejoins its group
+        (``HoldingConsumer.transaction_failed``)."""
         async def commit(transactional_id: str, offsets: Mapping[TP, int]) -> None:
             async with self._trn_locks[transactional_id]:
                 producer = self._transaction_producers.get(transactional_id)
@@ -242,6 +246,8 @@ class _Producer(driver.Producer):
         results = await asyncio.gather(*(commit(tid, offsets) for tid, offsets in tid_to_offset_map.items()),
                                        return_exceptions=True)
         for result in results:
+            if isinstance(result, ProducerFenced):  # Faust's transaction manager crashes the app on this one
+                raise ProducerSendError(f"a transaction commit was fenced: {result}") from result
             if isinstance(result, BaseException):
                 raise result
 
