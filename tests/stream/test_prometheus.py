@@ -26,6 +26,14 @@ def _query(port: int, expression: str) -> list[dict]:
     return body["data"]["result"]  # type: ignore[index]
 
 
+def _wait_until_ready(port: int, log: Path, wait: float = 90.0) -> None:
+    """Prometheus listens before its storage is open and answers 503 until then: wait for /-/ready."""
+    deadline = time.monotonic() + wait
+    while (status := http_get(port, "/-/ready")[0]) != 200:
+        assert time.monotonic() < deadline, (status, tail(log))
+        time.sleep(0.5)
+
+
 def test_prometheus_scrapes_worker_and_trainer_and_the_streak_alert_goes_off(
         kafka_bootstrap: str, tiny_model_dir: Path, tmp_path: Path) -> None:
     prometheus_program = require_program("prometheus", "prometheus")
@@ -50,6 +58,7 @@ def test_prometheus_scrapes_worker_and_trainer_and_the_streak_alert_goes_off(
                                        f"--web.listen-address=127.0.0.1:{prometheus_port}"],
                                       stdout=prometheus_log, stderr=subprocess.STDOUT)
         try:
+            _wait_until_ready(prometheus_port, tmp_path / "prometheus.log")
             # one service short of capacity on every tick: its censoring streak grows past the alert's 10
             produce(kafka_bootstrap, TopicNames(prefix).usage,
                     [(b"short", usage_json("short", t, 10.0, 10.0, censored=True)) for t in range(WINDOW + 15)])
