@@ -105,6 +105,10 @@ def ladder() -> dict[str, Variant]:
     rungs["+select-step"] = lambda c: replace(c, calibrator=replace(c.calibrator, select_on_validation=True))
     rungs["+escalation"] = lambda c: replace(c, calibrator=replace(c.calibrator, escalate=True))
     rungs["+adaptive-step"] = lambda c: replace(c, calibrator=replace(c.calibrator, adaptive_step=True))
+    for name, rate in (("+online-scale-1/32", 1 / 32), ("+online-scale-1/8", 1 / 8), ("+online-scale-1/4", 1 / 4),
+                       ("+online-scale-1/2", 1 / 2)):
+        rungs[name] = lambda c, rate=rate: replace(c, calibrator=replace(c.calibrator, online_scale=True,
+                                                                         scale_rate=rate))
     return rungs
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from picrl_core.config import CalibratorConfig, CostConfig, PicRLConfig
+from picrl_core.mills import inverse_mills_ratio
 from picrl_core.reward import pessimism_factor
 
 
@@ -83,6 +84,29 @@ def adapt_step(scale: np.ndarray, was_short: np.ndarray, was_over: np.ndarray, s
     flip = (short & was_over) | (over & was_short)
     factor = np.where(same, STEP_GROWTH, np.where(flip, STEP_SHRINK, 1.0))
     return np.clip(scale * factor, STEP_SCALE_MIN, 1.0)
+
+
+def track_temperature(temperature: np.ndarray, y: np.ndarray, mu: np.ndarray, sigma: np.ndarray,
+                      censored: np.ndarray, cfg: CalibratorConfig) -> np.ndarray:
+    """One online EM step of each service's temperature ``T`` of the predicted std, from the feedback of the
+    forecast ``(mu_t, sigma_t)`` (``sigma_t`` already multiplied by ``T_t``) under the Tobit likelihood of the
+    censored-demand estimator:
+
+        z_t = (y_t - mu_t) / sigma_t
+        u_t = z_t^2                                  (uncensored: y_t = d_t)
+        u_t = E[Z^2 | Z > z_t] = 1 + z_t lambda(z_t)   (censored: d_t >= y_t, lambda the inverse Mills ratio)
+        T_{t+1}^2 = T_t^2 (1 - rho + rho u_t)
+
+    ``T^2`` is an exponential average (weight ``rho = scale_rate``) of the squared standardized residual,
+    with a censored tick counted at its conditional expectation instead of the lower bound it shows, so
+    shortages do not teach the scale that the forecast was sharper than it was (Proposition 1 for the
+    spread). A service whose demand holds flat gets a small ``T`` (its margin steps and ``k sigma`` shrink
+    to its real residuals, so it stops sawing around the level); a volatile one a large ``T``. Kept within
+    ``[scale_min, scale_max]``."""
+    z = (np.asarray(y, np.float64) - mu) / sigma
+    second = np.where(censored, 1.0 + z * inverse_mills_ratio(z), z * z)
+    return np.clip(temperature * np.sqrt(1.0 - cfg.scale_rate + cfg.scale_rate * second), cfg.scale_min,
+                   cfg.scale_max)
 
 
 def reactive_step(margin: np.ndarray, bias: np.ndarray, eta: np.ndarray, shortage: np.ndarray,

@@ -77,11 +77,20 @@ class CalibratorConfig:
     # per-service multiplier of the margin's step, Rprop's sign rule (Riedmiller & Braun 1993): x1.2 when the
     # feedback repeats its sign (short after short, over after over), x0.5 when it flips, within [1/64, 1]
     adaptive_step: bool = False
+    # per-service temperature of sigma learned online from the feedback (calibrator.track_temperature): an EM step
+    # of the Tobit likelihood, E[z^2] for an uncensored residual and E[z^2 | z > z_c] for a censored one
+    online_scale: bool = False
+    scale_rate: float = 1.0 / 32  # EMA weight of one tick in the temperature's second moment
+    scale_min: float = 1.0 / 64  # the temperature's range
+    scale_max: float = 8.0
     select_on_validation: bool = False  # pick delta_m, delta_b (x0.25..x4) on the validation split
 
     def __post_init__(self) -> None:
         if self.rule not in ("pinball", "paper"):
             raise ValueError(f"calibrator.rule must be 'pinball' or 'paper'; got {self.rule!r}")
+        if not (0.0 < self.scale_rate <= 1.0 and 0.0 < self.scale_min <= 1.0 <= self.scale_max):
+            raise ValueError("calibrator.scale_rate must be in (0, 1] and scale_min <= 1 <= scale_max (both > 0); "
+                             f"got {self.scale_rate}, [{self.scale_min}, {self.scale_max}]")
 
 
 @dataclass(frozen=True)

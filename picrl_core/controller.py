@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from picrl_core.batching import in_fixed_chunks
-from picrl_core.calibrator import adapt_step, feedback, reactive_step
+from picrl_core.calibrator import adapt_step, feedback, reactive_step, track_temperature
 from picrl_core.censored_estimator import estimate_censored_demand
 from picrl_core.config import PicRLConfig
 from picrl_core.features import state_features
@@ -54,6 +54,7 @@ class ControllerState:
     est_std: np.ndarray  # (B,) float64 censored-demand estimate (std), likewise
     memory: np.ndarray  # (B, M) float32 the incremental predictor's (h, c) after this window (M = 0 when windowed)
     step_scale: np.ndarray  # (B,) float64 multiplier of the margin's step (calibrator.adaptive_step; else 1)
+    temperature: np.ndarray  # (B,) float64 the service's online scale of sigma (calibrator.online_scale; else 1)
 
     def __len__(self) -> int:
         return int(self.keys.shape[0])
@@ -127,7 +128,7 @@ class PicRLController:
             tick=np.broadcast_to(np.asarray(start_tick, dtype=np.int64), (n,)).copy(),
             observations=observations, censored=np.zeros_like(observations, dtype=bool), context=context,
             margin=zeros, bias=zeros.copy(), censor_streak=np.zeros(n, np.int64), over_streak=np.zeros(n, np.int64),
-            estimate_start=None, memory=None, step_scale=np.ones(n),
+            estimate_start=None, memory=None, step_scale=np.ones(n), temperature=np.ones(n),
         )
 
     def step(self, state: ControllerState, y: np.ndarray, censored: np.ndarray,
@@ -146,6 +147,8 @@ class PicRLController:
                                      cfg, state.step_scale)
         step_scale = (adapt_step(state.step_scale, state.censor_streak > 0, state.over_streak > 0, shortage, over)
                       if cfg.calibrator.adaptive_step else state.step_scale)
+        temperature = (track_temperature(state.temperature, y, state.mu, state.sigma, censored, cfg.calibrator)
+                       if cfg.calibrator.online_scale else state.temperature)
         row_context = self._check_context(None if context is None else np.asarray(context)[:, None, :],
                                           (len(state), 1), "context")
         new = self._decide(
@@ -155,7 +158,7 @@ class PicRLController:
             context=_shift(state.context, row_context[:, 0, :]),
             margin=margin, bias=bias, censor_streak=censor_streak, over_streak=over_streak,
             estimate_start=(state.est_mean, state.est_std) if self.config.estimator.warm_start else None,
-            memory=state.memory, step_scale=step_scale,
+            memory=state.memory, step_scale=step_scale, temperature=temperature,
         )
         transition = Transition(features=state.features, pre=state.pre, log_prob=state.log_prob, reward=reward,
                                 next_features=new.features, censored=censored, action=a)
@@ -176,7 +179,7 @@ class PicRLController:
     def _decide(self, *, keys: np.ndarray, tick: np.ndarray, observations: np.ndarray, censored: np.ndarray,
                 context: np.ndarray, margin: np.ndarray, bias: np.ndarray, censor_streak: np.ndarray,
                 over_streak: np.ndarray, estimate_start: tuple[np.ndarray, np.ndarray] | None,
-                memory: np.ndarray | None, step_scale: np.ndarray) -> ControllerState:
+                memory: np.ndarray | None, step_scale: np.ndarray, temperature: np.ndarray) -> ControllerState:
         """Predict (mu, sigma), build s_t, plan (eta, k) and act: a = clip(mu + k*sigma + m + b, 0, 1).
 
         The censored-demand estimator starts from ``estimate_start`` (the previous tick's estimate, whose
@@ -197,6 +200,8 @@ class PicRLController:
                 memory = np.zeros((windows.shape[0], 0), np.float32)
         if not cfg.ablation.use_uncertainty:  # A1: no state-dependent uncertainty, the best constant std instead
             sigma = np.full_like(sigma, float(self.predictor.head.residual_rms))
+        if cfg.calibrator.online_scale:  # the service's own temperature (track_temperature)
+            sigma = sigma * temperature
         recent = slice(-cfg.estimator.window, None)
         estimate = estimate_censored_demand(observations[:, recent].astype(np.float64), censored[:, recent],
                                             censor_streak, cfg.estimator, cfg.reward, start=estimate_start)
@@ -214,6 +219,7 @@ class PicRLController:
             margin=margin, bias=bias, censor_streak=censor_streak, over_streak=over_streak,
             action=action, mu=mu, sigma=sigma, eta=eta, k=k, pre=pre, log_prob=log_prob, features=features,
             est_mean=estimate.mean, est_std=estimate.std, memory=memory, step_scale=step_scale,
+            temperature=temperature,
         )
 
     def _plan(self, features: np.ndarray, keys: np.ndarray, tick: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -69,7 +69,8 @@ LEVEL_FIELDS = ("observations", "action", "mu", "est_mean")
 SPREAD_FIELDS = ("sigma", "margin", "bias", "est_std")
 _UNCLIPPED_LEVELS = ("mu", "est_mean")  # estimates may lie outside [0, 1]; observations and actions may not
 UNIT_FREE_FIELDS = ("keys", "tick", "censored", "context", "censor_streak", "over_streak", "eta", "k", "pre",
-                    "log_prob", "features", "memory", "step_scale")
+                    "log_prob", "features", "memory", "step_scale",
+                    "temperature")
 # ``memory`` (the incremental predictor's LSTM state) is not rescaled: no affine map carries an LSTM's hidden
 # state to other units. Its mu stays anchored on the rescaled newest observation (mu = y_last + head(h)),
 # and the state adapts over the next ticks as the LSTM's forget gates let it.

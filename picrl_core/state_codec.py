@@ -35,6 +35,7 @@ class StateCodec:
             ("action", "<f8"), ("mu", "<f8"), ("sigma", "<f8"), ("eta", "<f8"), ("k", "<f8"),
             ("pre", "<f4", (N_OUTPUTS,)), ("log_prob", "<f4"), ("features", "<f4", (n_features,)),
             ("est_mean", "<f8"), ("est_std", "<f8"), ("memory", "<f4", (memory,)), ("step_scale", "<f8"),
+            ("temperature", "<f8"),
         ])
         missing = {f.name for f in fields(ControllerState)} ^ set(self.dtype.names or ())
         if missing:

@@ -6,8 +6,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from picrl_core.calibrator import (SHORTAGE_TOLERANCE, STEP_SCALE_MIN, adapt_step, calibrate, feedback, over_weights,
-                                  reactive_step)
+from picrl_core.calibrator import (SHORTAGE_TOLERANCE, STEP_SCALE_MIN, adapt_step, calibrate, feedback,
+                                  over_weights, reactive_step, track_temperature)
 from picrl_core.config import CalibratorConfig, CostConfig, PicRLConfig
 
 PAPER = CalibratorConfig(rule="paper", margin_in_sigma=False, delta_m=0.01, delta_b=0.002, gamma=0.5,
@@ -150,3 +150,40 @@ def test_adaptive_step_stills_a_sawtooth_on_flat_demand(tiny_config: PicRLConfig
             actions.append(action[0])
         amplitude[adaptive] = np.ptp(actions[-50:])
     assert amplitude[True] < 0.1 * amplitude[False]
+
+
+def _tracked_temperature(spread: float, censoring: bool, tobit: bool = True, ticks: int = 20_000) -> float:
+    """Mean temperature of a unit-sigma forecast of N(0, spread^2) demand, acting at the critical quantile
+    ``z* T sigma`` and seeing ``min(d, a)``; without ``tobit`` a censored tick counts at the bound it shows
+    (a naive learner)."""
+    cfg = CalibratorConfig(online_scale=True, scale_rate=1 / 8, scale_min=1 / 64, scale_max=8.0)
+    rng = np.random.default_rng(3)
+    temperature, seen = np.ones(1), []
+    for demand in rng.normal(0.0, spread, ticks):
+        sigma = temperature.copy()  # the predictor's sigma is 1; the controller acts with T * sigma
+        action = 0.43 * sigma
+        short = np.array([censoring and demand > action[0]])
+        y = np.minimum(demand, action) if censoring else np.array([demand])
+        temperature = track_temperature(temperature, y, np.zeros(1), sigma, short & tobit, cfg)
+        seen.append(temperature[0])
+    return float(np.mean(seen[ticks // 4:]))
+
+
+@pytest.mark.parametrize("spread", [0.05, 0.4, 3.0])
+def test_online_temperature_finds_the_demands_spread_with_and_without_censoring(spread: float) -> None:
+    assert _tracked_temperature(spread, censoring=False) == pytest.approx(spread, rel=0.12)
+    assert _tracked_temperature(spread, censoring=True) == pytest.approx(spread, rel=0.12)
+
+
+def test_a_naive_temperature_reads_shortages_as_a_sharp_forecast() -> None:
+    """Proposition 1 for the spread: counting a censored tick at its bound shrinks the temperature."""
+    assert _tracked_temperature(0.4, censoring=True, tobit=False) < 0.8 * 0.4
+
+
+def test_online_temperature_stays_in_its_range() -> None:
+    cfg = CalibratorConfig(online_scale=True, scale_rate=0.5, scale_min=0.1, scale_max=2.0)
+    low = track_temperature(np.array([0.1]), np.array([0.0]), np.zeros(1), np.ones(1), np.zeros(1, bool), cfg)
+    high = track_temperature(np.array([2.0]), np.array([50.0]), np.zeros(1), np.ones(1), np.zeros(1, bool), cfg)
+    assert (low[0], high[0]) == (0.1, 2.0)
+    with pytest.raises(ValueError, match="scale_rate"):
+        CalibratorConfig(scale_rate=0.0)
