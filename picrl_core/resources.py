@@ -34,6 +34,8 @@ from typing import Sequence
 
 import numpy as np
 
+from picrl_core.mills import inverse_mills_ratio
+
 
 @dataclass(frozen=True)
 class Resource:
@@ -87,3 +89,42 @@ def observe(demand: np.ndarray, action: np.ndarray, resources: Sequence[Resource
     failed = short[hard].any(axis=0) if hard.any() else np.zeros(demand.shape[1], dtype=bool)
     load = np.where(hard[:, None], demand, served[None, :] * demand)  # what each resource was asked for
     return np.minimum(load, action), short | failed[None, :], load > action, short
+
+
+# Where a hard shortage left less than this share of the load served, the soft observations stay plain lower bounds.
+MIN_SERVED_SHARE = 1e-6
+
+
+def impute_served_share(y: np.ndarray, censored: np.ndarray, action: np.ndarray, mu: np.ndarray, sigma: np.ndarray,
+                        resources: Sequence[Resource], tolerance: float = 1e-6) -> tuple[np.ndarray, np.ndarray]:
+    """The joint learner's E-step for the soft resources of a tick whose hard resource ran short, from the
+    coupled flags and the learner's own forecast ``N(mu_r, sigma_r)`` of each hard demand (all ``(R, N)``).
+
+    A soft observation on such a tick is ``y_s = f d_s`` with ``f = min_h a_h / d_h`` the served share, so
+    ``d_s = y_s / f``. The hard demand is censored (``d_h > a_h``); under the forecast its expectation is
+    the Tobit one, ``E[d_h | d_h > a_h] = mu_h + sigma_h lambda((a_h - mu_h) / sigma_h)``, and so
+
+        f_hat = min_h a_h / E[d_h | d_h > a_h],      d_s_hat = y_s / f_hat.
+
+    Where ``d_s_hat`` reaches the soft capacity the soft resource is taken as short itself (observation
+    ``a_s``, censored); below it ``d_s_hat`` is its estimated demand, uncensored. A soft observation at its
+    own capacity stays censored there, and the hard rows and every tick without a hard shortage are
+    returned as they came. A shallow memory shortage thus costs the compute learner only its (small)
+    correction instead of a lower bound of unknown depth, and a deep one lifts the compute observation by
+    the depth the forecast expects: the memory shortage never reads as low compute demand."""
+    resources = check_resources(resources)
+    hard = np.array([r.hard for r in resources])
+    y, action = np.asarray(y, np.float64), np.asarray(action, np.float64)
+    censored = np.asarray(censored, bool)
+    if not hard.any() or hard.all():
+        return y, censored
+    hard_short = censored[hard] & (y[hard] >= action[hard] - tolerance)
+    alpha = (action[hard] - mu[hard]) / sigma[hard]
+    expected = np.maximum(mu[hard] + sigma[hard] * inverse_mills_ratio(alpha), action[hard])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        share = np.where(hard_short, action[hard] / expected, 1.0).min(axis=0)
+    lifted = hard_short.any(axis=0)[None, :] & ~hard[:, None] & (y < action - tolerance) \
+        & (share > MIN_SERVED_SHARE)[None, :]
+    estimate = y / np.maximum(share, MIN_SERVED_SHARE)[None, :]
+    return (np.where(lifted, np.minimum(estimate, action), y),
+            np.where(lifted, estimate >= action, censored))

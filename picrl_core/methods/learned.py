@@ -10,7 +10,7 @@ from functools import partial
 from picrl_core.methods.base import Method
 from picrl_core.methods.cql import fit_cql
 from picrl_core.methods.pensieve import fit_pensieve
-from picrl_core.methods.pic_rl import ABLATIONS, fit_pic_rl
+from picrl_core.methods.pic_rl import ABLATIONS, fit_pic_rl, fit_pic_rl_per_resource
 from picrl_core.methods.predictors import GaussianAutoformer, GaussianInformer, GaussianTFT, fit_with_predictor
 
 PAPER = "PIC-RL (this paper, pic-rl.tex, Algorithm 1)"
@@ -20,7 +20,7 @@ METHODS: list[Method] = [
     Method("pic-rl-fi", "PIC-RL, full information", f"{PAPER}, run with the demand revealed every tick (no censoring)",
            "reference", fit_pic_rl, censoring=False, coupled=True),
     Method("pic-rl-per-resource", "PIC-RL per resource", f"{PAPER}, reading each resource's own shortage flag only "
-           "(the coupling ignored, as a per-resource autoscaler does)", "multi-resource", fit_pic_rl,
+           "(the coupling ignored, as a per-resource autoscaler does)", "multi-resource", fit_pic_rl_per_resource,
            multi_resource_only=True),
     Method("tft", "TFT", "Lim et al., Temporal Fusion Transformers for interpretable multi-horizon time series "
            "forecasting, International Journal of Forecasting 37(4), 2021", "phase-1",

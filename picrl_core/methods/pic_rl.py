@@ -20,6 +20,7 @@ from picrl_core.controller import ControllerState, PicRLController
 from picrl_core.methods.base import Provisioner
 from picrl_core.pipeline import SlowLoop, online_controller, train_offline
 from picrl_core.policy import PolicyNetwork, ValueNetwork
+from picrl_core.resources import Resource, impute_served_share
 from picrl_core.series import PreparedSeries
 
 
@@ -33,19 +34,22 @@ class PicRLProvisioner(Provisioner):
     """
 
     def __init__(self, predictor: torch.nn.Module, policy: PolicyNetwork, value: ValueNetwork, config: PicRLConfig,
-                 *, slow_updates: bool = True) -> None:
+                 *, slow_updates: bool = True, resources: tuple[Resource, ...] = ()) -> None:
         self.predictor = predictor
         self.policy = policy
         self.value = value
         self.config = config
         self.slow_updates = slow_updates
+        self.resources = resources  # several: the rows are resource-major and the coupled flags are imputed
         self.controller: PicRLController | None = None
         self.slow: SlowLoop | None = None
         self._state: ControllerState | None = None
 
     @classmethod
-    def from_artifact(cls, artifact: ModelArtifact, *, slow_updates: bool = True) -> "PicRLProvisioner":
-        return cls(artifact.predictor, artifact.policy, artifact.value, artifact.config, slow_updates=slow_updates)
+    def from_artifact(cls, artifact: ModelArtifact, *, slow_updates: bool = True,
+                      resources: tuple[Resource, ...] = ()) -> "PicRLProvisioner":
+        return cls(artifact.predictor, artifact.policy, artifact.value, artifact.config, slow_updates=slow_updates,
+                   resources=resources)
 
     def start(self, history: np.ndarray, history_context: np.ndarray | None) -> np.ndarray:
         self.controller, self.slow = online_controller(self.predictor, self.policy, self.value, self.config,
@@ -57,6 +61,11 @@ class PicRLProvisioner(Provisioner):
     def act(self, y: np.ndarray, censored: np.ndarray, context: np.ndarray | None) -> np.ndarray:
         if self.controller is None or self._state is None:
             raise RuntimeError("start() must be called before act()")
+        if len(self.resources) > 1:  # a hard shortage's served share, estimated from this controller's forecast
+            pending = self._state
+            y, censored = (part.ravel() for part in impute_served_share(
+                *(np.reshape(v, (len(self.resources), -1)) for v in (y, censored, pending.action, pending.mu,
+                                                                      pending.sigma)), self.resources))
         self._state, transition = self.controller.step(self._state, y, censored, context)
         if self.slow is not None:
             self.slow.observe(transition)
@@ -64,7 +73,14 @@ class PicRLProvisioner(Provisioner):
 
 
 def fit_pic_rl(series: PreparedSeries, config: PicRLConfig) -> PicRLProvisioner:
-    """Phases 1-2 (:func:`~picrl_core.pipeline.train_offline`) on the training split, then Phase 3."""
+    """Phases 1-2 (:func:`~picrl_core.pipeline.train_offline`) on the training split, then Phase 3; on a
+    multi-resource fleet the joint controller, which reads the coupled flags through
+    :func:`~picrl_core.resources.impute_served_share`."""
+    return PicRLProvisioner.from_artifact(train_offline(series, config), resources=series.resources)
+
+
+def fit_pic_rl_per_resource(series: PreparedSeries, config: PicRLConfig) -> PicRLProvisioner:
+    """:func:`fit_pic_rl` with every resource learned on its own, as a per-resource autoscaler does."""
     return PicRLProvisioner.from_artifact(train_offline(series, config))
 
 

@@ -12,7 +12,7 @@ from picrl_core.methods.base import Provisioner
 from picrl_core.methods.coupled import resource_metrics, run_coupled_loop
 from picrl_core.methods import REGISTRY
 from picrl_core.methods.evaluation import run_on_test_split
-from picrl_core.resources import GPU_POD, Resource, observe
+from picrl_core.resources import GPU_POD, Resource, impute_served_share, observe
 from picrl_core.series import prepare_resource_fleet
 from picrl_core.synthetic import diurnal
 
@@ -123,3 +123,30 @@ def test_a_resource_fleet_is_scaled_per_resource_and_run_in_the_coupled_loop(tin
     assert run.metrics.regret == pytest.approx(2.0 * per_resource[0] + per_resource[1])
     with pytest.raises(ValueError, match="value matrices"):
         prepare_resource_fleet([memory, duty[:, :2]], GPU_POD, "bad")
+
+
+def test_the_joint_learner_recovers_the_soft_demand_behind_a_hard_shortage() -> None:
+    """Service 0: memory short (its forecast sure of the demand), compute served on 80% of the load;
+    service 1: the same, but compute short itself once the load is lifted back; service 2: no memory
+    shortage; service 3: compute at its own capacity behind a memory shortage."""
+    demand = np.array([[0.5, 0.5, 0.3, 0.5], [0.4, 0.4, 0.4, 0.9]])
+    action = np.array([[0.4, 0.4, 0.4, 0.4], [0.5, 0.35, 0.3, 0.5]])
+    y, coupled, _, _ = observe(demand, action, GPU_POD)
+    mu, sigma = np.array([[0.5] * 4, [0.4] * 4]), np.full((2, 4), 1e-4)
+    imputed, flags = impute_served_share(y, coupled, action, mu, sigma, GPU_POD)
+    np.testing.assert_array_equal(imputed[0], y[0])
+    np.testing.assert_array_equal(flags[0], coupled[0])  # the hard rows are as observed
+    assert imputed[1, 0] == pytest.approx(0.4, rel=1e-3) and not flags[1, 0]  # the demand behind the failed 20%
+    assert imputed[1, 1] == 0.35 and flags[1, 1]  # lifted past its capacity: short itself
+    assert imputed[1, 2] == y[1, 2] == 0.3 and flags[1, 2]  # its own shortage, no memory shortage: untouched
+    assert imputed[1, 3] == 0.5 and flags[1, 3]  # at its capacity: censored there
+
+
+def test_the_imputed_share_follows_the_tobit_expectation_of_the_hard_demand() -> None:
+    """A vague forecast expects the memory demand further above the capacity, so it lifts more."""
+    action = np.array([[0.4], [0.9]])
+    y, flags = np.array([[0.4], [0.3]]), np.array([[True], [True]])
+    lifted = [impute_served_share(y, flags, action, np.array([[0.4], [0.3]]), np.array([[s], [0.1]]), GPU_POD)[0][1, 0]
+              for s in (0.01, 0.1)]
+    expected = 0.4 + 0.1 * np.sqrt(2 / np.pi)  # E[d | d > mu] = mu + sigma lambda(0)
+    assert lifted[1] == pytest.approx(0.3 * expected / 0.4) and lifted[0] < lifted[1]
