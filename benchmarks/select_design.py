@@ -13,13 +13,16 @@ The variants form a ladder from the paper's Phase 3 to the default, one change p
     +temperature        sigma scaled on validation by NLL (Phase 1)
     +sigma-step         the margin steps in units of sigma_t (delta_m = 0.1)
     +k-around-fractile  k in z* + [-1, 1], z* the newsvendor fractile of the calibrated forecast
-    +act-with-mean      the policy's mean acts, no exploration noise (the default)
+    +act-with-mean      the policy's mean acts, no exploration noise
+    +online-scale       each service's sigma scaled by a temperature tracked online (Tobit EM step), its rate
+                        chosen on the validation split among pipeline.SCALE_RATES (the default)
 
 and two options tried on top of the default and left off because they did not help here:
 
     +select-step        delta_m chosen per trace on validation among x0.25..x4
     +escalation         Psi(n - 1) on the margin's shortage step in a censoring streak
     +adaptive-step      Rprop's sign rule on each service's margin step (calibrator.adaptive_step)
+    +online-scale-1/32 .. -1/2   the online temperature at one fixed rate (what the selection chooses among)
 
 next to the default's full-information reference (the same controller fed the demand) and the two
 strongest baselines on the same development split: conformal and the censored SGD residual tracker,
@@ -76,7 +79,8 @@ CHANGES: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
     ("+temperature", (("predictor", "calibrate_sigma"),)),
     ("+sigma-step", (("calibrator", "margin_in_sigma"), ("calibrator", "delta_m"), ("calibrator", "delta_b"))),
     ("+k-around-fractile", (("policy", "k_low"), ("policy", "k_high"), ("policy", "k_around_fractile"))),
-    ("+act-with-mean (default)", (("online", "explore"),)),
+    ("+act-with-mean", (("online", "explore"),)),
+    ("+online-scale (default)", (("calibrator", "online_scale"), ("calibrator", "select_scale_rate"))),
 )
 
 
@@ -105,10 +109,9 @@ def ladder() -> dict[str, Variant]:
     rungs["+select-step"] = lambda c: replace(c, calibrator=replace(c.calibrator, select_on_validation=True))
     rungs["+escalation"] = lambda c: replace(c, calibrator=replace(c.calibrator, escalate=True))
     rungs["+adaptive-step"] = lambda c: replace(c, calibrator=replace(c.calibrator, adaptive_step=True))
-    for name, rate in (("+online-scale-1/32", 1 / 32), ("+online-scale-1/8", 1 / 8), ("+online-scale-1/4", 1 / 4),
-                       ("+online-scale-1/2", 1 / 2)):
-        rungs[name] = lambda c, rate=rate: replace(c, calibrator=replace(c.calibrator, online_scale=True,
-                                                                         scale_rate=rate))
+    for label, rate in (("1/32", 1 / 32), ("1/8", 1 / 8), ("1/4", 1 / 4), ("1/2", 1 / 2)):
+        rungs[f"+online-scale-{label}"] = lambda c, rate=rate: replace(c, calibrator=replace(
+            c.calibrator, select_scale_rate=False, scale_rate=rate))
     return rungs
 
 

@@ -79,10 +79,11 @@ class CalibratorConfig:
     adaptive_step: bool = False
     # per-service temperature of sigma learned online from the feedback (calibrator.track_temperature): an EM step
     # of the Tobit likelihood, E[z^2] for an uncensored residual and E[z^2 | z > z_c] for a censored one
-    online_scale: bool = False
+    online_scale: bool = True  # paper: False
     scale_rate: float = 1.0 / 32  # EMA weight of one tick in the temperature's second moment
     scale_min: float = 1.0 / 64  # the temperature's range
     scale_max: float = 8.0
+    select_scale_rate: bool = True  # pick scale_rate among pipeline.SCALE_RATES on the validation split
     select_on_validation: bool = False  # pick delta_m, delta_b (x0.25..x4) on the validation split
 
     def __post_init__(self) -> None:
@@ -152,7 +153,7 @@ class AblationConfig:
     """Ablations of Table 3 as switches of the one implementation (A1, A4, A7; A2/A3/A5/A6 live in
     :class:`RewardConfig` and :class:`OnlineConfig`)."""
 
-    use_uncertainty: bool = True  # A1: sigma_t is replaced by the constant that fits validation residuals best
+    use_uncertainty: bool = True  # A1: sigma_t is the constant that fits validation residuals best (no online scale)
     use_k_sigma: bool = True  # A4: the risk buffer k*sigma is dropped from the action
     pretrain: bool = True  # A7: Phase 2 is skipped (random policy initialisation)
 

@@ -104,6 +104,8 @@ class PicRLController:
         self.context_channels = config.predictor.context_channels
         self.incremental = config.predictor.kind == "incremental"
         self.memory_size = memory_size(config.predictor)
+        # each service's online temperature of sigma; ablation A1 (no uncertainty) has one constant sigma
+        self.scales_sigma = config.calibrator.online_scale and config.ablation.use_uncertainty
 
     def set_policy(self, policy: PolicyNetwork) -> None:
         """Hot-swap the acting policy (slow-loop update or a new published version)."""
@@ -148,7 +150,7 @@ class PicRLController:
         step_scale = (adapt_step(state.step_scale, state.censor_streak > 0, state.over_streak > 0, shortage, over)
                       if cfg.calibrator.adaptive_step else state.step_scale)
         temperature = (track_temperature(state.temperature, y, state.mu, state.sigma, censored, cfg.calibrator)
-                       if cfg.calibrator.online_scale else state.temperature)
+                       if self.scales_sigma else state.temperature)
         row_context = self._check_context(None if context is None else np.asarray(context)[:, None, :],
                                           (len(state), 1), "context")
         new = self._decide(
@@ -200,7 +202,7 @@ class PicRLController:
                 memory = np.zeros((windows.shape[0], 0), np.float32)
         if not cfg.ablation.use_uncertainty:  # A1: no state-dependent uncertainty, the best constant std instead
             sigma = np.full_like(sigma, float(self.predictor.head.residual_rms))
-        if cfg.calibrator.online_scale:  # the service's own temperature (track_temperature)
+        if self.scales_sigma:  # the service's own temperature (track_temperature)
             sigma = sigma * temperature
         recent = slice(-cfg.estimator.window, None)
         estimate = estimate_censored_demand(observations[:, recent].astype(np.float64), censored[:, recent],

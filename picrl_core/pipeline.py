@@ -65,7 +65,8 @@ def train_offline(series: PreparedSeries, config: PicRLConfig, *, phase1_progres
     :func:`~picrl_core.training_memo.shared_training` identical phases are trained once; Phase 2
     never reads ``config.online``, so configs differing only there share it. With
     ``config.calibrator.select_on_validation`` the fast step is then chosen on the validation split
-    (:func:`select_calibrator`; the report is under ``reports["phase3_selection"]``)."""
+    (:func:`select_calibrator`; the report is under ``reports["phase3_selection"]``), and with
+    ``select_scale_rate`` the online temperature's rate (:func:`select_scale_rate`, ``"phase3_scale_rate"``)."""
     config = config_for(series, config)
     predictor, predictor_report = train_phase1(series, config, model_factory=model_factory,
                                                progress=phase1_progress)
@@ -81,10 +82,13 @@ def train_offline(series: PreparedSeries, config: PicRLConfig, *, phase1_progres
         reports={"series": series.name, "notes": list(series.notes), "phase1": predictor_report.to_dict(),
                  "phase2": pretrain_report.to_dict()},
     )
-    if not config.calibrator.select_on_validation:
-        return artifact
-    artifact, selection = select_calibrator(artifact, series)
-    return replace(artifact, reports={**artifact.reports, "phase3_selection": selection})
+    if config.calibrator.select_on_validation:
+        artifact, selection = select_calibrator(artifact, series)
+        artifact = replace(artifact, reports={**artifact.reports, "phase3_selection": selection})
+    if config.calibrator.online_scale and config.calibrator.select_scale_rate:
+        artifact, selection = select_scale_rate(artifact, series)
+        artifact = replace(artifact, reports={**artifact.reports, "phase3_scale_rate": selection})
+    return artifact
 
 
 @dataclass
@@ -192,22 +196,48 @@ def evaluation_inputs(series: PreparedSeries, window: int, split: str = "test") 
 STEP_MULTIPLIERS = (0.25, 0.5, 1.0, 2.0, 4.0)
 
 
+def _lowest_validation_regret(artifact: ModelArtifact, series: PreparedSeries,
+                              candidates: dict[float, PicRLConfig]) -> tuple[float, list[float]]:
+    """The key of the candidate config whose Phase 3 (:func:`run_online`) has the lowest regret on the
+    validation episode (``evaluation_inputs(..., "val")``), ties to the earlier key; and every regret."""
+    inputs = evaluation_inputs(series, artifact.config.predictor.window, "val")
+    scores = {key: run_online(replace(artifact, config=candidate), **inputs).metrics.regret
+              for key, candidate in candidates.items()}
+    return min(scores, key=lambda key: scores[key]), list(scores.values())
+
+
 def select_calibrator(artifact: ModelArtifact, series: PreparedSeries) -> tuple[ModelArtifact, dict[str, Any]]:
     """Phase 3's fast steps chosen on the validation split (the option ``calibrator.select_on_validation``):
-    Phase 3 (:func:`run_online`) runs on the validation episode (``evaluation_inputs(..., "val")``) once per
-    candidate ``delta_m * STEP_MULTIPLIERS``, ``delta_b`` scaled alike, and the artifact keeps the steps of
-    lowest validation regret."""
+    one validation run per candidate ``delta_m * STEP_MULTIPLIERS``, ``delta_b`` scaled alike, and the
+    artifact keeps the steps of lowest validation regret (ties: the step closest to the default)."""
     config = artifact.config
-    inputs = evaluation_inputs(series, config.predictor.window, "val")
-    scores: dict[float, float] = {}
-    for multiplier in STEP_MULTIPLIERS:
-        candidate = replace(config, calibrator=replace(config.calibrator,
-                                                       delta_m=config.calibrator.delta_m * multiplier,
-                                                       delta_b=config.calibrator.delta_b * multiplier))
-        run = run_online(replace(artifact, config=candidate), **inputs)
-        scores[multiplier] = run.metrics.regret
-    best = min(scores, key=lambda m: (scores[m], abs(np.log(m))))  # ties: the step closest to the default
-    chosen = replace(config, calibrator=replace(config.calibrator, delta_m=config.calibrator.delta_m * best,
-                                                delta_b=config.calibrator.delta_b * best))
-    report = {"multipliers": list(STEP_MULTIPLIERS), "validation_regret": list(scores.values()), "chosen": best}
-    return replace(artifact, config=chosen), report
+
+    def scaled(multiplier: float) -> PicRLConfig:
+        return replace(config, calibrator=replace(config.calibrator, delta_m=config.calibrator.delta_m * multiplier,
+                                                  delta_b=config.calibrator.delta_b * multiplier))
+    ordered = sorted(STEP_MULTIPLIERS, key=lambda m: abs(np.log(m)))
+    best, regrets = _lowest_validation_regret(artifact, series, {m: scaled(m) for m in ordered})
+    by_multiplier = dict(zip(ordered, regrets))
+    report = {"multipliers": list(STEP_MULTIPLIERS), "validation_regret": [by_multiplier[m] for m in STEP_MULTIPLIERS],
+              "chosen": best}
+    return replace(artifact, config=scaled(best)), report
+
+
+# Candidate rates of the online temperature (calibrator.scale_rate), slowest first: as many as the baselines'
+# knobs get (picrl_core.methods.selection.CANDIDATES).
+SCALE_RATES = (1 / 32, 1 / 16, 1 / 8, 1 / 4, 1 / 2)
+
+
+def select_scale_rate(artifact: ModelArtifact, series: PreparedSeries) -> tuple[ModelArtifact, dict[str, Any]]:
+    """The online temperature's rate chosen on the validation split (``calibrator.select_scale_rate``): one
+    validation run per rate of :data:`SCALE_RATES` and the artifact keeps the rate of lowest validation
+    regret (ties: the slower). How fast a service's scale should follow its residuals is a property of
+    the series (a smooth aggregate wants a slow, quiet temperature, a pod that holds flat for hours and
+    then jumps a fast one), so it is fitted per model like the sigma temperature."""
+    config = artifact.config
+
+    def with_rate(rate: float) -> PicRLConfig:
+        return replace(config, calibrator=replace(config.calibrator, scale_rate=rate))
+    best, regrets = _lowest_validation_regret(artifact, series, {rate: with_rate(rate) for rate in SCALE_RATES})
+    return (replace(artifact, config=with_rate(best)),
+            {"rates": list(SCALE_RATES), "validation_regret": regrets, "chosen": best})

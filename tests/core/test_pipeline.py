@@ -11,8 +11,8 @@ import torch
 from picrl_core.artifact import ModelArtifact
 from picrl_core.config import PicRLConfig
 from picrl_core.costs import episode_metrics
-from picrl_core.pipeline import (STEP_MULTIPLIERS, OnlineRun, config_for, evaluation_inputs, run_online,
-                                 select_calibrator, train_offline)
+from picrl_core.pipeline import (SCALE_RATES, STEP_MULTIPLIERS, OnlineRun, config_for, evaluation_inputs, run_online,
+                                 select_calibrator, select_scale_rate, train_offline)
 from picrl_core.series import PreparedSeries, prepare_series
 from picrl_core.simulator import Trajectory
 from picrl_core.synthetic import diurnal
@@ -57,7 +57,9 @@ def _assert_finite(trajectory: Trajectory) -> None:
 
 def test_train_offline_builds_a_complete_artifact(artifact: ModelArtifact, series: PreparedSeries,
                                                   tiny_config: PicRLConfig) -> None:
-    assert artifact.config == config_for(series, tiny_config)
+    rate = artifact.reports["phase3_scale_rate"]["chosen"]  # the online temperature's rate, chosen on validation
+    expected = config_for(series, tiny_config)
+    assert artifact.config == replace(expected, calibrator=replace(expected.calibrator, scale_rate=rate))
     assert "phase3_selection" not in artifact.reports  # the fast step is chosen on validation only when asked
     assert artifact.config.predictor.context_channels == 0
     assert artifact.scaling["series"] == series.scaler.to_dict() and artifact.scaling["context"] == []
@@ -78,6 +80,18 @@ def test_select_calibrator_keeps_the_step_of_lowest_validation_regret(artifact: 
     cal = artifact.config.calibrator
     assert chosen_artifact.config.calibrator == replace(cal, delta_m=cal.delta_m * chosen, delta_b=cal.delta_b * chosen)
     assert chosen_artifact.predictor is artifact.predictor and chosen_artifact.policy is artifact.policy
+
+
+def test_select_scale_rate_keeps_the_rate_of_lowest_validation_regret(artifact: ModelArtifact,
+                                                                      series: PreparedSeries) -> None:
+    poisoned = replace(series, test=np.full_like(series.test, np.nan))  # the test split is never read
+    online = replace(artifact, config=replace(artifact.config, calibrator=replace(
+        artifact.config.calibrator, online_scale=True, select_scale_rate=True)))
+    chosen_artifact, selection = select_scale_rate(online, poisoned)
+    assert selection["rates"] == list(SCALE_RATES)
+    assert selection["validation_regret"][SCALE_RATES.index(selection["chosen"])] == min(selection["validation_regret"])
+    assert len(set(selection["validation_regret"])) > 1  # the rate matters on this series
+    assert chosen_artifact.config.calibrator == replace(online.config.calibrator, scale_rate=selection["chosen"])
 
 
 def test_run_online_single_service(artifact: ModelArtifact, series: PreparedSeries) -> None:
