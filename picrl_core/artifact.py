@@ -19,7 +19,7 @@ from picrl_core.config import PicRLConfig
 from picrl_core.policy import PolicyNetwork, ValueNetwork
 from picrl_core.predictor import GaussianLSTM
 
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3  # 3: the config holds the online temperature and its chosen rate (a state row of 348 B)
 WEIGHTS = "weights.safetensors"
 MANIFEST = "artifact.json"
 
@@ -70,7 +70,7 @@ def load_artifact(folder: Path) -> ModelArtifact:
         raise ArtifactError(f"{manifest_path} is not valid JSON ({exc})") from exc
     if manifest.get("format_version") != FORMAT_VERSION:
         raise ArtifactError(f"{folder} has format version {manifest.get('format_version')!r}; "
-                            f"this picrl reads version {FORMAT_VERSION}")
+                            f"this picrl reads version {FORMAT_VERSION} (train it again: picrl train)")
     digest = hashlib.sha256(weights_path.read_bytes()).hexdigest()
     if digest != manifest.get("weights_sha256"):
         raise ArtifactError(f"{weights_path} does not match the checksum in {MANIFEST}: truncated or modified")

@@ -3,7 +3,7 @@
 A stream worker keeps each service's state in a changelog-backed table; packing a batch into a
 structured array (and back) is one ``tobytes``/``frombuffer`` per batch instead of a Python object
 per field. The row layout depends only on the window ``W``, the context channels ``C`` and the
-feature count ``F``; its size is :attr:`StateCodec.row_bytes` (340 bytes for W=32, C=0).
+feature count ``F``; its size is :attr:`StateCodec.row_bytes` (348 bytes for W=32, C=0).
 """
 from __future__ import annotations
 
