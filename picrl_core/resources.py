@@ -106,10 +106,10 @@ def impute_served_share(y: np.ndarray, censored: np.ndarray, action: np.ndarray,
 
         f_hat = min_h a_h / E[d_h | d_h > a_h],      d_s_hat = y_s / f_hat.
 
-    Where ``d_s_hat`` reaches the soft capacity the soft resource is taken as short itself (observation
-    ``a_s``, censored); below it ``d_s_hat`` is its estimated demand, uncensored. A soft observation at its
-    own capacity stays censored there, and the hard rows and every tick without a hard shortage are
-    returned as they came. A shallow memory shortage thus costs the compute learner only its (small)
+    Where ``d_s_hat`` exceeds the soft capacity the soft resource is taken as short itself (observation
+    ``a_s``, censored: an observation at its own capacity lands here unless that capacity is 0, which says
+    nothing about the demand); up to it ``d_s_hat`` is its estimated demand, uncensored. The hard rows and
+    every tick without a hard shortage are returned as they came. A shallow memory shortage thus costs the compute learner only its (small)
     correction instead of a lower bound of unknown depth, and a deep one lifts the compute observation by
     the depth the forecast expects: the memory shortage never reads as low compute demand."""
     resources = check_resources(resources)
@@ -123,8 +123,7 @@ def impute_served_share(y: np.ndarray, censored: np.ndarray, action: np.ndarray,
     expected = np.maximum(mu[hard] + sigma[hard] * inverse_mills_ratio(alpha), action[hard])
     with np.errstate(divide="ignore", invalid="ignore"):
         share = np.where(hard_short, action[hard] / expected, 1.0).min(axis=0)
-    lifted = hard_short.any(axis=0)[None, :] & ~hard[:, None] & (y < action - tolerance) \
-        & (share > MIN_SERVED_SHARE)[None, :]
+    lifted = hard_short.any(axis=0)[None, :] & ~hard[:, None] & (share > MIN_SERVED_SHARE)[None, :]
     estimate = y / np.maximum(share, MIN_SERVED_SHARE)[None, :]
     return (np.where(lifted, np.minimum(estimate, action), y),
-            np.where(lifted, estimate >= action, censored))
+            np.where(lifted, estimate > action + tolerance, censored))

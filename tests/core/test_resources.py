@@ -128,11 +128,13 @@ def test_a_resource_fleet_is_scaled_per_resource_and_run_in_the_coupled_loop(tin
 def test_the_joint_learner_recovers_the_soft_demand_behind_a_hard_shortage() -> None:
     """Service 0: memory short (its forecast sure of the demand), compute served on 80% of the load;
     service 1: the same, but compute short itself once the load is lifted back; service 2: no memory
-    shortage; service 3: compute at its own capacity behind a memory shortage."""
-    demand = np.array([[0.5, 0.5, 0.3, 0.5], [0.4, 0.4, 0.4, 0.9]])
-    action = np.array([[0.4, 0.4, 0.4, 0.4], [0.5, 0.35, 0.3, 0.5]])
+    shortage; service 3: compute at its own capacity behind a memory shortage; service 4: an idle
+    compute at a capacity of 0 behind a memory shortage (the coupled flag marks it, but it is not short)."""
+    demand = np.array([[0.5, 0.5, 0.3, 0.5, 0.5], [0.4, 0.4, 0.4, 0.9, 0.0]])
+    action = np.array([[0.4, 0.4, 0.4, 0.4, 0.4], [0.5, 0.35, 0.3, 0.5, 0.0]])
     y, coupled, _, _ = observe(demand, action, GPU_POD)
-    mu, sigma = np.array([[0.5] * 4, [0.4] * 4]), np.full((2, 4), 1e-4)
+    assert coupled[1, 4]
+    mu, sigma = np.array([[0.5] * 5, [0.4] * 5]), np.full((2, 5), 1e-4)
     imputed, flags = impute_served_share(y, coupled, action, mu, sigma, GPU_POD)
     np.testing.assert_array_equal(imputed[0], y[0])
     np.testing.assert_array_equal(flags[0], coupled[0])  # the hard rows are as observed
@@ -140,6 +142,7 @@ def test_the_joint_learner_recovers_the_soft_demand_behind_a_hard_shortage() -> 
     assert imputed[1, 1] == 0.35 and flags[1, 1]  # lifted past its capacity: short itself
     assert imputed[1, 2] == y[1, 2] == 0.3 and flags[1, 2]  # its own shortage, no memory shortage: untouched
     assert imputed[1, 3] == 0.5 and flags[1, 3]  # at its capacity: censored there
+    assert imputed[1, 4] == 0.0 and not flags[1, 4]  # nothing to lift: an observed 0, not a shortage
 
 
 def test_the_imputed_share_follows_the_tobit_expectation_of_the_hard_demand() -> None:
