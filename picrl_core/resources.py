@@ -34,8 +34,6 @@ from typing import Sequence
 
 import numpy as np
 
-from picrl_core.mills import inverse_mills_ratio
-
 
 @dataclass(frozen=True)
 class Resource:
@@ -112,6 +110,8 @@ def impute_served_share(y: np.ndarray, censored: np.ndarray, action: np.ndarray,
     every tick without a hard shortage are returned as they came. A shallow memory shortage thus costs the compute learner only its (small)
     correction instead of a lower bound of unknown depth, and a deep one lifts the compute observation by
     the depth the forecast expects: the memory shortage never reads as low compute demand."""
+    from picrl_core.mills import inverse_mills_ratio  # here: it loads torch, which the CLI's light commands avoid
+
     resources = check_resources(resources)
     hard = np.array([r.hard for r in resources])
     y, action = np.asarray(y, np.float64), np.asarray(action, np.float64)
