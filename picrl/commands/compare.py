@@ -52,7 +52,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                         help="seeds 0..N-1 per (dataset, method) (default 5; 1 with --quick)")
     parser.add_argument("--quick", action="store_true",
                         help=f"tiny budgets ({QUICK.predictor_epochs} epochs, {QUICK.pretrain_iterations} Phase-2 "
-                             f"iterations) and the first {QUICK.test_ticks} test ticks: a look in minutes")
+                             f"iterations), the first {QUICK.test_ticks} test ticks and PIC-RL's temperature rate not "
+                             "chosen on validation: a look in minutes")
     parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
                         help="(dataset, seed) groups run in parallel processes (default: 2 or the CPU count)")
     parser.add_argument("--config", type=Path, metavar="FILE",
