@@ -197,13 +197,13 @@ STEP_MULTIPLIERS = (0.25, 0.5, 1.0, 2.0, 4.0)
 
 
 def _lowest_validation_regret(artifact: ModelArtifact, series: PreparedSeries,
-                              candidates: dict[float, PicRLConfig]) -> tuple[float, list[float]]:
+                              candidates: dict[float, PicRLConfig]) -> tuple[float, dict[float, float]]:
     """The key of the candidate config whose Phase 3 (:func:`run_online`) has the lowest regret on the
-    validation episode (``evaluation_inputs(..., "val")``), ties to the earlier key; and every regret."""
+    validation episode (``evaluation_inputs(..., "val")``), ties to the earlier key; and each key's regret."""
     inputs = evaluation_inputs(series, artifact.config.predictor.window, "val")
     scores = {key: run_online(replace(artifact, config=candidate), **inputs).metrics.regret
               for key, candidate in candidates.items()}
-    return min(scores, key=lambda key: scores[key]), list(scores.values())
+    return min(scores, key=lambda key: scores[key]), scores
 
 
 def select_calibrator(artifact: ModelArtifact, series: PreparedSeries) -> tuple[ModelArtifact, dict[str, Any]]:
@@ -216,9 +216,8 @@ def select_calibrator(artifact: ModelArtifact, series: PreparedSeries) -> tuple[
         return replace(config, calibrator=replace(config.calibrator, delta_m=config.calibrator.delta_m * multiplier,
                                                   delta_b=config.calibrator.delta_b * multiplier))
     ordered = sorted(STEP_MULTIPLIERS, key=lambda m: abs(np.log(m)))
-    best, regrets = _lowest_validation_regret(artifact, series, {m: scaled(m) for m in ordered})
-    by_multiplier = dict(zip(ordered, regrets))
-    report = {"multipliers": list(STEP_MULTIPLIERS), "validation_regret": [by_multiplier[m] for m in STEP_MULTIPLIERS],
+    best, scores = _lowest_validation_regret(artifact, series, {m: scaled(m) for m in ordered})
+    report = {"multipliers": list(STEP_MULTIPLIERS), "validation_regret": [scores[m] for m in STEP_MULTIPLIERS],
               "chosen": best}
     return replace(artifact, config=scaled(best)), report
 
@@ -238,6 +237,6 @@ def select_scale_rate(artifact: ModelArtifact, series: PreparedSeries) -> tuple[
 
     def with_rate(rate: float) -> PicRLConfig:
         return replace(config, calibrator=replace(config.calibrator, scale_rate=rate))
-    best, regrets = _lowest_validation_regret(artifact, series, {rate: with_rate(rate) for rate in SCALE_RATES})
+    best, scores = _lowest_validation_regret(artifact, series, {rate: with_rate(rate) for rate in SCALE_RATES})
     return (replace(artifact, config=with_rate(best)),
-            {"rates": list(SCALE_RATES), "validation_regret": regrets, "chosen": best})
+            {"rates": list(SCALE_RATES), "validation_regret": [scores[r] for r in SCALE_RATES], "chosen": best})
