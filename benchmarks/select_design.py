@@ -17,11 +17,15 @@ The variants form a ladder from the paper's Phase 3 to the default, one change p
     +online-scale       each service's sigma scaled by a temperature tracked online (Tobit EM step), its rate
                         chosen on the validation split among pipeline.SCALE_RATES (the default)
 
-and two options tried on top of the default and left off because they did not help here:
+and options tried on top of the default and left off because they did not help here:
 
     +select-step        delta_m chosen per trace on validation among x0.25..x4
     +escalation         Psi(n - 1) on the margin's shortage step in a censoring streak
     +adaptive-step      Rprop's sign rule on each service's margin step (calibrator.adaptive_step)
+    +forecast-censoring Phase 1's re-censored windows censored at the model's own forecast quantile mu + k sigma,
+                        where the controller provisions, not at demand + noise (predictor.censor_at)
+    +impute-window      the LSTM's window keeps a shortage as its Tobit E-step E[d | d > a], uncensored
+                        (estimator.impute_window)
     +online-scale-1/32 .. -1/2   the online temperature at one fixed rate (what the selection chooses among)
 
 next to the default's full-information reference (the same controller fed the demand) and the two
@@ -108,6 +112,8 @@ def ladder() -> dict[str, Variant]:
         rungs[name] = _with_paper_values([s for _, changed in CHANGES[i + 1:] for s in changed])
     rungs["+select-step"] = lambda c: replace(c, calibrator=replace(c.calibrator, select_on_validation=True))
     rungs["+escalation"] = lambda c: replace(c, calibrator=replace(c.calibrator, escalate=True))
+    rungs["+forecast-censoring"] = lambda c: replace(c, predictor=replace(c.predictor, censor_at="forecast"))
+    rungs["+impute-window"] = lambda c: replace(c, estimator=replace(c.estimator, impute_window=True))
     rungs["+adaptive-step"] = lambda c: replace(c, calibrator=replace(c.calibrator, adaptive_step=True))
     for label, rate in (("1/32", 1 / 32), ("1/8", 1 / 8), ("1/4", 1 / 4), ("1/2", 1 / 2)):
         rungs[f"+online-scale-{label}"] = lambda c, rate=rate: replace(c, calibrator=replace(

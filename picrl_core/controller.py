@@ -19,6 +19,7 @@ from picrl_core.censored_estimator import estimate_censored_demand
 from picrl_core.config import PicRLConfig
 from picrl_core.features import state_features
 from picrl_core.incremental_predictor import advance_memory, memory_size, start_memory
+from picrl_core.mills import mean_above
 from picrl_core.noise import counter_normal
 from picrl_core.policy import N_OUTPUTS, PolicyNetwork, gaussian_log_prob, risk_centre, squash
 from picrl_core.predictor import GaussianLSTM, predict_gaussian
@@ -151,12 +152,14 @@ class PicRLController:
                       if cfg.calibrator.adaptive_step else state.step_scale)
         temperature = (track_temperature(state.temperature, y, state.mu, state.sigma, censored, cfg.calibrator)
                        if self.scales_sigma else state.temperature)
+        window_y, window_c = (impute_shortage(y, censored, shortage, state)
+                              if cfg.estimator.impute_window else (y, censored))
         row_context = self._check_context(None if context is None else np.asarray(context)[:, None, :],
                                           (len(state), 1), "context")
         new = self._decide(
             keys=state.keys, tick=state.tick + 1,
-            observations=_shift(state.observations, y.astype(np.float32)),
-            censored=_shift(state.censored, censored),
+            observations=_shift(state.observations, window_y.astype(np.float32)),
+            censored=_shift(state.censored, window_c),
             context=_shift(state.context, row_context[:, 0, :]),
             margin=margin, bias=bias, censor_streak=censor_streak, over_streak=over_streak,
             estimate_start=(state.est_mean, state.est_std) if self.config.estimator.warm_start else None,
@@ -277,6 +280,16 @@ def _plain_mlp(body: torch.nn.Module) -> list[tuple[torch.Tensor, torch.Tensor |
         else:
             return None
     return layers
+
+
+def impute_shortage(y: np.ndarray, censored: np.ndarray, shortage: np.ndarray,
+                    pending: ControllerState) -> tuple[np.ndarray, np.ndarray]:
+    """What the window keeps of a tick with ``estimator.impute_window``: a shortage (``d > a``, seen as ``y = a``)
+    as its Tobit E-step ``E[d | d > a]`` under the forecast ``N(mu, sigma^2)`` its action was planned with, and
+    uncensored (the E-step of data augmentation for censored time series, Park, Genton & Ghosh, Can. J. Stat.
+    2007); every other tick as it came. The reward, the calibrator and the temperature still read ``(y, c)``."""
+    imputed = shortage & censored
+    return (np.where(imputed, mean_above(pending.mu, pending.sigma, pending.action), y), censored & ~imputed)
 
 
 def _shift(window: np.ndarray, newest: np.ndarray) -> np.ndarray:

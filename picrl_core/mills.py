@@ -121,3 +121,10 @@ def log_normal_survival(z: ArrayLike) -> np.ndarray:
     negative ``z``; there the value is ``~ -phi(z)/|z|``, not 0).
     """
     return _mills_terms(z)[2]
+
+
+def mean_above(mu: ArrayLike, sigma: ArrayLike, bound: ArrayLike) -> np.ndarray:
+    """``E[D | D > bound]`` for ``D ~ N(mu, sigma^2)``: ``mu + sigma lambda((bound - mu) / sigma)``, the Tobit
+    E-step of a right-censored observation, never below ``bound`` (rounding far in the tail)."""
+    mu, sigma, bound = (np.asarray(v, dtype=np.float64) for v in (mu, sigma, bound))
+    return np.maximum(mu + sigma * inverse_mills_ratio((bound - mu) / sigma), bound)

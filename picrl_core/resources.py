@@ -110,7 +110,7 @@ def impute_served_share(y: np.ndarray, censored: np.ndarray, action: np.ndarray,
     every tick without a hard shortage are returned as they came. A shallow memory shortage thus costs the compute learner only its (small)
     correction instead of a lower bound of unknown depth, and a deep one lifts the compute observation by
     the depth the forecast expects: the memory shortage never reads as low compute demand."""
-    from picrl_core.mills import inverse_mills_ratio  # here: it loads torch, which the CLI's light commands avoid
+    from picrl_core.mills import mean_above  # here: it loads torch, which the CLI's light commands avoid
 
     resources = check_resources(resources)
     hard = np.array([r.hard for r in resources])
@@ -119,8 +119,7 @@ def impute_served_share(y: np.ndarray, censored: np.ndarray, action: np.ndarray,
     if not hard.any() or hard.all():
         return y, censored
     hard_short = censored[hard] & (y[hard] >= action[hard] - tolerance)
-    alpha = (action[hard] - mu[hard]) / sigma[hard]
-    expected = np.maximum(mu[hard] + sigma[hard] * inverse_mills_ratio(alpha), action[hard])
+    expected = mean_above(mu[hard], sigma[hard], action[hard])
     with np.errstate(divide="ignore", invalid="ignore"):
         share = np.where(hard_short, action[hard] / expected, 1.0).min(axis=0)
     lifted = hard_short.any(axis=0)[None, :] & ~hard[:, None] & (share > MIN_SERVED_SHARE)[None, :]

@@ -11,6 +11,7 @@ import torch
 from picrl_core.config import PicRLConfig
 from picrl_core.controller import ControllerState, PicRLController
 from picrl_core.costs import asymmetric_cost
+from picrl_core.mills import mean_above
 from picrl_core.policy import PolicyNetwork, risk_centre
 from picrl_core.predictor import GaussianLSTM
 from picrl_core.reward import surrogate_reward
@@ -159,6 +160,27 @@ def test_transition_rewards_are_surrogate_when_censored_and_cost_otherwise(tiny_
     expected = -asymmetric_cost(a, traj.demand[:, 0], tiny_config.cost)
     expected[c] = surrogate_reward(a[c], mu[c], sigma[c], streak[c], tiny_config.cost, tiny_config.reward)
     np.testing.assert_allclose(traj.reward[:, 0], expected, rtol=1e-12, atol=1e-15)
+
+
+def test_imputed_window_holds_each_shortage_at_its_tobit_expectation_and_uncensored(
+        tiny_predictor: GaussianLSTM, tiny_policy: PolicyNetwork, tiny_config: PicRLConfig,
+        diurnal_series: np.ndarray) -> None:
+    config = replace(tiny_config, estimator=replace(tiny_config.estimator, impute_window=True))
+    demand, history = _segment(diurnal_series, config.predictor.window)
+    controller = PicRLController(tiny_predictor, tiny_policy, config)
+    state = controller.initial_state(np.zeros(1, np.uint64), history)
+    shortages = 0
+    for t in range(T):
+        y, c = censor(demand[t], state.action)
+        new, transition = controller.step(state, y, c)
+        expected = (mean_above(state.mu, state.sigma, state.action) if c[0] else y).astype(np.float32)
+        assert new.observations[0, -1] == expected[0] and not new.censored[0, -1]  # the E-step, uncensored
+        assert transition.censored[0] == c[0]  # the reward and replay still read the censoring flag
+        if c[0]:
+            assert new.observations[0, -1] > state.action[0]  # above the bound it showed
+            shortages += 1
+        state = new
+    assert shortages >= 5
 
 
 def _states_equal(a: ControllerState, b: ControllerState) -> None:

@@ -13,6 +13,7 @@ from picrl_core.mills import (
     inverse_mills_ratio,
     inverse_mills_ratio_derivative,
     log_normal_survival,
+    mean_above,
 )
 from picrl_core.reward import pessimism_factor, surrogate_reward
 
@@ -143,3 +144,11 @@ def test_prop2_gradient_scales_with_pessimism() -> None:
     np.testing.assert_allclose(grads / grads[0], np.broadcast_to(psi[:, None], grads.shape), rtol=1e-6)
     assert np.all(np.diff(grads[: REWARD.n_max + 1], axis=0) > 0)  # grows up to N_max, then stays
     np.testing.assert_allclose(grads[REWARD.n_max:], np.broadcast_to(grads[REWARD.n_max], (4, a.size)))
+
+
+def test_mean_above_is_the_truncated_normal_mean() -> None:
+    rng = np.random.default_rng(0)
+    draws = rng.normal(0.4, 0.05, 2_000_000)
+    for bound in (0.3, 0.4, 0.5):
+        assert mean_above(0.4, 0.05, bound) == pytest.approx(draws[draws > bound].mean(), abs=2e-4)
+    assert mean_above(0.0, 1.0, 60.0) >= 60.0  # never below the bound, far in the tail
