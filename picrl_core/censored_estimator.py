@@ -25,7 +25,9 @@ Edge cases (no NaN ever comes out):
 """
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import cache
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -42,6 +44,8 @@ _STEP_TOLERANCE = 1e-10  # relative Newton step below which a service has conver
 _BACKTRACKS = 30  # step halvings tried before a service gives up on an iteration
 _ARMIJO = 1e-4
 _FLAT_SLOPE = 1e-9  # Newton decrement (relative to |f|) below which the line search is skipped
+_LAST_STEP = 1e-6  # relative Newton step taken without a line search, as a row's last
+ROWS_PER_THREAD = 4096  # below this many services per thread the estimator runs in the calling thread
 
 
 class EstimatorInputError(ValueError):
@@ -79,10 +83,24 @@ class _Window:
     m2_unc: np.ndarray  # (R,) sum of squared deviations of the uncensored y from mean_unc
     row: np.ndarray  # (E,) row of each censored point (ascending)
     y_cens: np.ndarray  # (E,) censoring threshold y of each censored point
+    first: np.ndarray | None = None  # (R,) index of each row's first censored point, when every row has one
+
+    def __post_init__(self) -> None:
+        if self.first is None:
+            counts = np.bincount(self.row, minlength=self.n_unc.shape[0])
+            if counts.size and counts.all():
+                self.first = np.concatenate([[0], np.cumsum(counts[:-1])])
+
+    def per_row(self, values: np.ndarray) -> np.ndarray:
+        """Each row's sum of ``values`` (one per censored point): contiguous segment sums where every row
+        has a censored point (the Newton rows), a weighted count otherwise."""
+        if self.first is not None:
+            return np.add.reduceat(values, self.first)
+        return np.bincount(self.row, values, minlength=self.n_unc.shape[0])
 
     @staticmethod
     def of(y: np.ndarray, unc: np.ndarray, cens: np.ndarray) -> "_Window":
-        n_unc = _row_sum(unc).astype(np.float64)
+        n_unc = np.count_nonzero(unc, axis=1).astype(np.float64)
         mean_unc = _row_sum(np.where(unc, y, 0.0)) / np.maximum(n_unc, 1.0)
         m2_unc = _row_sum(np.where(unc, (y - mean_unc[:, None]) ** 2, 0.0))
         row, col = np.nonzero(cens)
@@ -118,13 +136,9 @@ def _evaluate(delta: np.ndarray, gamma: np.ndarray, w: _Window) -> _Point:
     ``sum v = n u``, ``sum v^2 = gamma^2 m2 + n u^2``, ``sum v y = gamma m2 + mean_unc n u``, ``sum y = n mean_unc``,
     ``sum y^2 = m2 + n mean_unc^2`` (centred, so nothing cancels when ``gamma`` is large).
     """
-    rows = delta.shape[0]
     v = gamma[w.row] * w.y_cens - delta[w.row]
     log_sf, lam, dlam = censored_normal_terms(v)
-
-    def per_row(values: np.ndarray) -> np.ndarray:
-        return np.bincount(w.row, values, minlength=rows)
-
+    per_row = w.per_row
     n, ybar, m2 = w.n_unc, w.mean_unc, w.m2_unc
     u = gamma * ybar - delta
     with np.errstate(divide="ignore", invalid="ignore"):  # a trial step may leave gamma > 0: f is -inf there
@@ -141,28 +155,39 @@ def _evaluate(delta: np.ndarray, gamma: np.ndarray, w: _Window) -> _Point:
     )
 
 
+def _newton_step(point: _Point, gamma: np.ndarray, gamma_max: float) -> tuple[np.ndarray, np.ndarray]:
+    """The Newton direction ``(p_delta, p_gamma)`` at ``point``; at the sigma floor with the likelihood still
+    asking for a smaller sigma, Newton in delta only."""
+    det = point.a * point.c - point.b * point.b
+    p_d = (point.c * point.g_delta - point.b * point.g_gamma) / det
+    p_g = (point.a * point.g_gamma - point.b * point.g_delta) / det
+    pinned = (gamma >= gamma_max) & (p_g > 0)
+    return np.where(pinned, point.g_delta / point.a, p_d), np.where(pinned, 0.0, p_g)
+
+
+def _relative_move(d0: np.ndarray, g0: np.ndarray, p_d: np.ndarray, p_g: np.ndarray) -> np.ndarray:
+    return np.maximum(np.abs(p_d) / (1.0 + np.abs(d0)), np.abs(p_g) / g0)
+
+
 def _newton(delta: np.ndarray, gamma: np.ndarray, window: _Window, iterations: int,
-            gamma_max: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+            gamma_max: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, _Point]:
     """Damped Newton ascent on the concave Olsen log-likelihood with ``0 < gamma <= gamma_max``, each row
-    until its step is below ``_STEP_TOLERANCE`` (or its Newton decrement is within rounding of 0);
-    returns ``(delta, gamma, iterations used per row)``."""
+    until its step is below ``_STEP_TOLERANCE``, its Newton decrement is within rounding of 0, or its next step
+    is below ``_LAST_STEP`` (then taken without a line search: quadratic convergence leaves it ~1e-12 from the
+    optimum); returns ``(delta, gamma, iterations used per row, the log-likelihood's point at the last evaluated
+    iterate)``: the information the standard error reads needs no evaluation of its own."""
     delta, gamma = delta.copy(), gamma.copy()
     used = np.zeros(delta.shape, dtype=np.int64)
     rows = np.arange(delta.shape[0])  # the rows still iterating, and their window and current point
     w = window
     point = _evaluate(delta, gamma, w)
+    final = _Point(**{name: np.empty(delta.shape) for name in _Point.__dataclass_fields__})
     for _ in range(iterations):
         if rows.size == 0:
             break
         used[rows] += 1
         d0, g0 = delta[rows], gamma[rows]
-        det = point.a * point.c - point.b * point.b
-        p_d = (point.c * point.g_delta - point.b * point.g_gamma) / det
-        p_g = (point.a * point.g_gamma - point.b * point.g_delta) / det
-        # At the sigma floor with the likelihood still asking for a smaller sigma: Newton in delta only.
-        pinned = (g0 >= gamma_max) & (p_g > 0)
-        p_d = np.where(pinned, point.g_delta / point.a, p_d)
-        p_g = np.where(pinned, 0.0, p_g)
+        p_d, p_g = _newton_step(point, g0, gamma_max)
         slope = point.g_delta * p_d + point.g_gamma * p_g  # >= 0: ascent direction (twice the Newton decrement)
         # Within rounding of the optimum f cannot resolve the gain: take the plain Newton step, stop.
         flat = slope <= _FLAT_SLOPE * (1.0 + np.abs(point.f))
@@ -196,23 +221,27 @@ def _newton(delta: np.ndarray, gamma: np.ndarray, window: _Window, iterations: i
         d1 = d0 + step * p_d
         g1 = np.minimum(g0 + step * p_g, gamma_max)
         moved = np.maximum(np.abs(d1 - d0) / (1.0 + np.abs(d0)), np.abs(g1 - g0) / g0)
-        delta[rows], gamma[rows] = d1, g1
-        going = ~((moved < _STEP_TOLERANCE) | flat)
+        # Inside Newton's quadratic region (the next step below _LAST_STEP) the full next step needs no line search
+        # and leaves the row within ~_LAST_STEP^2 of the optimum: take it unevaluated and stop there.
+        next_d, next_g = _newton_step(new_point, g1, gamma_max)
+        last = accepted & ~flat & (_relative_move(d1, g1, next_d, next_g) < _LAST_STEP)
+        delta[rows] = np.where(last, d1 + next_d, d1)
+        gamma[rows] = np.where(last, np.minimum(g1 + next_g, gamma_max), g1)
+        going = ~((moved < _STEP_TOLERANCE) | flat | last)
+        for name in _Point.__dataclass_fields__:
+            getattr(final, name)[rows] = getattr(new_point, name)
         if not going.all():
             rows, w = rows[going], w.rows(going)
             point = _Point(**{name: getattr(new_point, name)[going] for name in _Point.__dataclass_fields__})
         else:
             point = new_point
-    return delta, gamma, used
+    return delta, gamma, used, final
 
 
-def _standard_error_of_mean(mean: np.ndarray, std: np.ndarray, window: _Window) -> np.ndarray:
-    """``sqrt(Var(m))`` from the observed information: the inverse of minus the Hessian in
-    ``(delta, gamma)``, carried to ``m = delta/gamma`` by the delta method (``= s/sqrt(n)`` without
+def _standard_error_of_mean(delta: np.ndarray, gamma: np.ndarray, point: _Point) -> np.ndarray:
+    """``sqrt(Var(m))`` from the observed information ``point`` at the estimate: the inverse of minus the
+    Hessian in ``(delta, gamma)``, carried to ``m = delta/gamma`` by the delta method (``= s/sqrt(n)`` without
     censoring)."""
-    gamma = 1.0 / std
-    delta = mean * gamma
-    point = _evaluate(delta, gamma, window)
     a, b, c = point.a, point.b, point.c
     j_d, j_g = 1.0 / gamma, -delta / gamma**2
     variance = (c * j_d * j_d - 2.0 * b * j_d * j_g + a * j_g * j_g) / (a * c - b * b)
@@ -236,7 +265,8 @@ def _check_window(y: np.ndarray, censored: np.ndarray, valid: np.ndarray,
 def estimate_censored_demand(y: ArrayLike, censored: ArrayLike, n_consecutive: ArrayLike,
                              estimator: EstimatorConfig, reward: RewardConfig,
                              valid: ArrayLike | None = None,
-                             start: tuple[ArrayLike, ArrayLike] | None = None) -> CensoredDemandEstimate:
+                             start: tuple[ArrayLike, ArrayLike] | None = None,
+                             threads: int = 1) -> CensoredDemandEstimate:
     """Tobit MLE of ``N(m, s^2)`` demand from each service's recent ``(y, c)`` window.
 
     ``y``, ``censored`` (and ``valid``, default all ``True``): ``(B, W)`` with the oldest entry first;
@@ -250,12 +280,39 @@ def estimate_censored_demand(y: ArrayLike, censored: ArrayLike, n_consecutive: A
     up to ``estimator.iterations``); rows whose start is not finite or has ``std <= 0`` start from the
     window's sample mean and std (cold start). Both stop at the same convergence test, so they agree
     within it (``tests/core/test_censored_estimator.py`` measures the difference on the bundled traces).
+
+    ``threads``: with at least ``2 * ROWS_PER_THREAD`` services, row blocks solved on that many threads
+    at once (the same bits).
     """
     y = np.asarray(y, dtype=np.float64)
     censored = np.asarray(censored, dtype=bool)
     valid = np.ones(y.shape, dtype=bool) if valid is None else np.asarray(valid, dtype=bool)
     n_consecutive = np.asarray(n_consecutive)
     _check_window(y, censored, valid, n_consecutive)
+    if threads < 2 or y.shape[0] < 2 * ROWS_PER_THREAD:
+        return _estimate(y, censored, valid, n_consecutive, estimator, reward, start)
+    # Every row is solved on its own, so row blocks on several threads give the same bits as one call (numpy and
+    # torch release the GIL inside their array loops; torch itself should run one thread, or its thread team
+    # oversubscribes the cores).
+    bounds = np.linspace(0, y.shape[0], min(threads, y.shape[0] // ROWS_PER_THREAD) + 1).astype(int)
+    blocks = [slice(lo, hi) for lo, hi in zip(bounds[:-1], bounds[1:])]
+    parts = list(_pool(len(blocks)).map(lambda b: _estimate(
+        y[b], censored[b], valid[b], n_consecutive[b], estimator, reward,
+        None if start is None else tuple(np.asarray(v, dtype=np.float64).reshape(-1)[b] for v in start)), blocks))
+    return CensoredDemandEstimate(*(np.concatenate([getattr(p, f) for p in parts])
+                                    for f in CensoredDemandEstimate.__dataclass_fields__))
+
+
+@cache
+def _pool(workers: int) -> ThreadPoolExecutor:
+    """The estimator's pool of ``workers`` threads (one per torch thread count asked for, kept for the process)."""
+    return ThreadPoolExecutor(max_workers=workers, thread_name_prefix="picrl-estimator")
+
+
+def _estimate(y: np.ndarray, censored: np.ndarray, valid: np.ndarray, n_consecutive: np.ndarray,
+              estimator: EstimatorConfig, reward: RewardConfig,
+              start: tuple[ArrayLike, ArrayLike] | None) -> CensoredDemandEstimate:
+    """:func:`estimate_censored_demand` on checked arrays, in the calling thread."""
     window = slice(max(y.shape[1] - estimator.window, 0), None)
     valid = valid[:, window]
     y = np.where(valid, y[:, window], 0.0)
@@ -273,7 +330,10 @@ def estimate_censored_demand(y: ArrayLike, censored: ArrayLike, n_consecutive: A
 
     identified = n_cens < n_valid  # at least one uncensored point
     tobit = (n_cens > 0) & identified
-    windows = _Window.of(y[identified], unc[identified], cens[identified])
+    uncertainty = np.full(mean.shape, UNCERTAINTY_CAP)
+    # Nothing censored: the information of n Gaussian points at the (floored) std gives s / sqrt(n)
+    plain = identified & ~tobit
+    uncertainty[plain] = np.minimum(std[plain] / np.sqrt(n_valid[plain]), UNCERTAINTY_CAP)
     if tobit.any():
         start_mean, start_std = mean[tobit], std[tobit]
         if start is not None:
@@ -282,13 +342,11 @@ def estimate_censored_demand(y: ArrayLike, censored: ArrayLike, n_consecutive: A
             warm = np.isfinite(warm_mean) & np.isfinite(warm_std) & (warm_std > 0)
             start_mean = np.where(warm, warm_mean, start_mean)
             start_std = np.where(warm, np.maximum(warm_std, floor), start_std)
-        delta, gamma, _ = _newton(start_mean / start_std, 1.0 / start_std, windows.rows(tobit[identified]),
-                                  estimator.iterations, 1.0 / floor)
+        delta, gamma, _, point = _newton(start_mean / start_std, 1.0 / start_std,
+                                         _Window.of(y[tobit], unc[tobit], cens[tobit]), estimator.iterations,
+                                         1.0 / floor)
         mean[tobit], std[tobit] = delta / gamma, 1.0 / gamma
-
-    uncertainty = np.full(mean.shape, UNCERTAINTY_CAP)
-    uncertainty[identified] = np.minimum(_standard_error_of_mean(mean[identified], std[identified], windows),
-                                         UNCERTAINTY_CAP)
+        uncertainty[tobit] = np.minimum(_standard_error_of_mean(delta, gamma, point), UNCERTAINTY_CAP)
 
     all_censored = (n_valid > 0) & ~identified
     highest = np.max(np.where(valid, y, -np.inf), axis=1, initial=-np.inf)

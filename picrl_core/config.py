@@ -155,6 +155,9 @@ class OnlineConfig:
     # same artifact. 128 suits batches of many services; 1 makes a single service ~6x (LSTM) to ~20x
     # (transformer predictors) cheaper per step. Phase 2 rollouts always use 128 (they are large batches).
     inference_chunk: int = 128
+    # threads the censored-demand estimator splits a batch's services over (numpy releases the GIL; the same bits
+    # for any count). Pays at 10,000+ services with torch itself on one thread (torch.set_num_threads(1)).
+    estimator_threads: int = 1
 
 
 @dataclass(frozen=True)

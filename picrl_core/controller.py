@@ -8,14 +8,16 @@ same inputs and policy give the same decisions everywhere.
 """
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, fields
+from functools import cache
 
 import numpy as np
 import torch
 
 from picrl_core.batching import in_fixed_chunks
 from picrl_core.calibrator import adapt_step, feedback, reactive_step, track_temperature
-from picrl_core.censored_estimator import estimate_censored_demand
+from picrl_core.censored_estimator import ROWS_PER_THREAD, CensoredDemandEstimate, estimate_censored_demand
 from picrl_core.config import PicRLConfig
 from picrl_core.features import state_features
 from picrl_core.incremental_predictor import advance_memory, memory_size, start_memory
@@ -192,28 +194,26 @@ class PicRLController:
         incremental predictor advances ``memory`` (its state before the window's newest row) by that row,
         or reads the whole window when there is none (cold start)."""
         cfg = self.config
-        if self.incremental and memory is not None:  # one cell step on the newest [y, c, ctx] row
-            newest = np.concatenate([observations[:, -1:], censored[:, -1:].astype(np.float32), context[:, -1]], axis=1)
-            mu, sigma, memory = advance_memory(self.predictor, newest, memory, self.chunk)
-        else:
-            windows = np.concatenate([observations[:, :, None], censored[:, :, None].astype(np.float32), context],
-                                     axis=2)
-            if self.incremental:
-                mu, sigma, memory = start_memory(self.predictor, windows, self.chunk)
-            else:
-                mu, sigma = predict_gaussian(self.predictor, windows, self.chunk)
-                memory = np.zeros((windows.shape[0], 0), np.float32)
+        recent = slice(-cfg.estimator.window, None)
+
+        def estimate() -> CensoredDemandEstimate:
+            return estimate_censored_demand(observations[:, recent].astype(np.float64), censored[:, recent],
+                                            censor_streak, cfg.estimator, cfg.reward, start=estimate_start,
+                                            threads=cfg.online.estimator_threads)
+
+        # With estimator threads and enough services, the estimator (it does not read the forecast) runs beside the predictor.
+        parallel = cfg.online.estimator_threads > 1 and len(keys) >= ROWS_PER_THREAD
+        running = _side_thread().submit(estimate) if parallel else None
+        mu, sigma, memory = self._predict(observations, censored, context, memory)
+        censored_demand = estimate() if running is None else running.result()
         if not cfg.ablation.use_uncertainty:  # A1: no state-dependent uncertainty, the best constant std instead
             sigma = np.full_like(sigma, float(self.predictor.head.residual_rms))
         if self.scales_sigma:  # the service's own temperature (track_temperature)
             sigma = sigma * temperature
-        recent = slice(-cfg.estimator.window, None)
-        estimate = estimate_censored_demand(observations[:, recent].astype(np.float64), censored[:, recent],
-                                            censor_streak, cfg.estimator, cfg.reward, start=estimate_start)
         features = state_features(
             margin=margin, bias=bias, observations=observations[:, recent], censored=censored[:, recent],
             censor_streak=censor_streak, over_streak=over_streak, tick=tick, mu=mu, sigma=sigma,
-            estimate=estimate, n_max=cfg.reward.n_max, horizon=cfg.policy.horizon,
+            estimate=censored_demand, n_max=cfg.reward.n_max, horizon=cfg.policy.horizon,
         )
         pre, log_prob = self._plan(features, keys, tick)
         eta, k = squash(pre, cfg.policy, risk_centre(cfg))
@@ -223,9 +223,21 @@ class PicRLController:
             keys=keys, tick=tick, observations=observations, censored=censored, context=context,
             margin=margin, bias=bias, censor_streak=censor_streak, over_streak=over_streak,
             action=action, mu=mu, sigma=sigma, eta=eta, k=k, pre=pre, log_prob=log_prob, features=features,
-            est_mean=estimate.mean, est_std=estimate.std, memory=memory, step_scale=step_scale,
+            est_mean=censored_demand.mean, est_std=censored_demand.std, memory=memory, step_scale=step_scale,
             temperature=temperature,
         )
+
+    def _predict(self, observations: np.ndarray, censored: np.ndarray, context: np.ndarray,
+                 memory: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Phase 1's ``(mu, sigma)`` for the next tick, and the incremental predictor's new memory (M = 0 windowed)."""
+        if self.incremental and memory is not None:  # one cell step on the newest [y, c, ctx] row
+            newest = np.concatenate([observations[:, -1:], censored[:, -1:].astype(np.float32), context[:, -1]], axis=1)
+            return advance_memory(self.predictor, newest, memory, self.chunk)
+        windows = np.concatenate([observations[:, :, None], censored[:, :, None].astype(np.float32), context], axis=2)
+        if self.incremental:
+            return start_memory(self.predictor, windows, self.chunk)
+        mu, sigma = predict_gaussian(self.predictor, windows, self.chunk)
+        return mu, sigma, np.zeros((windows.shape[0], 0), np.float32)
 
     def _plan(self, features: np.ndarray, keys: np.ndarray, tick: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Policy output in pre-squash space: the Gaussian mean, plus counter-based noise when exploring."""
@@ -265,6 +277,12 @@ class PicRLController:
 
 
 _HALF_LOG_2PI = np.float32(0.5 * np.log(2.0 * np.pi))
+
+
+@cache
+def _side_thread() -> ThreadPoolExecutor:
+    """The thread the censored-demand estimator runs in beside the predictor (``online.estimator_threads > 1``)."""
+    return ThreadPoolExecutor(max_workers=1, thread_name_prefix="picrl-estimate")
 
 
 def _plain_mlp(body: torch.nn.Module) -> list[tuple[torch.Tensor, torch.Tensor | None, bool]] | None:

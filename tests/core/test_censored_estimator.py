@@ -9,6 +9,7 @@ from scipy.optimize import approx_fprime, minimize
 from scipy.stats import norm
 
 from picrl_core.censored_estimator import (
+    ROWS_PER_THREAD,
     UNCERTAINTY_CAP,
     EstimatorInputError,
     estimate_censored_demand,
@@ -120,6 +121,17 @@ def test_rows_are_independent_and_deterministic() -> None:
         np.testing.assert_allclose(alone.mean, batch.mean[i:i + 1], rtol=1e-12)
         np.testing.assert_allclose(alone.std, batch.std[i:i + 1], rtol=1e-12)
         np.testing.assert_allclose(alone.uncertainty, batch.uncertainty[i:i + 1], rtol=1e-12)
+
+
+def test_row_blocks_on_two_threads_give_the_bits_of_one_call() -> None:
+    y, c = windows(10_000, ESTIMATOR.window, seed=4)
+    assert len(y) >= 2 * ROWS_PER_THREAD  # enough rows for the estimator to split them
+    n = np.arange(len(y)) % 7
+    start = (y.mean(axis=1) + 0.01, y.std(axis=1) + 0.01)
+    one = estimate_censored_demand(y, c, n, ESTIMATOR, REWARD, start=start)
+    two = estimate_censored_demand(y, c, n, ESTIMATOR, REWARD, start=start, threads=2)
+    for name in ("mean", "std", "pessimism", "uncertainty"):
+        np.testing.assert_array_equal(getattr(two, name), getattr(one, name), err_msg=name)
 
 
 def test_pessimism_is_psi_of_the_consecutive_count() -> None:

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+from picrl_core.censored_estimator import ROWS_PER_THREAD
 from picrl_core.config import PicRLConfig
 from picrl_core.controller import ControllerState, PicRLController
 from picrl_core.costs import asymmetric_cost
@@ -243,6 +244,25 @@ def test_bad_shapes_raise_value_error(tiny_predictor: GaussianLSTM, tiny_policy:
         ctx_controller.step(state, np.zeros(2), np.zeros(2, bool), context=np.zeros((2, 3)))
     stepped, _ = ctx_controller.step(state, np.zeros(2), np.zeros(2, bool), context=np.ones((2, 2)))
     np.testing.assert_array_equal(stepped.context[:, -1], np.ones((2, 2)))
+
+
+def test_estimator_threads_give_the_same_states_bit_for_bit(tiny_predictor: GaussianLSTM, tiny_policy: PolicyNetwork,
+                                                           tiny_config: PicRLConfig) -> None:
+    """``online.estimator_threads`` splits the estimator over threads and runs it beside the predictor: the same
+    states as one thread (enough services for both to happen)."""
+    rng = np.random.default_rng(5)
+    n = 2 * ROWS_PER_THREAD + 7
+    history, demand = rng.uniform(0.2, 0.8, (n, 40)), rng.uniform(0.0, 1.0, (6, n))
+    threaded = replace(tiny_config, online=replace(tiny_config.online, estimator_threads=2))
+    runs = []
+    for config in (tiny_config, threaded):
+        controller = PicRLController(tiny_predictor, tiny_policy, config, explore=False)
+        state = controller.initial_state(np.arange(n, dtype=np.uint64), history)
+        for t in range(demand.shape[0]):
+            state, _ = controller.step(state, *censor(demand[t], state.action))
+        runs.append(state)
+    assert runs[0].censored.any(axis=1).mean() > 0.5  # the estimator had censored windows to solve
+    _states_equal(*runs)
 
 
 @pytest.mark.parametrize("chunk", [128, 8, 1])

@@ -23,7 +23,9 @@ from picrl_core.predictor import GaussianLSTM
 from picrl_core.series import prepare_series
 from picrl_core.simulator import censor
 
-TOLERANCE = 1e-8  # absolute, on values of order 0.01-1 (demand scaled to [0, 1]); measured: < 5e-11 (estimates, actions), 1.2e-9 (eta: a float32 policy output)
+# absolute, on values of order 0.01-1 (demand scaled to [0, 1]); measured: < 4e-11 (means, stds, actions), 5.6e-9 (the
+# standard error, read at the iterate before Newton's last unevaluated step), 9.3e-10 (k: a float32 policy output)
+TOLERANCE = 1e-8
 TICKS = 600  # closed-loop ticks per trace (from the start of its validation split)
 
 
