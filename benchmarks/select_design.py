@@ -26,6 +26,7 @@ and options tried on top of the default and left off because they did not help h
                         where the controller provisions, not at demand + noise (predictor.censor_at)
     +impute-window      the LSTM's window keeps a shortage as its Tobit E-step E[d | d > a], uncensored
                         (estimator.impute_window)
+    +incremental-predictor  the LSTM carries (h, c) per service and steps once per tick (predictor.kind)
     +online-scale-1/32 .. -1/2   the online temperature at one fixed rate (what the selection chooses among)
 
 next to the default's full-information reference (the same controller fed the demand) and the two
@@ -113,6 +114,7 @@ def ladder() -> dict[str, Variant]:
     rungs["+select-step"] = lambda c: replace(c, calibrator=replace(c.calibrator, select_on_validation=True))
     rungs["+escalation"] = lambda c: replace(c, calibrator=replace(c.calibrator, escalate=True))
     rungs["+forecast-censoring"] = lambda c: replace(c, predictor=replace(c.predictor, censor_at="forecast"))
+    rungs["+incremental-predictor"] = lambda c: replace(c, predictor=replace(c.predictor, kind="incremental"))
     rungs["+impute-window"] = lambda c: replace(c, estimator=replace(c.estimator, impute_window=True))
     rungs["+adaptive-step"] = lambda c: replace(c, calibrator=replace(c.calibrator, adaptive_step=True))
     for label, rate in (("1/32", 1 / 32), ("1/8", 1 / 8), ("1/4", 1 / 4), ("1/2", 1 / 2)):
