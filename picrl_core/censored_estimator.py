@@ -26,7 +26,7 @@ Edge cases (no NaN ever comes out):
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 
 import numpy as np
@@ -76,27 +76,22 @@ class _Window:
     """The rows' windows in the form each Newton evaluation reads: the uncensored points as three
     sufficient statistics per row (count, mean, centred sum of squares; the uncensored terms of the
     log-likelihood and its derivatives are exact functions of them), the censored points as a flat list
-    ``(row, y)``. An evaluation then costs O(censored points), not O(window)."""
+    ``(row, y)`` in which every row has at least one (Newton solves only such rows). An evaluation then
+    costs O(censored points), not O(window)."""
 
     n_unc: np.ndarray  # (R,) uncensored count
     mean_unc: np.ndarray  # (R,) mean of the uncensored y (0 when none)
     m2_unc: np.ndarray  # (R,) sum of squared deviations of the uncensored y from mean_unc
-    row: np.ndarray  # (E,) row of each censored point (ascending)
+    row: np.ndarray  # (E,) row of each censored point (ascending, every row present)
     y_cens: np.ndarray  # (E,) censoring threshold y of each censored point
-    first: np.ndarray | None = None  # (R,) index of each row's first censored point, when every row has one
+    first: np.ndarray = field(init=False)  # (R,) index of each row's first censored point
 
     def __post_init__(self) -> None:
-        if self.first is None:
-            counts = np.bincount(self.row, minlength=self.n_unc.shape[0])
-            if counts.size and counts.all():
-                self.first = np.concatenate([[0], np.cumsum(counts[:-1])])
+        self.first = np.flatnonzero(np.diff(self.row, prepend=-1))
 
     def per_row(self, values: np.ndarray) -> np.ndarray:
-        """Each row's sum of ``values`` (one per censored point): contiguous segment sums where every row
-        has a censored point (the Newton rows), a weighted count otherwise."""
-        if self.first is not None:
-            return np.add.reduceat(values, self.first)
-        return np.bincount(self.row, values, minlength=self.n_unc.shape[0])
+        """Each row's sum of ``values`` (one per censored point), as contiguous segment sums."""
+        return np.add.reduceat(values, self.first)
 
     @staticmethod
     def of(y: np.ndarray, unc: np.ndarray, cens: np.ndarray) -> "_Window":
@@ -166,6 +161,7 @@ def _newton_step(point: _Point, gamma: np.ndarray, gamma_max: float) -> tuple[np
 
 
 def _relative_move(d0: np.ndarray, g0: np.ndarray, p_d: np.ndarray, p_g: np.ndarray) -> np.ndarray:
+    """How far the step ``(p_d, p_g)`` moves ``(d0, g0)``, relative (the convergence tests' measure)."""
     return np.maximum(np.abs(p_d) / (1.0 + np.abs(d0)), np.abs(p_g) / g0)
 
 
@@ -220,7 +216,7 @@ def _newton(delta: np.ndarray, gamma: np.ndarray, window: _Window, iterations: i
         step = np.where(accepted, step, 0.0)
         d1 = d0 + step * p_d
         g1 = np.minimum(g0 + step * p_g, gamma_max)
-        moved = np.maximum(np.abs(d1 - d0) / (1.0 + np.abs(d0)), np.abs(g1 - g0) / g0)
+        moved = _relative_move(d0, g0, d1 - d0, g1 - g0)
         # Inside Newton's quadratic region (the next step below _LAST_STEP) the full next step needs no line search
         # and leaves the row within ~_LAST_STEP^2 of the optimum: take it unevaluated and stop there.
         next_d, next_g = _newton_step(new_point, g1, gamma_max)
@@ -305,7 +301,8 @@ def estimate_censored_demand(y: ArrayLike, censored: ArrayLike, n_consecutive: A
 
 @cache
 def _pool(workers: int) -> ThreadPoolExecutor:
-    """The estimator's pool of ``workers`` threads (one per torch thread count asked for, kept for the process)."""
+    """A pool of ``workers`` threads for the estimator's row blocks (one per thread count asked for, kept for the
+    process)."""
     return ThreadPoolExecutor(max_workers=workers, thread_name_prefix="picrl-estimator")
 
 

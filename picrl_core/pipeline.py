@@ -46,8 +46,10 @@ def train_phase1(series: PreparedSeries, config: PicRLConfig, *,
         return train_predictor(series.train, series.val, config.predictor, seed=config.seed,
                                train_context=series.train_ctx, val_context=series.val_ctx, progress=progress,
                                model_factory=model_factory, services=series.services, capacity_range=capacity_range)
-    centre = risk_centre(config)
-    capacity_range = (centre + config.policy.k_low, centre + config.policy.k_high)
+    capacity_range = None  # only forecast censoring reads it (and only then may it tell two trainings apart)
+    if config.predictor.censor_at == "forecast":
+        centre = risk_centre(config)
+        capacity_range = (centre + config.policy.k_low, centre + config.policy.k_high)
     return memoized(("phase1", series_fingerprint(series), config.seed, config.predictor, model_factory,
                      capacity_range), train)
 

@@ -16,7 +16,6 @@ import copy
 import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from statistics import NormalDist
 from typing import TypeVar
 
 import numpy as np
@@ -29,9 +28,6 @@ from picrl_core.series import segment_starts
 
 # Std of the per-step noise of the synthetic provisioning threshold, drawn per window from this range.
 _CENSOR_NOISE_RANGE = (0.01, 0.1)
-# The default controller's range of k in a = mu + k sigma (+ margin): the critical fractile of the default costs,
-# Phi^-1(2/3), +- 1 (policy.k_low / k_high around picrl_core.policy.risk_centre).
-DEFAULT_CAPACITY_RANGE = (NormalDist().inv_cdf(2.0 / 3.0) - 1.0, NormalDist().inv_cdf(2.0 / 3.0) + 1.0)
 # Predicted std at initialisation (demand lives in [0, 1]); keeps the first NLL gradients moderate.
 _INITIAL_SIGMA = 0.1
 # Windows built at once when evaluating a whole series: bounds the memory of the window copies.
@@ -300,7 +296,7 @@ def train_predictor(
     progress: Callable[[dict[str, float]], None] | None = None,
     model_factory: Callable[[PredictorConfig], Predictor] = GaussianLSTM,  # type: ignore[assignment]
     services: int = 1,
-    capacity_range: tuple[float, float] = DEFAULT_CAPACITY_RANGE,
+    capacity_range: tuple[float, float] | None = None,
 ) -> tuple[Predictor, PredictorReport]:
     """Phase 1 / Algorithm 1 line 2: ``theta* = argmin_theta sum NLL(d_i; f_theta(x_i))``, Eq. (3).
 
@@ -313,7 +309,8 @@ def train_predictor(
     the Phase-1 substitutions of the comparison pass theirs and train by the same loop). A fleet's
     splits hold ``services`` series end to end; no window straddles two. With ``cfg.censor_at = "forecast"``
     every epoch after the first re-censors at the previous epoch's :func:`one_step_forecast` quantiles
-    ``mu + k sigma``, ``k`` in ``capacity_range`` (the controller's ``k`` range, :func:`~picrl_core.policy.squash`).
+    ``mu + k sigma``, ``k`` in ``capacity_range`` (the controller's ``k`` range, :func:`~picrl_core.policy.squash`;
+    required then, unread otherwise).
     """
     if cfg.kind == "incremental":  # the carried LSTM trains on sequences (its own module); a Gaussian LSTM only
         from picrl_core.incremental_predictor import train_incremental_predictor
@@ -330,6 +327,8 @@ def train_predictor(
     val_context = None if val_context is None else np.asarray(val_context, dtype=np.float64)
     _check_series(train, train_context, cfg.window, cfg.context_channels, "training")
     _check_series(val, val_context, cfg.window, cfg.context_channels, "validation")
+    if cfg.censor_at == "forecast" and capacity_range is None:
+        raise PredictorInputError("censor_at = 'forecast' needs the controller's capacity_range (k_low, k_high)")
     if cfg.epochs < 1 or cfg.batch_size < 1 or cfg.max_train_windows < 1 or cfg.patience < 1:
         raise PredictorInputError(
             "predictor epochs, batch_size, max_train_windows and patience must all be >= 1"

@@ -113,6 +113,12 @@ def test_censor_at_is_checked() -> None:
         PredictorConfig(censor_at="sometimes")
 
 
+def test_forecast_censoring_needs_the_controllers_k_range(sine) -> None:
+    train, val = sine
+    with pytest.raises(PredictorInputError, match="capacity_range"):
+        train_predictor(train, val, replace(SMALL, censor_at="forecast"), seed=0)
+
+
 def test_censor_prob_sets_share_of_censored_windows_and_rng_determines_output() -> None:
     d = noisy_sine(3000, seed=2)
     x, _ = make_windows(d, None, 16, np.random.default_rng(9), 0.3)
