@@ -81,7 +81,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="picrl train --quick budgets (6 epochs, 20 iterations)")
     parser.add_argument("--segments", type=int, default=None, help="override pretrain.segments")
     parser.add_argument("--predictor", choices=["windowed", "incremental"], default=None,
-                        help="override predictor.kind (default: the config's, windowed)")
+                        help="override predictor.kind (default: the config's, incremental)")
     parser.add_argument("--name", default="offline_training", help="result file name (without .json)")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results"), help="folder for the JSON result")
     args = parser.parse_args()

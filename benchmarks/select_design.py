@@ -15,7 +15,9 @@ The variants form a ladder from the paper's Phase 3 to the default, one change p
     +k-around-fractile  k in z* + [-1, 1], z* the newsvendor fractile of the calibrated forecast
     +act-with-mean      the policy's mean acts, no exploration noise
     +online-scale       each service's sigma scaled by a temperature tracked online (Tobit EM step), its rate
-                        chosen on the validation split among pipeline.SCALE_RATES (the default)
+                        chosen on the validation split among pipeline.SCALE_RATES
+    +incremental-predictor  the LSTM carries (h, c) per service and steps once per tick (predictor.kind; the
+                        default)
 
 and options tried on top of the default and left off because they did not help here:
 
@@ -23,10 +25,10 @@ and options tried on top of the default and left off because they did not help h
     +escalation         Psi(n - 1) on the margin's shortage step in a censoring streak
     +adaptive-step      Rprop's sign rule on each service's margin step (calibrator.adaptive_step)
     +forecast-censoring Phase 1's re-censored windows censored at the model's own forecast quantile mu + k sigma,
-                        where the controller provisions, not at demand + noise (predictor.censor_at)
+                        where the controller provisions, not at demand + noise (predictor.censor_at; the
+                        windowed LSTM's, measured when it was the default)
     +impute-window      the LSTM's window keeps a shortage as its Tobit E-step E[d | d > a], uncensored
                         (estimator.impute_window)
-    +incremental-predictor  the LSTM carries (h, c) per service and steps once per tick (predictor.kind)
     +online-scale-1/32 .. -1/2   the online temperature at one fixed rate (what the selection chooses among)
 
 next to the default's full-information reference (the same controller fed the demand) and the two
@@ -85,7 +87,8 @@ CHANGES: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
     ("+sigma-step", (("calibrator", "margin_in_sigma"), ("calibrator", "delta_m"), ("calibrator", "delta_b"))),
     ("+k-around-fractile", (("policy", "k_low"), ("policy", "k_high"), ("policy", "k_around_fractile"))),
     ("+act-with-mean", (("online", "explore"),)),
-    ("+online-scale (default)", (("calibrator", "online_scale"), ("calibrator", "select_scale_rate"))),
+    ("+online-scale", (("calibrator", "online_scale"), ("calibrator", "select_scale_rate"))),
+    ("+incremental-predictor (default)", (("predictor", "kind"),)),
 )
 
 
@@ -113,8 +116,8 @@ def ladder() -> dict[str, Variant]:
         rungs[name] = _with_paper_values([s for _, changed in CHANGES[i + 1:] for s in changed])
     rungs["+select-step"] = lambda c: replace(c, calibrator=replace(c.calibrator, select_on_validation=True))
     rungs["+escalation"] = lambda c: replace(c, calibrator=replace(c.calibrator, escalate=True))
-    rungs["+forecast-censoring"] = lambda c: replace(c, predictor=replace(c.predictor, censor_at="forecast"))
-    rungs["+incremental-predictor"] = lambda c: replace(c, predictor=replace(c.predictor, kind="incremental"))
+    rungs["+forecast-censoring"] = lambda c: replace(c, predictor=replace(c.predictor, censor_at="forecast",
+                                                                           kind="windowed"))
     rungs["+impute-window"] = lambda c: replace(c, estimator=replace(c.estimator, impute_window=True))
     rungs["+adaptive-step"] = lambda c: replace(c, calibrator=replace(c.calibrator, adaptive_step=True))
     for label, rate in (("1/32", 1 / 32), ("1/8", 1 / 8), ("1/4", 1 / 4), ("1/2", 1 / 2)):

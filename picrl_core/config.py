@@ -38,14 +38,19 @@ class PredictorConfig:
     max_train_windows: int = 20_000  # windows sampled per epoch (bounded epoch time on long traces)
     calibrate_sigma: bool = True  # temperature of sigma fitted on the validation split by NLL; paper: False
     # "windowed": the LSTM re-reads the last `window` steps from a zero state every tick (the paper's);
-    # "incremental": it carries (h, c) per service and takes one cell step per tick (picrl_core.incremental_predictor)
-    kind: str = "windowed"
+    # "incremental": it carries (h, c) per service and takes one cell step per tick (picrl_core.incremental_predictor),
+    # the default: lower regret than the windowed one on the development splits over two seeds
+    # (benchmarks/results/design/incremental-predictor) and ~3x the controller's throughput
+    kind: str = "incremental"
 
     def __post_init__(self) -> None:
         if self.kind not in ("windowed", "incremental"):
             raise ValueError(f"predictor.kind must be 'windowed' or 'incremental'; got {self.kind!r}")
         if self.censor_at not in ("forecast", "noise"):
             raise ValueError(f"predictor.censor_at must be 'forecast' or 'noise'; got {self.censor_at!r}")
+        if self.censor_at == "forecast" and self.kind != "windowed":
+            raise ValueError("predictor.censor_at = 'forecast' re-censors the windowed LSTM's training windows; "
+                             "set predictor.kind = 'windowed' with it")
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import replace
 
 import torch
 import torch.nn.functional as F
@@ -425,5 +426,7 @@ class GaussianAutoformer(nn.Module):
 def fit_with_predictor(model_factory: Callable[[PredictorConfig], nn.Module], series: PreparedSeries,
                        config: PicRLConfig) -> PicRLProvisioner:
     """Phase 1 with ``model_factory`` (same NLL, windows and early stopping as the LSTM), then
-    Phase 2 pretraining with it and Phase 3: PIC-RL with only the predictor substituted."""
-    return PicRLProvisioner.from_artifact(train_offline(series, config, model_factory=model_factory))
+    Phase 2 pretraining with it and Phase 3: PIC-RL with only the predictor substituted. A transformer reads
+    a window, so the substitution is for the windowed LSTM (``predictor.kind = "windowed"``)."""
+    windowed = replace(config, predictor=replace(config.predictor, kind="windowed"))
+    return PicRLProvisioner.from_artifact(train_offline(series, windowed, model_factory=model_factory))

@@ -34,7 +34,7 @@ def incremental_model(tiny_config: PicRLConfig, diurnal_series: np.ndarray) -> G
 def test_kind_is_checked(tiny_config: PicRLConfig) -> None:
     with pytest.raises(ValueError, match="predictor.kind"):
         replace(tiny_config.predictor, kind="bogus")
-    assert memory_size(tiny_config.predictor) == 0
+    assert memory_size(replace(tiny_config.predictor, kind="windowed")) == 0
     assert memory_size(_incremental(tiny_config).predictor) == 2 * tiny_config.predictor.hidden
 
 
@@ -77,7 +77,8 @@ def test_state_rows_carry_the_memory(tiny_config: PicRLConfig, incremental_model
     controller = PicRLController(incremental_model, tiny_policy, config, chunk=4)
     state = controller.initial_state(np.arange(2, dtype=np.uint64), np.stack([diurnal_series[:window]] * 2))
     codec = StateCodec.for_config(config)
-    assert codec.row_bytes == StateCodec.for_config(tiny_config).row_bytes + 4 * memory_size(config.predictor)
+    windowed = replace(config, predictor=replace(config.predictor, kind="windowed"))
+    assert codec.row_bytes == StateCodec.for_config(windowed).row_bytes + 4 * memory_size(config.predictor)
     again = codec.unpack(codec.pack(state))
     y, c = np.array([0.4, 0.9]), np.array([False, True])
     a, _ = controller.step(state, y, c)

@@ -179,7 +179,7 @@ def test_predictor_is_a_drop_in_for_the_lstm(model_class: type[torch.nn.Module])
 
 
 def test_train_predictor_takes_a_model_factory(diurnal_series: np.ndarray, tiny_config: PicRLConfig) -> None:
-    cfg = tiny_config.predictor
+    cfg = replace(tiny_config.predictor, kind="windowed")  # a transformer substitutes the windowed LSTM
     train, val = diurnal_series[:600], diurnal_series[600:800]
     model, report = train_predictor(train, val, cfg, seed=3, model_factory=GaussianTFT)
     again, _ = train_predictor(train, val, cfg, seed=3, model_factory=GaussianTFT)

@@ -22,8 +22,8 @@ from picrl_core.predictor import (
     train_predictor,
 )
 
-SMALL = PredictorConfig(
-    window=16, hidden=16, epochs=8, batch_size=128, lr=5e-3, patience=3, max_train_windows=1500
+SMALL = PredictorConfig(  # the windowed LSTM's Phase 1 (the incremental one has its own test file)
+    window=16, hidden=16, epochs=8, batch_size=128, lr=5e-3, patience=3, max_train_windows=1500, kind="windowed"
 )
 
 
@@ -111,6 +111,8 @@ def test_one_step_forecast_is_the_window_before_each_point_with_nan_before_the_f
 def test_censor_at_is_checked() -> None:
     with pytest.raises(ValueError, match="censor_at"):
         PredictorConfig(censor_at="sometimes")
+    with pytest.raises(ValueError, match="kind = 'windowed'"):  # the carried LSTM trains on sequences, not windows
+        PredictorConfig(censor_at="forecast", kind="incremental")
 
 
 def test_forecast_censoring_needs_the_controllers_k_range(sine) -> None:

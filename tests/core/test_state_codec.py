@@ -25,7 +25,7 @@ def _state(config: PicRLConfig, services: int) -> ControllerState:
 
 def test_pack_unpack_round_trip_is_exact_and_rows_are_small(tiny_config: PicRLConfig) -> None:
     state = _state(tiny_config, 6)
-    codec = StateCodec(tiny_config.predictor.window, tiny_config.predictor.context_channels)
+    codec = StateCodec.for_config(tiny_config)
     rows = codec.pack(state)
     back = codec.unpack(np.frombuffer(rows.tobytes(), dtype=codec.dtype))
     for f in fields(ControllerState):
@@ -37,7 +37,7 @@ def test_pack_unpack_round_trip_is_exact_and_rows_are_small(tiny_config: PicRLCo
 
 def test_one_row_can_be_unpacked_alone(tiny_config: PicRLConfig) -> None:
     state = _state(tiny_config, 3)
-    codec = StateCodec(tiny_config.predictor.window, tiny_config.predictor.context_channels)
+    codec = StateCodec.for_config(tiny_config)
     raw = codec.pack(state).tobytes()
     second = codec.unpack(np.frombuffer(raw[codec.row_bytes:2 * codec.row_bytes], dtype=codec.dtype))
     assert second.action[0] == state.action[1] and second.tick[0] == state.tick[1]
