@@ -118,6 +118,8 @@ class _Field:
     #: the value to serialise when ``value`` certainly decodes to a value equal to it (the same JSON), else _SLOW;
     #: it lets :meth:`_Record.to_bytes` skip the decode round trip for the plain values the worker emits
     fast: Callable[[Any], Any] = _slow
+    #: whether what ``fast`` accepts is also what ``decode`` returns for it (so decoding may take it as it is)
+    fast_decodes: bool = True
 
 
 def _as_float(name: str, value: Any) -> float:
@@ -230,7 +232,7 @@ def _numbers(length: int | None = None) -> _Field:
             if type(item) is not float or not -_FLOAT_MAX <= item <= _FLOAT_MAX:
                 return _SLOW
         return value
-    return _Field(decode, fast=fast)
+    return _Field(decode, fast=fast, fast_decodes=False)  # decoding gives a tuple
 
 
 def _decode_channels(name: str, value: Any) -> dict[str, float] | None:
@@ -277,6 +279,7 @@ _FLAG = _Field(_decode_flag, fast=lambda value: value if type(value) is bool els
 _TEXT = _Field(_decode_text, fast=lambda value: value if type(value) is str and value.isascii() else _SLOW)
 _SERVICE = _identifier("bad_service_id")
 _BLOB = _Field(_decode_blob, _encode_blob)
+_CHANNELS = _Field(_decode_channels, fast=lambda value: None if value is None else _SLOW)
 
 
 # ---------------------------------------------------------------- the generic record
@@ -326,7 +329,7 @@ class _Record:
     @classmethod
     def from_dict(cls, obj: Any) -> Self:
         """Validate one parsed JSON object (with its ``schema`` and ``type`` keys) into a record."""
-        if not isinstance(obj, Mapping):
+        if type(obj) is not dict and not isinstance(obj, Mapping):
             _fail("not_an_object", "value", "a JSON object", obj)
         for key in ("schema", "type"):
             if key not in obj:
@@ -336,25 +339,33 @@ class _Record:
             _fail("unknown_schema_version", "schema", f"version {SCHEMA_VERSION}", schema)
         if obj["type"] != cls._TYPE:
             _fail("wrong_record_type", "type", repr(cls._TYPE), obj["type"])
-        optional = _optional_fields(cls)
-        unknown = sorted(map(repr, obj.keys() - cls._FIELDS.keys() - {"schema", "type"}))
-        if unknown:
+        known, required = _wire_keys(cls)
+        if not obj.keys() <= known:
+            unknown = sorted(map(repr, obj.keys() - known))
             raise DecodeError("unknown_field", f"{cls._TYPE} has no field {', '.join(unknown)}")
-        missing = [name for name in cls._FIELDS if name not in obj and name not in optional]
-        if missing:
+        if not required <= obj.keys():
+            missing = [name for name in cls._FIELDS if name in required and name not in obj]
             raise DecodeError("missing_field", f"{', '.join(missing)}: required, absent")
-        record = cls(**{name: spec.decode(name, obj[name]) for name, spec in cls._FIELDS.items() if name in obj})
+        values = {}
+        for name, spec in cls._FIELDS.items():
+            if name in obj:
+                value = obj[name]
+                plain = spec.fast(value) if spec.fast_decodes else _SLOW  # the common case, without the full check
+                values[name] = spec.decode(name, value) if plain is _SLOW else plain
+        record = cls(**values)
         record._check()
         return record
 
 
 @cache
-def _optional_fields(cls: type[_Record]) -> frozenset[str]:
-    """Fields with a dataclass default (may be absent on the wire); checks the specs match the fields."""
+def _wire_keys(cls: type[_Record]) -> tuple[frozenset[str], frozenset[str]]:
+    """The keys a record may carry (its fields, ``schema`` and ``type``) and the fields without a dataclass
+    default (which must be present); checks the specs match the fields."""
     declared = fields(cls)  # type: ignore[arg-type]
     if [field.name for field in declared] != list(cls._FIELDS):
         raise TypeError(f"{cls.__name__}._FIELDS does not list its dataclass fields in order")
-    return frozenset(field.name for field in declared if field.default is not MISSING)
+    return (frozenset(cls._FIELDS) | {"schema", "type"},
+            frozenset(field.name for field in declared if field.default is MISSING))
 
 
 def _decode(raw: bytes, cls: type[R]) -> R:
@@ -386,7 +397,7 @@ class UsageEvent(_Record):
     _TYPE: ClassVar[str] = "usage"
     _FIELDS: ClassVar[dict[str, _Field]] = {
         "service": _SERVICE, "tick": _TICK, "usage": _number(0.0, "negative_usage", MAX_QUANTITY),
-        "censored": _FLAG, "capacity": _number(0.0, maximum=MAX_QUANTITY), "context": _Field(_decode_channels),
+        "censored": _FLAG, "capacity": _number(0.0, maximum=MAX_QUANTITY), "context": _CHANNELS,
         "produced_at": _TIMESTAMP,
     }
 

@@ -1,4 +1,4 @@
-"""The encoder's fast path (issue 17): the same bytes as the decode round trip, and the same refusals."""
+"""The encoder's and the decoder's fast paths (issue 17): the same bytes, records and refusals as the full checks."""
 from __future__ import annotations
 
 import dataclasses
@@ -7,7 +7,7 @@ import numpy as np
 import orjson
 import pytest
 
-from stream.records import Action, DecodeError, TransitionRecord
+from stream.records import Action, DecodeError, TransitionRecord, UsageEvent, decode_usage
 
 
 def _round_trip(record: Action | TransitionRecord) -> bytes:
@@ -58,3 +58,34 @@ def test_fast_encoding_refuses_non_finite_vectors_and_mismatched_lengths() -> No
     with pytest.raises(DecodeError) as refused:
         dataclasses.replace(transition, next_features=transition.next_features[:5]).to_bytes()
     assert refused.value.reason == "length_mismatch"
+
+
+def _decoded(raw: bytes) -> UsageEvent | tuple[str, str]:
+    try:
+        return decode_usage(raw)
+    except DecodeError as refused:
+        return refused.reason, refused.detail
+
+
+def test_fast_decoding_gives_the_full_checks_record_or_refusal(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Decoding takes a plain value as it is when its field's fast check accepts it; every value, valid or not,
+    decodes to the same record (or the same refusal) as with the full check of every field."""
+    rng = np.random.default_rng(2)
+    valid = {"service": ["svc-1", "svc-\u00e9"], "tick": [0, 5], "usage": [0.0, 0.25], "censored": [False],
+             "capacity": [0.5, 1], "context": [None, {"duty": 0.4}], "produced_at": [0.0, 1.7e9, 7]}
+    invalid = {"service": ["", "bad\x00id", 7, "x" * 300], "tick": [-1, 2**53 + 1, 3.0, True, "5"],
+               "usage": [0.5, 1, -0.1, 2e18, "0.5", None, False], "censored": [True, 0, "false"],
+               "capacity": [0.25, -1.0, 1e19, None], "context": [{"duty": "x"}, [1.0]], "produced_at": [-5.0, None]}
+
+    def pick(name: str) -> object:
+        options = invalid[name] if rng.random() < 0.1 else valid[name]
+        return options[rng.integers(len(options))]
+    payloads = [{name: pick(name) for name in valid} for _ in range(400)]
+    for payload in payloads[::7]:
+        payload.pop(list(valid)[rng.integers(len(valid))])  # missing fields, required or optional
+    raws = [orjson.dumps({"schema": 1, "type": "usage", **payload}) for payload in payloads]
+    fast = [_decoded(raw) for raw in raws]
+    full_checks = {name: dataclasses.replace(spec, fast_decodes=False) for name, spec in UsageEvent._FIELDS.items()}
+    monkeypatch.setattr(UsageEvent, "_FIELDS", full_checks)
+    assert [_decoded(raw) for raw in raws] == fast
+    assert 50 < sum(isinstance(result, UsageEvent) for result in fast) < 350  # both outcomes are covered
