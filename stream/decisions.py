@@ -457,10 +457,13 @@ class DecisionEngine:
     def _emit_transitions(self, outcome: BatchOutcome, items: list[Incoming], before: ControllerState,
                           after: ControllerState, transition: Transition, y: np.ndarray,
                           versions: np.ndarray) -> None:
-        for j, item in enumerate(items):
+        columns = zip(before.tick.tolist(), transition.features.tolist(), transition.pre.tolist(),  # Python values,
+                      transition.log_prob.tolist(), transition.reward.tolist(),  # converted column by column
+                      transition.next_features.tolist(), transition.censored.tolist(), transition.action.tolist(),
+                      versions.tolist(), y.tolist(), before.mu.tolist(), before.sigma.tolist(),
+                      after.censor_streak.tolist())
+        for item, (tick, features, pre, log_prob, reward, next_features, censored, action, version, observed, mu,
+                   sigma, streak) in zip(items, columns):
             outcome.transitions.append(TransitionRecord(
-                item.event.service, int(before.tick[j]), transition.features[j], transition.pre[j],
-                float(transition.log_prob[j]), float(transition.reward[j]), transition.next_features[j],
-                bool(transition.censored[j]), float(transition.action[j]), int(versions[j]),
-                observed=float(y[j]), mu=float(before.mu[j]), sigma=float(before.sigma[j]),
-                censor_streak=int(after.censor_streak[j])))
+                item.event.service, tick, features, pre, log_prob, reward, next_features, censored, action, version,
+                observed=observed, mu=mu, sigma=sigma, censor_streak=streak))

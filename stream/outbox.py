@@ -21,6 +21,7 @@ import asyncio
 import logging
 from collections import defaultdict
 from contextlib import AbstractAsyncContextManager, nullcontext
+from functools import lru_cache
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.partitioner import murmur2
@@ -31,6 +32,7 @@ log = logging.getLogger("picrl.worker")
 Records = list[tuple[bytes, bytes]]  # (key, value)
 
 
+@lru_cache(maxsize=1 << 18)  # a worker's services come back every tick: 0.1 us instead of murmur2's 3.5 us in Python
 def key_partition(key: bytes, partitions: int) -> int:
     """Kafka's default partition of ``key`` among ``partitions`` (aiokafka's ``DefaultPartitioner``)."""
     return (murmur2(key) & 0x7FFFFFFF) % partitions
