@@ -290,7 +290,7 @@ class DecisionEngine:
         if event.tick < expected:
             return Refusal(item, "duplicate_tick", f"tick {event.tick} of {event.service!r} was already "
                                                    f"applied; expected tick {expected}")
-        missing = set(self.context_names) - set(event.context or {})  # extra channels are ignored
+        missing = self.context_names and set(self.context_names) - set(event.context or {})  # extras are ignored
         if missing:
             return Refusal(item, "missing_context", f"context channel(s) {sorted(missing)} absent; the model reads "
                                                     f"{list(self.context_names)}")
