@@ -152,7 +152,8 @@ def main() -> None:
                         help="threads the censored-demand estimator splits the services over (online.estimator_threads;"
                              " default 1); with 2, run torch on 1 (--threads 1) so the two do not oversubscribe the cores")
     parser.add_argument("--predictor", choices=["windowed", "incremental"], default="incremental",
-                        help="predictor.kind: the LSTM re-reads its window every tick, or carries (h, c) (default, as the config)")
+                        help="predictor.kind: the LSTM re-reads its window every tick, or carries (h, c) "
+                             "(default, as the config)")
     parser.add_argument("--name", default="controller_throughput", help="result file names (without suffix)")
     parser.add_argument("--profile", type=int, default=100_000, metavar="SERVICES",
                         help="profile the step at this many services (cProfile, 5 ticks; 0: skip; default 100,000)")

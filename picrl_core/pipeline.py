@@ -54,13 +54,18 @@ def train_phase1(series: PreparedSeries, config: PicRLConfig, *,
                      capacity_range), train)
 
 
+def with_windowed_predictor(config: PicRLConfig) -> PicRLConfig:
+    """``config`` with the paper's windowed LSTM (``predictor.kind = "windowed"``): what a method that reads windows
+    of the last ``W`` ticks (the baselines' forecast feed, a transformer substitution) is trained with."""
+    return replace(config, predictor=replace(config.predictor, kind="windowed"))
+
+
 def phase1_predictor(series: PreparedSeries, config: PicRLConfig) -> torch.nn.Module:
     """The baselines' Phase-1 Gaussian LSTM, in eval mode: trained as PIC-RL's windowed predictor is (same config,
     seed and splits). The baselines read windows of the last ``W`` ticks (:class:`~picrl_core.methods.conformal.
     PredictorFeed`), so they get the windowed LSTM whatever ``predictor.kind`` says (the paper's, which their knobs
     and the development ladder were measured with)."""
-    windowed = replace(config, predictor=replace(config.predictor, kind="windowed"))
-    return train_phase1(series, config_for(series, windowed))[0].eval()
+    return train_phase1(series, config_for(series, with_windowed_predictor(config)))[0].eval()
 
 
 def train_offline(series: PreparedSeries, config: PicRLConfig, *, phase1_progress: Progress | None = None,

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import replace
 
 import torch
 import torch.nn.functional as F
@@ -22,7 +21,7 @@ from torch import nn
 
 from picrl_core.config import PicRLConfig, PredictorConfig
 from picrl_core.methods.pic_rl import PicRLProvisioner
-from picrl_core.pipeline import train_offline
+from picrl_core.pipeline import train_offline, with_windowed_predictor
 from picrl_core.predictor import gaussian_head, gaussian_output
 from picrl_core.series import PreparedSeries
 
@@ -428,5 +427,5 @@ def fit_with_predictor(model_factory: Callable[[PredictorConfig], nn.Module], se
     """Phase 1 with ``model_factory`` (same NLL, windows and early stopping as the LSTM), then
     Phase 2 pretraining with it and Phase 3: PIC-RL with only the predictor substituted. A transformer reads
     a window, so the substitution is for the windowed LSTM (``predictor.kind = "windowed"``)."""
-    windowed = replace(config, predictor=replace(config.predictor, kind="windowed"))
-    return PicRLProvisioner.from_artifact(train_offline(series, windowed, model_factory=model_factory))
+    return PicRLProvisioner.from_artifact(train_offline(series, with_windowed_predictor(config),
+                                                        model_factory=model_factory))
