@@ -89,12 +89,23 @@ def observe(demand: np.ndarray, action: np.ndarray, resources: Sequence[Resource
     return np.minimum(load, action), short | failed[None, :], load > action, short
 
 
+def coupled_flags(own: np.ndarray, resources: Sequence[Resource]) -> np.ndarray:
+    """The coupled censoring flags ``c_r`` of :func:`observe` from the flags each resource's own monitor raises
+    (``(R, N)``): ``c_r = own_r or any_{hard r'} own_{r'}``. A hard resource's own flag is its shortage, so this
+    is exactly ``observe``'s ``coupled`` (on a soft resource, ``own_r`` and ``short_r`` differ only on ticks a
+    hard resource ran short, which are flagged either way)."""
+    own = np.asarray(own, dtype=bool)
+    hard = np.array([r.hard for r in check_resources(resources)])
+    return own | own[hard].any(axis=0)[None, :]
+
+
 # Where a hard shortage left less than this share of the load served, the soft observations stay plain lower bounds.
 MIN_SERVED_SHARE = 1e-6
 
 
 def impute_served_share(y: np.ndarray, censored: np.ndarray, action: np.ndarray, mu: np.ndarray, sigma: np.ndarray,
-                        resources: Sequence[Resource], tolerance: float = 1e-6) -> tuple[np.ndarray, np.ndarray]:
+                        resources: Sequence[Resource], tolerance: float = 1e-6,
+                        ranges: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """The joint learner's E-step for the soft resources of a tick whose hard resource ran short, from the
     coupled flags and the learner's own forecast ``N(mu_r, sigma_r)`` of each hard demand (all ``(R, N)``).
 
@@ -109,7 +120,12 @@ def impute_served_share(y: np.ndarray, censored: np.ndarray, action: np.ndarray,
     nothing about the demand); up to it ``d_s_hat`` is its estimated demand, uncensored. The hard rows and
     every tick without a hard shortage are returned as they came. A shallow memory shortage thus costs the compute learner only its (small)
     correction instead of a lower bound of unknown depth, and a deep one lifts the compute observation by
-    the depth the forecast expects: the memory shortage never reads as low compute demand."""
+    the depth the forecast expects: the memory shortage never reads as low compute demand.
+
+    The served share is a ratio of physical quantities. The simulator's series are scaled so that 0 is no
+    use at all (``ranges`` None: the ratio is taken on the values given); a worker scales each resource to its
+    own range ``[low, high]`` (``ranges``, each ``(R, N)``), so the ratio is taken on the native values,
+    ``f_hat = a_h^native / E[d_h]^native`` and ``d_s_hat = y_s^native / f_hat``, and brought back to the range."""
     from picrl_core.mills import mean_above  # here: it loads torch, which the CLI's light commands avoid
 
     resources = check_resources(resources)
@@ -120,9 +136,18 @@ def impute_served_share(y: np.ndarray, censored: np.ndarray, action: np.ndarray,
         return y, censored
     hard_short = censored[hard] & (y[hard] >= action[hard] - tolerance)
     expected = mean_above(mu[hard], sigma[hard], action[hard])
+    if ranges is not None:
+        low, span = np.asarray(ranges[0], np.float64), np.asarray(ranges[1], np.float64) - ranges[0]
+        carried, expected, observed = (action[hard] * span[hard] + low[hard], expected * span[hard] + low[hard],
+                                       y * span + low)
+    else:
+        carried, observed = action[hard], y
     with np.errstate(divide="ignore", invalid="ignore"):
-        share = np.where(hard_short, action[hard] / expected, 1.0).min(axis=0)
+        share = np.where(hard_short, carried / expected, 1.0).min(axis=0)
     lifted = hard_short.any(axis=0)[None, :] & ~hard[:, None] & (share > MIN_SERVED_SHARE)[None, :]
-    estimate = y / np.maximum(share, MIN_SERVED_SHARE)[None, :]
+    estimate = observed / np.maximum(share, MIN_SERVED_SHARE)[None, :]
+    if ranges is not None:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            estimate = (estimate - low) / span
     return (np.where(lifted, np.minimum(estimate, action), y),
             np.where(lifted, estimate > action + tolerance, censored))

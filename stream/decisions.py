@@ -47,13 +47,16 @@ from picrl_core.artifact import ModelArtifact
 from picrl_core.controller import ControllerState, PicRLController, Transition
 from picrl_core.noise import service_key
 from picrl_core.policy import PolicyNetwork
+from picrl_core.resources import Resource, check_resources, coupled_flags, impute_served_share
 from picrl_core.scaling import from_unit, grown_high, outgrown, rescale_state, to_unit, window_range
 from picrl_core.series import MinMaxScaler
 from picrl_core.state_codec import StateCodec
-from stream.records import Action, TransitionRecord, UsageEvent
+from stream.records import (MAX_ID_LENGTH, Action, ResourceAction, ResourceDecision, ResourceUsageEvent,
+                            TransitionRecord, UsageEvent)
 
 # Why the worker refuses a well-formed event (on top of the decoder's reasons in stream.records).
-RefusalReason = Literal["duplicate_tick", "tick_out_of_range", "missing_context", "service_limit"]
+RefusalReason = Literal["duplicate_tick", "tick_out_of_range", "missing_context", "service_limit",
+                        "unknown_resource", "missing_resource", "resource_id_too_long"]
 REFUSAL_REASONS: frozenset[str] = frozenset(get_args(RefusalReason))
 
 Scaling = Literal["window", "artifact"]
@@ -99,8 +102,13 @@ class EngineSettings:
     overrides: Mapping[str, ServiceOverride] = field(default_factory=dict)  # per service id
     range_growth: float = 2.0  # an outgrown range grows to this many times its span (1: ranges never grow)
     grow_after: int = 3  # short ticks in a row, the last at the top of the range, before it grows
+    # several resources per service (picrl_core.resources): usage records carry a ``resources`` map (schema 2) and
+    # each resource is a row ``<service>/<resource>`` (the key of its overrides and of its replay transitions)
+    resources: tuple[Resource, ...] = ()
 
     def __post_init__(self) -> None:
+        if self.resources:
+            check_resources(self.resources)
         if self.scaling not in get_args(Scaling):
             raise ValueError(f"scaling must be one of {get_args(Scaling)}; got {self.scaling!r}")
         if self.headroom < 0 or self.warmup_bump < 0 or self.max_tick_gap < 1:
@@ -113,15 +121,25 @@ class EngineSettings:
 
 @dataclass(frozen=True)
 class Incoming:
-    """A decoded usage event and where it came from."""
+    """A decoded usage event (one resource, or several: a schema-2 record) and where it came from."""
 
-    event: UsageEvent
+    event: UsageEvent | ResourceUsageEvent
     partition: int
     offset: int
 
     @property
     def service(self) -> str:
         return self.event.service
+
+
+@dataclass(frozen=True)
+class _Part(Incoming):
+    """One resource's row of a schema-2 usage record (``event`` is that resource's observation, keyed
+    ``<service>/<resource>``): the record it came from and the resource's place in the engine's list."""
+
+    origin: Incoming | None = None
+    parent: str = ""
+    resource: int = 0
 
 
 @dataclass(frozen=True)
@@ -189,6 +207,8 @@ class DecisionEngine:
         if settings.scaling == "artifact" and not series:
             raise ValueError("scaling 'artifact' needs a model whose artifact records its series range")
         self._series = MinMaxScaler.from_dict(series) if series else None
+        self.resources = settings.resources
+        self._hard = np.array([r.hard for r in self.resources], dtype=bool)
         self.codec = StateCodec.for_config(config)  # the incremental predictor's memory rides in the row
         self.row_dtype = np.dtype([
             ("core", self.codec.dtype), ("low", "<f8"), ("high", "<f8"), ("capacity", "<f8"),
@@ -199,7 +219,8 @@ class DecisionEngine:
 
     @property
     def row_bytes(self) -> int:
-        return self.row_dtype.itemsize
+        """The bytes a service's table row holds (one row per resource, in :attr:`resources` order)."""
+        return self.row_dtype.itemsize * max(1, len(self.resources))
 
     def set_policy(self, policy: PolicyNetwork, version: int) -> None:
         """Act with ``policy`` (stamped ``version``) from the next decision on."""
@@ -207,7 +228,8 @@ class DecisionEngine:
         self.policy_version = version
 
     def decode_row(self, raw: bytes) -> np.ndarray:
-        """A stored row (bytes) as a one-element structured array; ValueError when it is not one."""
+        """A service's stored row (bytes) as a structured array of one element per resource (one for a
+        single-resource engine); ValueError when it is not one."""
         if len(raw) != self.row_bytes:
             raise ValueError(f"stored state has {len(raw)} bytes, this model's rows have {self.row_bytes}")
         return np.frombuffer(raw, dtype=self.row_dtype).copy()
@@ -216,6 +238,14 @@ class DecisionEngine:
                 services_held: int = 0) -> BatchOutcome:
         """Apply ``batch`` (in arrival order) to the services' ``stored`` rows (None: first seen);
         ``services_held`` is how many services the worker already keeps (for ``max_services``)."""
+        room = None if self.settings.max_services is None else self.settings.max_services - services_held
+        if self.resources:
+            return self._process_resources(batch, stored, room)
+        return self._process(batch, stored, room)
+
+    def _process(self, batch: Sequence[Incoming | BadValue], stored: Mapping[str, bytes | None],
+                 room: int | None) -> BatchOutcome:
+        """:meth:`process` on one row per key, ``room`` new rows allowed (None: any number)."""
         outcome = BatchOutcome()
         queues: dict[str, list[Incoming | BadValue]] = {}
         for item in batch:
@@ -226,14 +256,13 @@ class DecisionEngine:
         held = [(i, raw) for i, raw in enumerate(map(stored.get, services)) if raw is not None]
         if held:
             index = [i for i, _ in held]
-            if all(len(raw) == self.row_bytes for _, raw in held):  # all the rows in one pass
+            if all(len(raw) == self.row_dtype.itemsize for _, raw in held):  # all the rows in one pass
                 rows[index] = np.frombuffer(b"".join(raw for _, raw in held), dtype=self.row_dtype)
             else:
-                for i, raw in held:
-                    rows[i] = self.decode_row(raw)[0]  # raises for the row of the wrong size
+                raise ValueError(f"stored state has {sorted({len(raw) for _, raw in held})} bytes, this model's "
+                                 f"rows have {self.row_bytes}")
             known[index] = True
         now = time.time()
-        room = None if self.settings.max_services is None else self.settings.max_services - services_held
         for round_ in range(max(map(len, queues.values()), default=0)):
             present = [(i, queues[s][round_]) for i, s in enumerate(services) if round_ < len(queues[s])]
             warming, controlled, ready = [], [], []
@@ -271,6 +300,108 @@ class DecisionEngine:
                 self._step(rows, controlled, outcome, now)
         outcome.rows = {service: rows[i:i + 1].tobytes() for i, service in enumerate(services) if known[i]}
         return outcome
+
+    # ------------------------------------------------------------------ several resources per service
+
+    def _process_resources(self, batch: Sequence[Incoming | BadValue], stored: Mapping[str, bytes | None],
+                           room: int | None) -> BatchOutcome:
+        """:meth:`process` for services provisioned :attr:`resources`: each record becomes one row per resource
+        (``<service>/<resource>``, moving in lock-step: same ticks, same offsets), decided together (the coupled
+        flags in :meth:`_step`), and the rows' outputs are gathered back into one record per service and tick."""
+        names = [r.name for r in self.resources]
+        parts: list[Incoming | BadValue] = []
+        refused: list[Refusal] = []
+        for item in batch:
+            if isinstance(item, BadValue):
+                parts += [BadValue(f"{item.service}/{name}", item.tick, item.partition, item.offset) for name in names]
+                continue
+            refusal = self._check_resources(item, names)
+            if refusal is not None:
+                refused.append(refusal)
+                continue
+            event = item.event
+            assert isinstance(event, ResourceUsageEvent)
+            for r, name in enumerate(names):
+                usage = event.resources[name]
+                parts.append(_Part(UsageEvent(f"{event.service}/{name}", event.tick, usage.usage, usage.censored,
+                                              usage.capacity, event.context, event.produced_at),
+                                   item.partition, item.offset, origin=item, parent=event.service, resource=r))
+        width = self.row_dtype.itemsize
+        split: dict[str, bytes | None] = {}
+        for service, raw in stored.items():
+            if raw is not None and len(raw) != self.row_bytes:
+                raise ValueError(f"stored state has {len(raw)} bytes, this model's rows have {self.row_bytes}")
+            for r, name in enumerate(names):
+                split[f"{service}/{name}"] = None if raw is None else raw[r * width:(r + 1) * width]
+        inner = self._process(parts, split, None if room is None else room * len(names))
+        return self._gather(inner, refused, stored)
+
+    def _check_resources(self, item: Incoming, names: list[str]) -> Refusal | None:
+        """Why a record cannot be decided as this engine's resources (None: it can)."""
+        event = item.event
+        given = list(event.resources) if isinstance(event, ResourceUsageEvent) else []
+        if not given:
+            return Refusal(item, "missing_resource", f"{event.service!r} sent a single-resource record (schema 1); "
+                                                     f"this worker decides {names} per service (schema 2)")
+        if set(given) - set(names):
+            return Refusal(item, "unknown_resource", f"resource(s) {sorted(set(given) - set(names))} of "
+                                                     f"{event.service!r}: this worker decides {names}")
+        if set(names) - set(given):
+            return Refusal(item, "missing_resource", f"resource(s) {sorted(set(names) - set(given))} absent from "
+                                                     f"{event.service!r}'s record; the model decides {names}")
+        if len(event.service) + 1 + max(map(len, names)) > MAX_ID_LENGTH:
+            return Refusal(item, "resource_id_too_long", f"{event.service[:40]!r}...: a resource's row id "
+                                                         f"<service>/<resource> must fit {MAX_ID_LENGTH} characters")
+        return None
+
+    def _gather(self, inner: BatchOutcome, refused: list[Refusal], stored: Mapping[str, bytes | None]) -> BatchOutcome:
+        """One output per service and tick from the resources' rows: the table row (the rows in resource
+        order), one :class:`ResourceAction`, each refusal once; transitions and range changes stay per row."""
+        names = [r.name for r in self.resources]
+        outcome = BatchOutcome(transitions=inner.transitions, ranges=inner.ranges,
+                               redelivered=inner.redelivered // len(names))
+        for service in dict.fromkeys(key.rpartition("/")[0] for key in inner.rows):
+            keys = [f"{service}/{name}" for name in names]
+            if all(key in inner.rows for key in keys):
+                outcome.rows[service] = b"".join(inner.rows[key] for key in keys)
+        seen: set[int] = set()
+        outcome.refused = refused
+        for refusal in inner.refused:
+            origin = refusal.incoming.origin if isinstance(refusal.incoming, _Part) else refusal.incoming
+            if id(origin) not in seen:
+                seen.add(id(origin))
+                outcome.refused.append(Refusal(origin, refusal.reason, refusal.detail.replace(
+                    f"{refusal.incoming.service!r}", f"{origin.service!r}")))
+        grouped: dict[tuple[str, int], dict[str, Action]] = {}
+        for action in inner.actions:
+            service, _, name = action.service.rpartition("/")
+            grouped.setdefault((service, action.tick), {})[name] = action
+        for (service, tick), parts in grouped.items():
+            first = next(iter(parts.values()))
+            outcome.actions.append(ResourceAction(
+                service, tick, {name: ResourceDecision(a.capacity, a.capacity_norm, a.mu, a.sigma, a.k, a.eta,
+                                                       a.margin, a.bias, a.censor_streak, a.k_sigma, a.clipped)
+                                for name, a in sorted(parts.items(), key=lambda kv: names.index(kv[0]))},
+                first.policy_version, first.advisory, first.decided_at, first.source_produced_at, first.phase))
+        return outcome
+
+    def _couple(self, items: list[Incoming], state: ControllerState, y: np.ndarray, own: np.ndarray,
+                low: np.ndarray, high: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The observations and flags a service's resources learn from (``picrl_core.resources``): a hard
+        resource that ran short censors every resource of the tick (:func:`coupled_flags`), and behind it each
+        soft observation is lifted by the served share the forecast expects (:func:`impute_served_share`)."""
+        column: dict[str, int] = {}
+        groups = np.empty((len(self.resources), len(items) // len(self.resources)), dtype=np.int64)
+        for j, item in enumerate(items):
+            assert isinstance(item, _Part)  # the rows of one record move together: all are here
+            groups[item.resource, column.setdefault(item.parent, len(column))] = j
+        flags = coupled_flags(own[groups], self.resources)
+        lifted, censored = impute_served_share(y[groups], flags, state.action[groups], state.mu[groups],
+                                               state.sigma[groups], self.resources,
+                                               ranges=(low[groups], high[groups]))
+        y, own = y.copy(), own.copy()
+        y[groups], own[groups] = lifted, censored
+        return y, own
 
     # ------------------------------------------------------------------ per-event checks and warm-up
 
@@ -406,6 +537,8 @@ class DecisionEngine:
         state.action = np.where(capacity == sub["capacity"], state.action, to_unit(capacity, low, high))
         state.tick = np.array([item.event.tick for item in items], dtype=np.int64)  # a gap moves the clock
         y = np.where(censored, state.action, to_unit(usage, low, high))  # censored: y_t = a_t exactly
+        if self.resources:
+            y, censored = self._couple(items, state, y, censored, low, high)
         context = (self._scale_context(np.stack([self._context_vector(item.event) for item in items]))
                    if self.context_names else None)
         new, transition = self.controller.step(state, y, censored, context)

@@ -1,7 +1,11 @@
 """Versioned wire records of picrl's Kafka topics, and the strict decoder that guards them.
 
-Every value is one JSON object (orjson, never pickle) carrying ``"schema": SCHEMA_VERSION`` and
-``"type": <record name>``; ``bytes`` fields travel base64-encoded. Topics carry raw bytes and the
+Every value is one JSON object (orjson, never pickle) carrying ``"schema": <version>`` and
+``"type": <record name>``; ``bytes`` fields travel base64-encoded. Schema 1 (:data:`SCHEMA_VERSION`) is every
+record of a service provisioned one resource; schema 2 (:data:`RESOURCES_SCHEMA_VERSION`) is the usage and
+action records of a service provisioned several at once (``picrl_core.resources``), with a ``resources`` map
+``{name: {usage, capacity, censored}}`` (``{name: {capacity, mu, ...}}`` on an action) in place of the
+single resource's fields. Topics carry raw bytes and the
 workers decode them here, so that bad input becomes a :class:`DecodeError` with a stable
 machine-readable ``reason`` (routed to ``picrl.deadletter``) instead of a crashed worker.
 
@@ -13,7 +17,7 @@ Reasons (the closed set :data:`DECODE_REASONS`):
 
     malformed_json            not bytes, not UTF-8, not JSON (NaN/Infinity literals, overflowing numbers)
     not_an_object             JSON, but not an object
-    unknown_schema_version    ``schema`` is not exactly the integer SCHEMA_VERSION
+    unknown_schema_version    ``schema`` is not exactly an integer version of that record (1; 2 for usage/action)
     wrong_record_type         ``type`` names another record
     missing_field             a field without a default is absent
     unknown_field             a key this schema does not define
@@ -24,12 +28,16 @@ Reasons (the closed set :data:`DECODE_REASONS`):
     negative_usage            usage below zero
     bad_tick                  tick negative or beyond 2**53
     bad_service_id            service id empty, longer than MAX_ID_LENGTH, or with control/format characters
+    bad_resource_name         a resource name empty, longer than MAX_RESOURCE_LENGTH, or not [a-z0-9_]
     bad_policy_name           policy name, same rules as a service id
     bad_base64                a bytes field that is not valid base64
     bad_parent                a policy version whose parent is not older than itself
     length_mismatch           transition features and next_features of different lengths
     usage_above_capacity      uncensored usage above the capacity in force (beyond a relative 1e-9)
     censored_usage_mismatch   censored usage that differs from the capacity by more than 1% of it
+
+On a schema-2 usage record the last two hold per resource, where ``censored`` is the resource's own
+monitor flag (it ran at its limit on the load it was given).
 
 A censored report within 1% of the capacity (``CENSORED_USAGE_RTOL``) is accepted as censored:
 telemetry rounds, and a gauge sampled at a limit reads just under it. The worker then takes the
@@ -53,7 +61,9 @@ import numpy as np
 import orjson
 
 SCHEMA_VERSION = 1
+RESOURCES_SCHEMA_VERSION = 2
 MAX_ID_LENGTH = 200
+MAX_RESOURCE_LENGTH = 32
 MAX_TICK = 2**53  # ticks stay exact integers in every JSON reader, and tick + 1 never overflows
 MAX_QUANTITY = 1e18  # usage and capacity: far above any real unit, and their ranges stay finite
 USAGE_ABOVE_CAPACITY_RTOL = 1e-9
@@ -66,7 +76,7 @@ _FORBIDDEN_ID_CATEGORIES = frozenset({"Cc", "Cf", "Cs"})  # control, format (e.g
 DecodeReason = Literal[
     "malformed_json", "not_an_object", "unknown_schema_version", "wrong_record_type", "missing_field",
     "unknown_field", "wrong_type", "non_finite", "out_of_range", "negative_usage", "bad_tick",
-    "bad_service_id", "bad_policy_name", "bad_base64", "bad_parent", "length_mismatch",
+    "bad_service_id", "bad_resource_name", "bad_policy_name", "bad_base64", "bad_parent", "length_mismatch",
     "usage_above_capacity", "censored_usage_mismatch",
 ]
 DECODE_REASONS: frozenset[str] = frozenset(get_args(DecodeReason))
@@ -292,6 +302,7 @@ class _Record:
     ``_FIELDS`` spec per dataclass field, in the same order."""
 
     __slots__ = ()
+    _SCHEMA: ClassVar[int] = SCHEMA_VERSION
     _TYPE: ClassVar[str]
     _FIELDS: ClassVar[dict[str, _Field]]
 
@@ -299,7 +310,7 @@ class _Record:
         """Invariants across fields (none by default); raises DecodeError."""
 
     def _payload(self) -> dict[str, Any]:
-        payload: dict[str, Any] = {"schema": SCHEMA_VERSION, "type": self._TYPE}
+        payload: dict[str, Any] = {"schema": self._SCHEMA, "type": self._TYPE}
         for name, spec in self._FIELDS.items():
             payload[name] = spec.encode(name, getattr(self, name))
         return payload
@@ -317,7 +328,7 @@ class _Record:
         choice, a service id seen valid before, a float64 vector...: each field spec's ``fast`` check), that is
         the payload itself, so the decode round trip (most of the encoding time of a worker's outputs) is
         skipped and only the record's cross-field ``_check`` runs; any other value takes the round trip."""
-        payload: dict[str, Any] = {"schema": SCHEMA_VERSION, "type": self._TYPE}
+        payload: dict[str, Any] = {"schema": self._SCHEMA, "type": self._TYPE}
         for name, spec in self._FIELDS.items():
             value = spec.fast(getattr(self, name))
             if value is _SLOW:
@@ -335,8 +346,8 @@ class _Record:
             if key not in obj:
                 raise DecodeError("missing_field", f"{key}: required, absent")
         schema = obj["schema"]
-        if type(schema) is not int or schema != SCHEMA_VERSION:
-            _fail("unknown_schema_version", "schema", f"version {SCHEMA_VERSION}", schema)
+        if type(schema) is not int or schema != cls._SCHEMA:
+            _fail("unknown_schema_version", "schema", f"version {cls._SCHEMA}", schema)
         if obj["type"] != cls._TYPE:
             _fail("wrong_record_type", "type", repr(cls._TYPE), obj["type"])
         known, required = _wire_keys(cls)
@@ -369,13 +380,63 @@ def _wire_keys(cls: type[_Record]) -> tuple[frozenset[str], frozenset[str]]:
 
 
 def _decode(raw: bytes, cls: type[R]) -> R:
-    if not isinstance(raw, (bytes, bytearray, memoryview)):
-        _fail("malformed_json", "value", "bytes (a tombstone has no record)", raw)
-    try:
-        obj = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise DecodeError("malformed_json", f"value: {exc}") from None
-    return cls.from_dict(obj)
+    return _decode_versions(raw, {cls._SCHEMA: cls})
+
+
+def _check_observation(where: str, usage: float, capacity: float, censored: bool) -> None:
+    """The PIC observation rule on one resource: ``y <= a``, and ``y = a`` (within 1%) when censored."""
+    if not censored and usage > capacity * (1 + USAGE_ABOVE_CAPACITY_RTOL):
+        raise DecodeError("usage_above_capacity", f"{where}usage: {usage!r} exceeds capacity {capacity!r} "
+                                                  "and censored is false")
+    if censored and abs(usage - capacity) > CENSORED_USAGE_RTOL * capacity:
+        raise DecodeError("censored_usage_mismatch", f"{where}usage: {usage!r} is censored, so it must equal "
+                                                     f"capacity {capacity!r} (within {CENSORED_USAGE_RTOL:.0%})")
+
+
+E = TypeVar("E")
+
+
+def _per_resource(entry: type[E], specs: dict[str, _Field]) -> _Field:
+    """A ``{resource name: {field: value}}`` object of ``entry`` dataclasses, each entry with exactly the
+    fields of ``specs`` (checked like a record's); encodes back to plain objects."""
+    names = frozenset(specs)
+
+    def decode(name: str, value: Any) -> dict[str, E]:
+        if not isinstance(value, Mapping) or not value:
+            _fail("wrong_type", name, "a non-empty object of resources", value)
+        decoded = {}
+        for key, item in value.items():
+            key = _RESOURCE_NAME.decode(f"{name} key", key)
+            where = f"{name}[{key!r}]"
+            if isinstance(item, entry):
+                item = {field: getattr(item, field) for field in specs}
+            if not isinstance(item, Mapping):
+                _fail("wrong_type", where, "an object", item)
+            if item.keys() - names:
+                unknown = ", ".join(sorted(map(repr, item.keys() - names)))
+                raise DecodeError("unknown_field", f"{where} has no field {unknown}")
+            if names - item.keys():
+                raise DecodeError("missing_field", f"{where}: {', '.join(sorted(names - item.keys()))} required, absent")
+            decoded[key] = entry(**{field: spec.decode(f"{where}.{field}", item[field]) for field, spec in specs.items()})
+        return decoded
+
+    def encode(_name: str, value: Any) -> Any:
+        if not isinstance(value, Mapping):
+            return value  # decoding refuses it with its reason
+        return {key: {field: getattr(item, field) for field in specs} if isinstance(item, entry) else item
+                for key, item in value.items()}
+    return _Field(decode, encode)
+
+
+def _resource_name(name: str, value: Any) -> str:
+    text = _decode_text(name, value)
+    if not 0 < len(text) <= MAX_RESOURCE_LENGTH or not all(c.isascii() and (c.isalnum() or c == "_") for c in text) \
+            or text != text.lower():
+        _fail("bad_resource_name", name, f"1 to {MAX_RESOURCE_LENGTH} characters of [a-z0-9_]", value)
+    return text
+
+
+_RESOURCE_NAME = _Field(_resource_name)
 
 
 # ---------------------------------------------------------------- records
@@ -402,13 +463,7 @@ class UsageEvent(_Record):
     }
 
     def _check(self) -> None:
-        if not self.censored and self.usage > self.capacity * (1 + USAGE_ABOVE_CAPACITY_RTOL):
-            raise DecodeError("usage_above_capacity", f"usage: {self.usage!r} exceeds capacity {self.capacity!r} "
-                                                      "and censored is false")
-        if self.censored and abs(self.usage - self.capacity) > CENSORED_USAGE_RTOL * self.capacity:
-            raise DecodeError("censored_usage_mismatch", f"usage: {self.usage!r} is censored, so it must equal "
-                                                         f"capacity {self.capacity!r} (within "
-                                                         f"{CENSORED_USAGE_RTOL:.0%})")
+        _check_observation("", self.usage, self.capacity, self.censored)
 
 
 @dataclass(frozen=True, slots=True)
@@ -451,6 +506,99 @@ class Action(_Record):
         "decided_at": _TIMESTAMP, "source_produced_at": _TIMESTAMP, "phase": _choice("warmup", "control", "hold"),
         "k_sigma": _FINITE, "clipped": _choice("none", "low", "high", "override"),
     }
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceUsage:
+    """One resource's observation on a schema-2 usage record: ``y_r``, the capacity ``a_r`` in force and the
+    resource's own monitor flag (it ran at its limit on the load it was given)."""
+
+    usage: float
+    capacity: float
+    censored: bool
+
+
+_RESOURCE_USAGE = _per_resource(ResourceUsage, {
+    "usage": UsageEvent._FIELDS["usage"], "capacity": UsageEvent._FIELDS["capacity"], "censored": _FLAG})
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceUsageEvent(_Record):
+    """``picrl.usage``, schema 2: one tick of a service provisioned several resources, each with its own
+    observation and flag (``picrl_core.resources``: a hard resource that ran short censors the others'
+    observations too; the worker derives those coupled flags, the producer reports what it measured)."""
+
+    service: str
+    tick: int
+    resources: dict[str, ResourceUsage]
+    context: dict[str, float] | None = None
+    produced_at: float = 0.0
+
+    _SCHEMA: ClassVar[int] = RESOURCES_SCHEMA_VERSION
+    _TYPE: ClassVar[str] = "usage"
+    _FIELDS: ClassVar[dict[str, _Field]] = {
+        "service": _SERVICE, "tick": _TICK, "resources": _RESOURCE_USAGE, "context": _CHANNELS,
+        "produced_at": _TIMESTAMP,
+    }
+
+    @property
+    def censored(self) -> bool:
+        """Whether any resource ran at its limit."""
+        return any(r.censored for r in self.resources.values())
+
+    def _check(self) -> None:
+        for name, r in self.resources.items():
+            _check_observation(f"resources[{name!r}].", r.usage, r.capacity, r.censored)
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceDecision:
+    """One resource's share of a schema-2 action: its capacity and the breakdown of :class:`Action`."""
+
+    capacity: float
+    capacity_norm: float
+    mu: float
+    sigma: float
+    k: float
+    eta: float
+    margin: float
+    bias: float
+    censor_streak: int
+    k_sigma: float = 0.0
+    clipped: str = "none"
+
+
+_DECISION_FIELDS = ("capacity", "capacity_norm", "mu", "sigma", "k", "eta", "margin", "bias", "censor_streak",
+                    "k_sigma", "clipped")
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceAction(_Record):
+    """``picrl.actions``, schema 2: the capacities decided for ``tick`` of a service provisioned several
+    resources, one :class:`ResourceDecision` each, decided together (``phase`` as on :class:`Action`)."""
+
+    service: str
+    tick: int
+    resources: dict[str, ResourceDecision]
+    policy_version: int
+    advisory: bool
+    decided_at: float
+    source_produced_at: float
+    phase: str = "control"
+
+    _SCHEMA: ClassVar[int] = RESOURCES_SCHEMA_VERSION
+    _TYPE: ClassVar[str] = "action"
+    _FIELDS: ClassVar[dict[str, _Field]] = {
+        "service": _SERVICE, "tick": _TICK,
+        "resources": _per_resource(ResourceDecision, {name: Action._FIELDS[name] for name in _DECISION_FIELDS}),
+        "policy_version": _COUNT, "advisory": _FLAG, "decided_at": _TIMESTAMP, "source_produced_at": _TIMESTAMP,
+        "phase": Action._FIELDS["phase"],
+    }
+
+    @property
+    def censor_streak(self) -> int:
+        """The longest censoring streak among the resources."""
+        return max(r.censor_streak for r in self.resources.values())
 
 
 @dataclass(frozen=True, slots=True)
@@ -544,8 +692,26 @@ class DeadLetter(_Record):
     }
 
 
-def decode_usage(raw: bytes) -> UsageEvent:
-    return _decode(raw, UsageEvent)
+def _decode_versions(raw: bytes, versions: Mapping[int, type[R]]) -> R:
+    """:func:`_decode` into the record class its ``schema`` names (the first class, which refuses it, for any
+    other schema)."""
+    if not isinstance(raw, (bytes, bytearray, memoryview)):
+        _fail("malformed_json", "value", "bytes (a tombstone has no record)", raw)
+    try:
+        obj = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise DecodeError("malformed_json", f"value: {exc}") from None
+    schema = obj.get("schema") if type(obj) is dict else None
+    if type(schema) is int and schema in versions:
+        return versions[schema].from_dict(obj)
+    if len(versions) > 1 and type(obj) is dict and "schema" in obj and "type" in obj:
+        _fail("unknown_schema_version", "schema", "version " + " or ".join(map(str, versions)), schema)
+    return next(iter(versions.values())).from_dict(obj)
+
+
+def decode_usage(raw: bytes) -> UsageEvent | ResourceUsageEvent:
+    """A usage record of either schema (one resource, or a ``resources`` map)."""
+    return _decode_versions(raw, {SCHEMA_VERSION: UsageEvent, RESOURCES_SCHEMA_VERSION: ResourceUsageEvent})
 
 
 def usage_identity(raw: bytes) -> tuple[str, int] | None:
@@ -555,7 +721,8 @@ def usage_identity(raw: bytes) -> tuple[str, int] | None:
         obj = orjson.loads(raw)
     except (orjson.JSONDecodeError, TypeError):
         return None
-    if not isinstance(obj, dict) or type(obj.get("schema")) is not int or obj["schema"] != SCHEMA_VERSION \
+    if not isinstance(obj, dict) or type(obj.get("schema")) is not int \
+            or obj["schema"] not in (SCHEMA_VERSION, RESOURCES_SCHEMA_VERSION) \
             or obj.get("type") != UsageEvent._TYPE:
         return None
     try:
@@ -564,8 +731,9 @@ def usage_identity(raw: bytes) -> tuple[str, int] | None:
         return None
 
 
-def decode_action(raw: bytes) -> Action:
-    return _decode(raw, Action)
+def decode_action(raw: bytes) -> Action | ResourceAction:
+    """An action record of either schema (one resource, or a ``resources`` map)."""
+    return _decode_versions(raw, {SCHEMA_VERSION: Action, RESOURCES_SCHEMA_VERSION: ResourceAction})
 
 
 def decode_transition(raw: bytes) -> TransitionRecord:

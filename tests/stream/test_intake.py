@@ -22,7 +22,7 @@ JUNK = st.one_of(st.none(), st.booleans(), NUMBERS, st.text(max_size=5), st.list
 def usage_like(draw: st.DrawFn) -> bytes:
     """A usage record whose fields are drawn from plausible and wrong values alike."""
     obj: dict[str, Any] = {
-        "schema": draw(st.sampled_from([SCHEMA_VERSION, SCHEMA_VERSION, 2, "1"])), "type": "usage",
+        "schema": draw(st.sampled_from([SCHEMA_VERSION, SCHEMA_VERSION, 3, "1"])), "type": "usage",
         "service": draw(st.sampled_from(["a", "b", "c", ""]) | st.text(max_size=3)),
         "tick": draw(st.integers(-2, 40) | st.sampled_from([2**53, 2**53 + 1, 10**6])),
         "usage": draw(NUMBERS | st.floats(0, 50)), "censored": draw(st.booleans() | JUNK),

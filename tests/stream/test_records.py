@@ -26,6 +26,10 @@ from stream.records import (
     DeadLetter,
     DecodeError,
     PolicyVersion,
+    ResourceAction,
+    ResourceDecision,
+    ResourceUsage,
+    ResourceUsageEvent,
     TransitionRecord,
     UsageEvent,
     decode_action,
@@ -50,9 +54,17 @@ ROOT_POLICY = PolicyVersion("default", 0, None, 0.0, 0.5, 1_700_000_000.0, b"", 
 LETTER = DeadLetter("negative_usage", "usage: expected a number >= 0, got -1", "picrl.usage", 3, 1234,
                     b'{"usage": -1}\xff', 1_700_000_003.0)
 
+POD = ResourceUsageEvent("pod-7", 40, {"gpu_mem": ResourceUsage(12.0, 12.0, True),
+                                       "gpu_compute": ResourceUsage(31.5, 80.0, False)}, {"duty_cycle": 0.4}, 1.5)
+POD_ACTION = ResourceAction("pod-7", 41, {"gpu_mem": ResourceDecision(13.5, 0.61, 0.52, 0.04, 0.43, 0.1, 0.02, 0.0, 1),
+                                          "gpu_compute": ResourceDecision(40.0, 0.4, 0.35, 0.05, 0.43, 0.1, 0.0, 0.0,
+                                                                          0, 0.02, "low")},
+                            3, False, 1_700_000_001.0, 1_700_000_000.5, "control")
+
 DECODERS: list[tuple[Any, Callable[[bytes], Any]]] = [
     (USAGE, decode_usage), (CENSORED, decode_usage), (ACTION, decode_action), (TRANSITION, decode_transition),
-    (POLICY, decode_policy), (ROOT_POLICY, decode_policy), (LETTER, decode_dead_letter),
+    (POLICY, decode_policy), (ROOT_POLICY, decode_policy), (LETTER, decode_dead_letter), (POD, decode_usage),
+    (POD_ACTION, decode_action),
 ]
 DECODER_OF = {type(record): decode for record, decode in DECODERS}
 DEFAULTS = {cls: {field.name: field.default for field in dataclasses.fields(cls) if field.default is not MISSING}
@@ -146,7 +158,7 @@ def test_censored_usage_within_one_percent_of_capacity_is_accepted(usage: float,
     (wire(USAGE, capacity="lots"), ("web-frontend", 12)),
     (wire(USAGE, service=""), None),  # refused for its identity
     (wire(USAGE, tick=-1), None),
-    (wire(USAGE, schema=2), None),
+    (wire(USAGE, schema=3), None),
     (wire(ACTION), None),
     (b"{not json", None),
     (b"[1, 2]", None),
@@ -193,7 +205,7 @@ REASON_CASES: list[tuple[str, Callable[[], Any], str, str]] = [
     ("tombstone", lambda: decode_policy(None), "malformed_json", "value"),  # type: ignore[arg-type]
     ("array", lambda: decode_usage(b"[1, 2]"), "not_an_object", "value"),
     ("null", lambda: decode_policy(b"null"), "not_an_object", "value"),
-    ("schema_2", lambda: decode_usage(wire(USAGE, schema=2)), "unknown_schema_version", "schema"),
+    ("schema_3", lambda: decode_usage(wire(USAGE, schema=3)), "unknown_schema_version", "schema"),
     ("schema_str", lambda: decode_usage(wire(USAGE, schema="1")), "unknown_schema_version", "schema"),
     ("schema_bool", lambda: decode_usage(wire(USAGE, schema=True)), "unknown_schema_version", "schema"),
     ("schema_float", lambda: decode_usage(wire(USAGE, schema=1.0)), "unknown_schema_version", "schema"),
@@ -251,6 +263,29 @@ REASON_CASES: list[tuple[str, Callable[[], Any], str, str]] = [
     ("censored_below", lambda: decode_usage(wire(CENSORED, usage=4.0)), "censored_usage_mismatch", "usage"),
     ("censored_above", lambda: decode_usage(wire(CENSORED, usage=8.0 * 1.02)), "censored_usage_mismatch",
      "usage"),
+    ("resource_upper", lambda: decode_usage(wire(POD, resources={"GPU": {"usage": 1.0, "capacity": 2.0,
+                                                                        "censored": False}})),
+     "bad_resource_name", "resources key"),
+    ("resource_long", lambda: decode_usage(wire(POD, resources={"m" * 33: {"usage": 1.0, "capacity": 2.0,
+                                                                          "censored": False}})),
+     "bad_resource_name", "resources key"),
+    ("resources_empty", lambda: decode_usage(wire(POD, resources={})), "wrong_type", "resources"),
+    ("resource_list", lambda: decode_usage(wire(POD, resources=[1.0])), "wrong_type", "resources"),
+    ("resource_extra", lambda: decode_usage(wire(POD, resources={"gpu_mem": {"usage": 1.0, "capacity": 2.0,
+                                                                            "censored": False, "limit": 3.0}})),
+     "unknown_field", "'limit'"),
+    ("resource_no_flag", lambda: decode_usage(wire(POD, resources={"gpu_mem": {"usage": 1.0, "capacity": 2.0}})),
+     "missing_field", "censored"),
+    ("resource_negative", lambda: decode_usage(wire(POD, resources={"gpu_mem": {"usage": -1.0, "capacity": 2.0,
+                                                                               "censored": False}})),
+     "negative_usage", "resources['gpu_mem'].usage"),
+    ("resource_above", lambda: decode_usage(wire(POD, resources={"gpu_mem": {"usage": 3.0, "capacity": 2.0,
+                                                                            "censored": False}})),
+     "usage_above_capacity", "resources['gpu_mem'].usage"),
+    ("resources_on_schema_1", lambda: decode_usage(wire(POD, schema=1)), "unknown_field", "resources"),
+    ("usage_on_schema_2", lambda: decode_usage(wire(USAGE, schema=2)), "unknown_field", "usage"),
+    ("action_resource_clip", lambda: decode_action(wire(POD_ACTION, resources={"gpu_mem": {
+        **payload(POD_ACTION)["resources"]["gpu_mem"], "clipped": "maybe"}})), "wrong_type", "clipped"),
 ]
 
 

@@ -338,7 +338,7 @@ def test_bad_input_goes_to_the_dead_letter_topic_with_a_reason_and_the_worker_ke
     bad = {
         "malformed_json": b'{"schema": 1, "type": "usage", ',
         "wrong_type": usage_json("svc", 3, "5.0", 10.0),  # type: ignore[arg-type]
-        "unknown_schema_version": usage_json("svc", 3, 5.0, 10.0, schema=2),
+        "unknown_schema_version": usage_json("svc", 3, 5.0, 10.0, schema=3),
         "negative_usage": usage_json("svc", 3, -1.0, 10.0),
         "usage_above_capacity": usage_json("svc", 3, 12.0, 10.0),
         "tick_out_of_range": usage_json("svc", 5_000, 5.0, 10.0),

@@ -9,6 +9,7 @@ import numpy as np
 from picrl_core.artifact import ModelArtifact
 from picrl_core.controller import PicRLController
 from picrl_core.noise import service_key
+from picrl_core.resources import Resource, coupled_flags, impute_served_share, observe
 from picrl_core.scaling import from_unit, grown_high, outgrown, rescale_state, to_unit, window_range
 from picrl_core.series import MinMaxScaler
 from picrl_core.simulator import Trajectory, censor
@@ -57,6 +58,54 @@ def reference_run(artifact: ModelArtifact, demand: np.ndarray, services: tuple[s
         lows[t], highs[t], capacity[t] = low, high, from_unit(state.action, low, high)
         new, transition = controller.step(state, observed, censored,
                                           None if scaled_context is None else scaled_context[window + t])
+        record["reward"][t] = transition.reward
+        if range_growth > 1:
+            grow = outgrown(state.action, censored, new.censor_streak, grow_after)
+            if grow.any():
+                new_high = np.where(grow, grown_high(low, high, range_growth), high)
+                new, high = rescale_state(new, low, high, low, new_high), new_high
+        state = new
+    return ReferenceRun(Trajectory(**record), lows, highs, capacity)
+
+
+def coupled_reference_run(artifact: ModelArtifact, demand: np.ndarray, services: tuple[str, ...],
+                          resources: tuple[Resource, ...], headroom: float, range_growth: float = 2.0,
+                          grow_after: int = 3, coupled: bool = True) -> ReferenceRun:
+    """:func:`reference_run` for services provisioned several ``resources`` at once: ``demand`` is
+    ``(T, R, N)`` native, each (resource, service) a row keyed ``<service>/<resource>`` (resource-major), the
+    cluster's observation is :func:`~picrl_core.resources.observe` on the native values (a memory shortage
+    fails requests, so compute is observed on the served load), and the controller reads the coupled flags
+    with the soft observations lifted by :func:`~picrl_core.resources.impute_served_share`, as the
+    simulator's joint PIC-RL does (``coupled=False``: each row reads its own flag and observation, as one
+    learner per resource would). The trajectory's columns are the rows."""
+    window = artifact.config.predictor.window
+    steps, r, n = demand.shape
+    flat = demand.reshape(steps, r * n)
+    low, high = window_range(flat[:window].T, headroom)
+    controller = PicRLController(artifact.predictor, copy.deepcopy(artifact.policy), artifact.config)
+    keys = np.array([service_key(f"{s}/{res.name}") for res in resources for s in services], dtype=np.uint64)
+    state = controller.initial_state(keys, _unit(flat[:window], low, high).T, None, window)
+    ticks = steps - window
+    record = {f.name: np.empty((ticks, r * n), dtype=bool if f.name == "censored" else np.float64)
+              for f in fields(Trajectory)}
+    lows, highs, capacity = (np.empty((ticks, r * n)) for _ in range(3))
+    for t in range(ticks):
+        native = from_unit(state.action, low, high)
+        y_native, _, own, _ = observe(demand[window + t], native.reshape(r, n), resources)
+        own = own.ravel()
+        y = np.where(own, state.action, np.clip((y_native.ravel() - low) / (high - low), 0.0, 1.0))
+        shape = (r, n)
+        lifted, censored = impute_served_share(
+            y.reshape(shape), coupled_flags(own.reshape(shape), resources), state.action.reshape(shape),
+            state.mu.reshape(shape), state.sigma.reshape(shape), resources,
+            ranges=(low.reshape(shape), high.reshape(shape)))
+        observed, censored = (lifted.ravel(), censored.ravel()) if coupled else (y, own)
+        for name in ("action", "mu", "sigma", "k", "eta", "margin", "bias"):
+            record[name][t] = getattr(state, name)
+        record["demand"][t], record["observed"][t], record["censored"][t] = _unit(flat[window + t], low, high), \
+            observed, censored
+        lows[t], highs[t], capacity[t] = low, high, native
+        new, transition = controller.step(state, observed, censored, None)
         record["reward"][t] = transition.reward
         if range_growth > 1:
             grow = outgrown(state.action, censored, new.censor_streak, grow_after)
