@@ -70,6 +70,17 @@ def _optional(parse: Callable[[Any], Any]) -> Callable[[Any], Any]:
     return lambda value: None if value in (None, "", "none") else parse(value)
 
 
+def resource_names(value: Any) -> tuple[str, ...]:
+    """Resource names, comma separated (or a list), each one ``picrl_core.resources.KNOWN`` defines."""
+    from picrl_core.resources import KNOWN
+
+    names = tuple(n.strip() for n in (value.split(",") if isinstance(value, str) else value) if n.strip())
+    unknown = [n for n in names if n not in KNOWN]
+    if unknown or len(set(names)) != len(names):
+        raise ValueError(f"expected distinct names among {sorted(KNOWN)}; got {list(names)}")
+    return names
+
+
 @dataclass(frozen=True)
 class Spec:
     """One setting: its parser, default and meaning."""
@@ -98,6 +109,8 @@ SPECS: dict[str, Spec] = {
     "grow_after": Spec(_positive_int, 3, "short ticks in a row, the last at the top of the range, before it grows"),
     "max_services": Spec(_optional(_positive_int), None, "cap on services per worker (none: no cap)"),
     "max_tick_gap": Spec(_positive_int, 1_000, "ticks further than this from the expected one are refused"),
+    "resources": Spec(resource_names, (), "resources decided together per service, e.g. gpu_mem,gpu_compute (schema-2 "
+                                      "usage records; empty: one resource per service)"),
     "max_kl": Spec(_non_negative, 0.5, "policy guardrail: largest KL to the parent accepted"),
     "score_margin": Spec(_non_negative, 0.05, "policy guardrail: largest validation-score drop below the parent"),
     "c_under": Spec(_non_negative, None, "cost of a unit short (none: the model's, 2)"),
@@ -119,6 +132,7 @@ class Settings:
         return self.values[name]
 
     def worker(self, bootstrap: str) -> WorkerSettings:
+        from picrl_core.resources import KNOWN
         from stream.decisions import EngineSettings
         from stream.worker import WorkerSettings
 
@@ -126,7 +140,7 @@ class Settings:
         engine = EngineSettings(scaling=v["scaling"], headroom=v["headroom"], max_services=v["max_services"],
                                 max_tick_gap=v["max_tick_gap"], advisory=v["mode"] == "recommend",
                                 overrides=dict(self.services), range_growth=v["range_growth"],
-                                grow_after=v["grow_after"])
+                                grow_after=v["grow_after"], resources=tuple(KNOWN[n] for n in v["resources"]))
         return WorkerSettings(
             bootstrap=bootstrap, prefix=v["prefix"], app_id=v["app_id"], partitions=v["partitions"],
             guarantee=v["guarantee"], policy_name=v["policy_name"], batch_max=v["batch_max"],

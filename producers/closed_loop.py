@@ -7,6 +7,11 @@ from a :class:`~producers.workload.Workload` and never leaves this process. Befo
 decision each service runs on a static allocation of ``initial_headroom`` times its peak demand
 (a cluster over-provisioned before autoscaling).
 
+A workload of services provisioned several resources (``Workload.resources``) is observed by the coupled
+rule of :func:`picrl_core.resources.observe`: a memory shortage fails requests, so every resource of that tick
+is measured on the load served. Each tick's record then carries a ``resources`` map (schema 2) with each
+resource's usage, capacity and its own monitor's flag, and the actions put one capacity per resource in force.
+
 A run that stopped (the workers did not answer in time, or the process was stopped) can be resumed:
 ``start_tick`` T rebuilds ticks 0 .. T from the actions already on the actions topic and goes on by
 revealing tick T; ``start_tick=None`` starts at the last tick for which every service has its action. Usage
@@ -23,10 +28,13 @@ from dataclasses import dataclass, field
 import numpy as np
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
 
+from picrl_core.resources import observe
 from producers.workload import Workload
-from stream.records import Action, DecodeError, UsageEvent, decode_action
+from stream.records import (Action, DecodeError, ResourceAction, ResourceUsage, ResourceUsageEvent, UsageEvent,
+                            decode_action)
 from stream.topics import TopicNames
 
+Pending = dict[int, dict[int, Action | ResourceAction]]  # tick -> service index -> its action
 _BREAKDOWN = ("capacity_norm", "mu", "sigma", "k", "eta", "margin", "bias")
 
 
@@ -40,7 +48,8 @@ class NoActionError(RuntimeError):
 
 @dataclass
 class ClosedLoopRecord:
-    """Everything that happened, each array ``(T, N)``: tick ``t`` ran with ``capacity[t]``."""
+    """Everything that happened, each array ``(T, N)`` (``(T, R * N)`` for R resources, resource-major, as the
+    workload's demand): tick ``t`` ran with ``capacity[t]``; ``censored`` holds the flags reported."""
 
     workload: Workload
     capacity: np.ndarray
@@ -106,7 +115,7 @@ class ClosedLoopEnvironment:
         try:
             partitions = await topic_partitions(consumer, producer, self.topics.actions)
             consumer.assign(partitions)
-            pending: dict[int, dict[int, Action]] = {}
+            pending: Pending = {}
             start = 0
             if self.start_tick == 0:
                 await consumer.seek_to_end(*partitions)
@@ -127,7 +136,7 @@ class ClosedLoopEnvironment:
         return record
 
     async def _resume(self, consumer: AIOKafkaConsumer, partitions: list[TopicPartition], record: ClosedLoopRecord,
-                      pending: dict[int, dict[int, Action]], index: dict[str, int]) -> int:
+                      pending: Pending, index: dict[str, int]) -> int:
         """Read the actions topic from its start, put the actions of ticks 1 .. start in force and return start
         (``start_tick``, or the last tick every service has an action for)."""
         await consumer.seek_to_beginning(*partitions)
@@ -152,8 +161,14 @@ class ClosedLoopEnvironment:
 
     def _observe(self, record: ClosedLoopRecord, t: int) -> tuple[np.ndarray, np.ndarray]:
         """What tick ``t`` reveals under the capacity in force: usage ``min(d, a)`` and the censored flags."""
-        demand, capacity = self.workload.demand[t], record.capacity[t]
-        record.usage[t], record.censored[t] = np.minimum(demand, capacity), demand > capacity
+        w = self.workload
+        demand, capacity = w.demand[t], record.capacity[t]
+        if w.resources:
+            shape = (len(w.resources), len(w.services))
+            usage, _, own, _ = observe(demand.reshape(shape), capacity.reshape(shape), w.resources)
+            record.usage[t], record.censored[t] = usage.ravel(), own.ravel()
+        else:
+            record.usage[t], record.censored[t] = np.minimum(demand, capacity), demand > capacity
         return record.usage[t], record.censored[t]
 
     async def _reveal(self, producer: AIOKafkaProducer, record: ClosedLoopRecord, t: int) -> None:
@@ -162,9 +177,16 @@ class ClosedLoopEnvironment:
         usage, censored = self._observe(record, t)
         now = time.time()
         futures = []
+        n = len(w.services)
         for j, service in enumerate(w.services):
             context = None if w.context is None else dict(zip(w.context_names, w.context[t, j].tolist()))
-            event = UsageEvent(service, t, float(usage[j]), bool(censored[j]), float(capacity[j]), context, now)
+            event: UsageEvent | ResourceUsageEvent
+            if w.resources:
+                event = ResourceUsageEvent(service, t, {
+                    r.name: ResourceUsage(float(usage[i * n + j]), float(capacity[i * n + j]), bool(censored[i * n + j]))
+                    for i, r in enumerate(w.resources)}, context, now)
+            else:
+                event = UsageEvent(service, t, float(usage[j]), bool(censored[j]), float(capacity[j]), context, now)
             futures.append(await producer.send(self.topics.usage, event.to_bytes(), key=service.encode()))
         await asyncio.gather(*futures)
         if self.on_tick is not None:
@@ -172,10 +194,10 @@ class ClosedLoopEnvironment:
             seen = record.policy_version[:t + 1]
             self.on_tick(TickSummary(
                 t, w.ticks, float(record.censored[:t + 1][control].mean()) if control.any() else 0.0,
-                int(seen.max()), int(record.control[t].sum())))
+                int(seen.max()), int(record.control[t].reshape(-1, n).all(axis=0).sum())))
 
     async def _collect(self, consumer: AIOKafkaConsumer, record: ClosedLoopRecord,
-                       pending: dict[int, dict[int, Action]], index: dict[str, int], tick: int) -> None:
+                       pending: Pending, index: dict[str, int], tick: int) -> None:
         """Wait for every service's action for ``tick`` and put it in force."""
         deadline = time.monotonic() + self.action_timeout
         wanted = len(index)
@@ -192,7 +214,7 @@ class ClosedLoopEnvironment:
         self._put_in_force(record, pending.pop(tick), tick)
 
     @staticmethod
-    def _take(messages: list[ConsumerRecord], record: ClosedLoopRecord, pending: dict[int, dict[int, Action]],
+    def _take(messages: list[ConsumerRecord], record: ClosedLoopRecord, pending: Pending,
               index: dict[str, int], tick: int) -> None:
         """File the actions for ``tick`` and later by tick and service (a second one for the same pair is
         counted as a duplicate)."""
@@ -210,11 +232,14 @@ class ClosedLoopEnvironment:
                 continue
             slot[j] = action
 
-    @staticmethod
-    def _put_in_force(record: ClosedLoopRecord, slot: dict[int, Action], tick: int) -> None:
+    def _put_in_force(self, record: ClosedLoopRecord, slot: dict[int, Action | ResourceAction], tick: int) -> None:
+        n = len(self.workload.services)
         for j, action in slot.items():
-            record.capacity[tick, j] = action.capacity
-            record.control[tick, j] = action.phase == "control"
-            record.policy_version[tick, j] = action.policy_version
-            for name in _BREAKDOWN:
-                record.breakdown[name][tick, j] = getattr(action, name)
+            parts = [(j, action)] if isinstance(action, Action) else \
+                [(i * n + j, action.resources[r.name]) for i, r in enumerate(self.workload.resources)]
+            for column, decision in parts:
+                record.capacity[tick, column] = decision.capacity
+                record.control[tick, column] = action.phase == "control"
+                record.policy_version[tick, column] = action.policy_version
+                for name in _BREAKDOWN:
+                    record.breakdown[name][tick, column] = getattr(decision, name)

@@ -3,7 +3,8 @@
 A real fleet has many services of different sizes whose peaks do not line up. From one trace,
 service ``i`` is a copy shifted in time (its own start in the trace) and scaled (its own size,
 log-uniform in ``[1/scale_spread, scale_spread]``); service 0 is the trace itself, unshifted and
-unscaled. Per-pod traces give each service its own series instead.
+unscaled. Per-pod traces give each service its own series instead, and a fleet provisioned on several
+resources (``pods-2r``) gives each service one series per resource (:func:`resource_fleet_of`).
 """
 from __future__ import annotations
 
@@ -12,17 +13,20 @@ from dataclasses import dataclass
 import numpy as np
 
 from picrl.datasets import Trace
+from picrl_core.resources import KNOWN, Resource
 
 
 @dataclass(frozen=True)
 class Workload:
-    """Demand ``(T, N)`` of N named services in native units, with context ``(T, N, C)`` or None."""
+    """Demand ``(T, N)`` of N named services in native units, with context ``(T, N, C)`` or None; for services
+    provisioned several ``resources``, ``(T, R * N)`` with one block of N columns per resource (resource-major)."""
 
     services: tuple[str, ...]
     demand: np.ndarray
     context: np.ndarray | None
     context_names: tuple[str, ...]
     unit: str
+    resources: tuple[Resource, ...] = ()
 
     @property
     def ticks(self) -> int:
@@ -62,3 +66,17 @@ def fleet_of(traces: list[Trace], services: int, ticks: int, *, start: int = 0) 
     with_context = names and all(t.context is not None and t.context_names == names for t in chosen)
     ctx = np.stack([t.context[start:start + ticks] for t in chosen], axis=1) if with_context else None  # type: ignore[index]
     return Workload(tuple(t.name for t in chosen), demand, ctx, names if with_context else (), chosen[0].unit)
+
+
+def resource_fleet_of(trace: Trace, services: int, ticks: int, *, start: int = 0) -> Workload:
+    """The first ``services`` services of a fleet provisioned on several resources (``trace.resources``, e.g.
+    ``pods-2r``: each pod's GPU memory and GPU duty cycle), ``ticks`` long each, as one resource-major workload."""
+    if not trace.resources:
+        raise ValueError(f"{trace.name} is not provisioned on several resources (pick a dataset such as pods-2r)")
+    blocks = np.split(np.asarray(trace.values), len(trace.resources), axis=1)
+    if services > blocks[0].shape[1]:
+        raise ValueError(f"--services {services} exceeds the {blocks[0].shape[1]} services of {trace.name}")
+    _check(blocks[0].shape[0] - start, ticks, services)
+    demand = np.concatenate([b[start:start + ticks, :services] for b in blocks], axis=1)
+    return Workload(tuple(f"{trace.name}-{j}" for j in range(services)), demand, None, (), trace.unit,
+                    tuple(KNOWN[name] for name in trace.resources))

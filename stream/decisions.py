@@ -222,6 +222,11 @@ class DecisionEngine:
         """The bytes a service's table row holds (one row per resource, in :attr:`resources` order)."""
         return self.row_dtype.itemsize * max(1, len(self.resources))
 
+    def row_keys(self, service: str) -> list[str]:
+        """The keys of a service's controller rows: the service itself, or ``<service>/<resource>`` for each of
+        :attr:`resources` (the rows' replay transitions and range changes carry these)."""
+        return [f"{service}/{r.name}" for r in self.resources] if self.resources else [service]
+
     def set_policy(self, policy: PolicyNetwork, version: int) -> None:
         """Act with ``policy`` (stamped ``version``) from the next decision on."""
         self.controller.set_policy(policy)
@@ -313,7 +318,7 @@ class DecisionEngine:
         refused: list[Refusal] = []
         for item in batch:
             if isinstance(item, BadValue):
-                parts += [BadValue(f"{item.service}/{name}", item.tick, item.partition, item.offset) for name in names]
+                parts += [BadValue(key, item.tick, item.partition, item.offset) for key in self.row_keys(item.service)]
                 continue
             refusal = self._check_resources(item, names)
             if refusal is not None:
@@ -321,9 +326,9 @@ class DecisionEngine:
                 continue
             event = item.event
             assert isinstance(event, ResourceUsageEvent)
-            for r, name in enumerate(names):
+            for r, (name, key) in enumerate(zip(names, self.row_keys(event.service))):
                 usage = event.resources[name]
-                parts.append(_Part(UsageEvent(f"{event.service}/{name}", event.tick, usage.usage, usage.censored,
+                parts.append(_Part(UsageEvent(key, event.tick, usage.usage, usage.censored,
                                               usage.capacity, event.context, event.produced_at),
                                    item.partition, item.offset, origin=item, parent=event.service, resource=r))
         width = self.row_dtype.itemsize
@@ -331,8 +336,8 @@ class DecisionEngine:
         for service, raw in stored.items():
             if raw is not None and len(raw) != self.row_bytes:
                 raise ValueError(f"stored state has {len(raw)} bytes, this model's rows have {self.row_bytes}")
-            for r, name in enumerate(names):
-                split[f"{service}/{name}"] = None if raw is None else raw[r * width:(r + 1) * width]
+            for r, key in enumerate(self.row_keys(service)):
+                split[key] = None if raw is None else raw[r * width:(r + 1) * width]
         inner = self._process(parts, split, None if room is None else room * len(names))
         return self._gather(inner, refused, stored)
 
@@ -361,7 +366,7 @@ class DecisionEngine:
         outcome = BatchOutcome(transitions=inner.transitions, ranges=inner.ranges,
                                redelivered=inner.redelivered // len(names))
         for service in dict.fromkeys(key.rpartition("/")[0] for key in inner.rows):
-            keys = [f"{service}/{name}" for name in names]
+            keys = self.row_keys(service)
             if all(key in inner.rows for key in keys):
                 outcome.rows[service] = b"".join(inner.rows[key] for key in keys)
         seen: set[int] = set()

@@ -22,17 +22,29 @@ if TYPE_CHECKING:
 
 
 def service_view(worker: "StreamWorker", service: str) -> dict[str, Any] | None:
-    """What ``GET /services/<id>`` returns (None when the service is not held by this worker)."""
+    """What ``GET /services/<id>`` returns (None when the service is not held by this worker); a service
+    provisioned several resources shows each resource's row under ``resources``."""
     raw = worker.states.get(service.encode())
     if raw is None:
         return None
-    row = worker.engine.decode_row(raw)[0]
+    engine = worker.engine
+    rows = engine.decode_row(raw)
+    state: dict[str, Any] = {"service": service}
+    if engine.resources:
+        state["resources"] = {r.name: _row_view(row, engine.window) for r, row in zip(engine.resources, rows)}
+    else:
+        state.update(_row_view(rows[0], engine.window))
+    state["last_decisions"] = [action.to_dict() for action in worker.recent.get(service, ())]
+    return state
+
+
+def _row_view(row: Any, window: int) -> dict[str, Any]:
+    """One controller row: warm-up progress, or its range, calibrator, streaks and pending decision."""
     core = row["core"]
-    warming = int(row["warm_count"]) < worker.engine.window
+    warming = int(row["warm_count"]) < window
     state: dict[str, Any] = {
-        "service": service, "phase": "warmup" if warming else "control",
-        "next_tick": int(row["expected_tick"]), "capacity": float(row["capacity"]),
-        "policy_version": int(row["policy_version"]),
+        "phase": "warmup" if warming else "control", "next_tick": int(row["expected_tick"]),
+        "capacity": float(row["capacity"]), "policy_version": int(row["policy_version"]),
     }
     if warming:
         state["warmup_ticks_seen"] = int(row["warm_count"])
@@ -44,7 +56,6 @@ def service_view(worker: "StreamWorker", service: str) -> dict[str, Any] | None:
             "censor_streak": int(core["censor_streak"]), "over_streak": int(core["over_streak"]),
             "in_censoring_streak": int(core["censor_streak"]) >= IN_STREAK,
         })
-    state["last_decisions"] = [action.to_dict() for action in worker.recent.get(service, ())]
     return state
 
 

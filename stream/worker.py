@@ -252,6 +252,9 @@ class StreamWorker:
         partition_of = {item.service: item.partition for item in incoming}
         states = self.states
         stored = {service: states.row(service.encode()) for service in partition_of}
+        if self.engine.resources:  # a service's resources' transitions are keyed by their rows
+            partition_of |= {key: p for service, p in list(partition_of.items())
+                             for key in self.engine.row_keys(service)}
         outcome, refused = decide(self.engine, incoming, stored, states.services(), self.topics.usage, now)
         letters += refused
         outbox = Outbox()

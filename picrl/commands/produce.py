@@ -100,7 +100,19 @@ def print_summary(summary: dict, out: Path) -> None:
         print("| " + " | ".join(COLUMNS) + " |")
         print("|" + "---|" * len(COLUMNS))
         print("| " + " | ".join(f"{metrics[c]:.4g}" for c in COLUMNS) + " |")
-    print(f"written: {out / 'metrics.json'}, {out / 'ticks.csv'}, {out / 'closed_loop.png'}")
+    resources = summary.get("resources")
+    if resources:
+        names = list(resources["weights"])
+        print(f"per resource (total regret {resources['total_regret']:.4g}, weights {resources['weights']}):")
+        print("| resource | regret | shortage rate |")
+        print("|---|---|---|")
+        for name in names:
+            print(f"| {name} | {resources['regret_' + name]:.4g} | {resources['shortage_' + name]:.3f} |")
+        if "soft_short_with_hard_short" in resources:
+            print(f"a soft resource short on {resources['soft_short_with_hard_short']:.1%} of the ticks a hard one ran "
+                  f"short, {resources['soft_short_otherwise']:.1%} of the others")
+    print(f"written: {out / 'metrics.json'}, {out / 'ticks.csv'}, {out / 'closed_loop.png'}"
+          + (f", {out / 'resources.png'}" if resources else ""))
 
 
 def play_closed_loop(bootstrap: str, prefix: str, workload: Workload, *, interval: float = 0.0,

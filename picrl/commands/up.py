@@ -14,14 +14,23 @@ from pathlib import Path
 from picrl.commands.bus import bootstrap_or_local
 from picrl.commands.produce import TEST_FRACTION, play_closed_loop, print_summary
 from picrl.commands.source import add_training_options, cached_model, config_from_args
-from picrl.datasets import DATASETS, load_dataset
+from picrl.datasets import DATASETS, Trace, load_dataset, prepare_trace
 from picrl.kafka import LocalKafka
+from picrl.settings import SettingsError, resource_names
 from picrl.reports.closed_loop import write_report
 from picrl_core.series import prepare_series
-from producers.workload import copies_of
+from producers.workload import Workload, copies_of, resource_fleet_of
 from stream.topics import ensure_topics, topic_specs
 
 PARTITIONS = 4
+RESOURCE_DATASET = "pods-2r"  # the bundled fleet provisioned on several resources
+
+
+def _resource_names(text: str) -> tuple[str, ...]:
+    try:
+        return resource_names(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -33,15 +42,31 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "closed-loop environment over Kafka on the trace's test split for --services shifted and scaled "
                     "copies. Shows live progress (ticks, censoring rate, policy version), prints MAE and regret and "
                     "writes metrics.json, ticks.csv, closed_loop.png and the processes' logs to --out. Everything "
-                    "it started is stopped on completion or Ctrl-C.")
+                    "it started is stopped on completion or Ctrl-C. With --resources gpu_mem,gpu_compute it plays "
+                    "the GenAI pods provisioned on GPU memory and GPU compute at once (dataset pods-2r): the "
+                    "worker decides both capacities of a pod together, a memory shortage censors its compute too, "
+                    "and the report adds per-resource metrics and resources.png.")
     parser.add_argument("--bootstrap", metavar="HOST:PORT", help="use this Kafka cluster instead of the local broker")
-    parser.add_argument("--dataset", choices=sorted(DATASETS), default="genai-mem", help="bundled trace (default genai-mem)")
+    parser.add_argument("--dataset", choices=sorted([*DATASETS, RESOURCE_DATASET]), default=None,
+                        help=f"bundled trace (default genai-mem; {RESOURCE_DATASET} with --resources)")
+    parser.add_argument("--resources", metavar="NAMES", type=_resource_names,
+                        help=f"decide these resources of each service together, comma separated: gpu_mem,gpu_compute "
+                             f"(the resources of {RESOURCE_DATASET}, each of its pods a service)")
     parser.add_argument("--services", type=int, default=4, help="number of services (default 4)")
     parser.add_argument("--ticks", type=int, default=240,
                         help="ticks per service, warm-up included (default 240; GenAI-Mem's test split has 289)")
     add_training_options(parser)
     parser.add_argument("--out", type=Path, default=Path("runs/up"), help="output folder (default runs/up)")
     parser.set_defaults(handler=run)
+
+
+def _workload(trace: Trace, services: int, ticks: int, seed: int) -> Workload:
+    """The closed loop's services on the trace's test split: shifted, scaled copies of a series, or the first
+    pods of a fleet provisioned on several resources."""
+    if trace.resources:
+        length = trace.values.shape[0]
+        return resource_fleet_of(trace, services, ticks, start=int(length * (1 - TEST_FRACTION)))
+    return copies_of(trace, services, ticks, start=int(trace.values.size * (1 - TEST_FRACTION)), seed=seed)
 
 
 @contextmanager
@@ -95,26 +120,34 @@ def run(args: argparse.Namespace) -> int:
     # offset look-ups of the actions consumer.
     logging.getLogger("aiokafka.producer.sender").setLevel(logging.ERROR)
     logging.getLogger("aiokafka.consumer.fetcher").addFilter(_LeaderElection())
-    trace = load_dataset(args.dataset)
-    series = prepare_series(trace.values, trace.name, trace.context, trace.context_names)
+    dataset = args.dataset or (RESOURCE_DATASET if args.resources else "genai-mem")
+    trace = load_dataset(dataset)
+    if args.resources and tuple(args.resources) != trace.resources:
+        raise SettingsError(f"--resources {','.join(args.resources)}: dataset {dataset} provides "
+                            f"{','.join(trace.resources) or 'one resource per service'}; the bundled fleet with "
+                            f"several resources is {RESOURCE_DATASET} (gpu_mem,gpu_compute)")
+    series = prepare_trace(trace) if trace.resources else \
+        prepare_series(trace.values, trace.name, trace.context, trace.context_names)
     _, model, trained = cached_model(trace, series, config_from_args(args))
     print(f"model: {'trained and cached in' if trained else 'cached'} {model}", flush=True)
-    start = int(trace.values.size * (1 - TEST_FRACTION))
-    workload = copies_of(trace, args.services, args.ticks, start=start, seed=args.seed)
+    workload = _workload(trace, args.services, args.ticks, args.seed)
     args.out.mkdir(parents=True, exist_ok=True)
     prefix = f"picrl-up-{time.strftime('%Y%m%d-%H%M%S')}"
     with ExitStack() as stack:
         bootstrap = stack.enter_context(_broker(args.bootstrap))
         asyncio.run(ensure_topics(bootstrap, topic_specs(prefix, PARTITIONS)))
         common = ["--model", str(model), "--bootstrap", bootstrap, "--prefix", prefix, "--partitions", str(PARTITIONS)]
-        worker = stack.enter_context(_child(["worker", *common, "--app-id", f"{prefix}-worker"], args.out / "worker.log"))
+        resources = ["--resources", ",".join(trace.resources)] if trace.resources else []
+        worker = stack.enter_context(_child(["worker", *common, "--app-id", f"{prefix}-worker", *resources],
+                                            args.out / "worker.log"))
         trainer = stack.enter_context(_child(["trainer", *common], args.out / "trainer.log"))
         print(f"topics {prefix}.*: worker pid {worker.pid}, trainer pid {trainer.pid} (logs in {args.out})", flush=True)
         record = play_closed_loop(bootstrap, prefix, workload, action_timeout=120.0)
         for name, process in (("worker", worker), ("trainer", trainer)):
             if process.poll() is not None:
                 print(f"warning: the {name} exited early (code {process.returncode}); see {args.out / (name + '.log')}")
-    summary = write_report(record, args.out, f"picrl up: {args.services} copies of {trace.name} (test split) over Kafka")
+    what = f"{args.services} pods of {trace.name}" if trace.resources else f"{args.services} copies of {trace.name}"
+    summary = write_report(record, args.out, f"picrl up: {what} (test split) over Kafka")
     print_summary(summary, args.out)
     print(f"how to read these next to `picrl evaluate` (the README's results): here MAE and the rates are means over "
           f"the {summary['control_ticks']} control ticks of {args.services} services, each scaled by its own demand "

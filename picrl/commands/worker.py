@@ -32,6 +32,9 @@ _FLAGS: dict[str, tuple[type, str]] = {
     "session_timeout": (float, "seconds of silence after which a crashed worker's partitions move (default 10)"),
     "max_services": (int, "refuse usage of new services beyond this many (dead letter service_limit)"),
     "max_tick_gap": (int, "refuse ticks further than this from a service's expected tick (default 1000)"),
+    "resources": (str, "decide these resources of each service together, comma separated, e.g. gpu_mem,gpu_compute: "
+                       "usage records then carry a resources map (schema 2), a memory shortage censors compute too, "
+                       "and each action carries a capacity per resource (default: one resource per service)"),
     "max_kl": (float, "policy guardrail: refuse versions whose KL to their parent exceeds this (default 0.5)"),
     "score_margin": (float, "policy guardrail: refuse versions scoring more than this below their parent (default 0.05)"),
     "c_under": (float, "cost of a unit short, for the replay rewards (default: the model's, 2)"),

@@ -26,12 +26,11 @@ import numpy as np
 import torch
 
 import picrl_core
-from picrl.datasets import Trace
+from picrl.datasets import Trace, prepare_trace
 from picrl_core.config import PicRLConfig
 from picrl_core.methods import REGISTRY
 from picrl_core.methods.evaluation import run_on_test_split
-from picrl_core.resources import KNOWN
-from picrl_core.series import PreparedSeries, prepare_fleet, prepare_resource_fleet, prepare_series
+from picrl_core.series import PreparedSeries
 from picrl_core.training_memo import shared_training
 
 
@@ -96,13 +95,7 @@ class CellResult:
 
 def test_series(trace: Trace, budget: Budget) -> PreparedSeries:
     """The trace (or fleet) split and scaled as in the paper, with the test split cut to the budget's length."""
-    if trace.resources:
-        series = prepare_resource_fleet(np.split(trace.values, len(trace.resources), axis=1),
-                                        [KNOWN[name] for name in trace.resources], trace.name)
-    elif trace.values.ndim == 2:
-        series = prepare_fleet(trace.values, trace.name)
-    else:
-        series = prepare_series(trace.values, trace.name, trace.context, trace.context_names)
+    series = prepare_trace(trace)
     if budget.test_ticks is None:
         return series
     cut = slice(0, budget.test_ticks)

@@ -5,6 +5,8 @@ and split it with :func:`picrl_core.series.prepare_series`. ``load_dataset("pods
 per-pod GenAI series, one column each (:func:`picrl_core.series.prepare_fleet`). See ``files/README.md`` for where every
 file comes from and why these columns were chosen.
 """
-from picrl.datasets.loaders import DATASETS, FLEETS, DatasetError, Trace, load_csv, load_dataset, load_pod_fleet
+from picrl.datasets.loaders import (DATASETS, FLEETS, DatasetError, Trace, load_csv, load_dataset, load_pod_fleet,
+                                    prepare_trace)
 
-__all__ = ["DATASETS", "FLEETS", "DatasetError", "Trace", "load_csv", "load_dataset", "load_pod_fleet"]
+__all__ = ["DATASETS", "FLEETS", "DatasetError", "Trace", "load_csv", "load_dataset", "load_pod_fleet",
+           "prepare_trace"]

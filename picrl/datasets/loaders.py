@@ -10,9 +10,12 @@ import gzip
 from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from picrl_core.series import PreparedSeries
 
 FILES = Path(__file__).resolve().parent / "files"
 _CLUSTERDATA = "alibaba/clusterdata@7a6c496e4f4b6ce6150be8f881cb051bf2abff42"
@@ -199,6 +202,21 @@ def load_csv(path: str | Path, column: str, time_column: str | None = None,
         step = _step_from_times(path, times[order], time_column)
     return Trace(name=f"{_stem(path)}:{column}", values=values, context=context,
                  context_names=tuple(context_columns), step_seconds=step, unit="", source=str(path))
+
+
+def prepare_trace(trace: Trace) -> "PreparedSeries":
+    """The trace split and scaled as in the paper: a series (:func:`~picrl_core.series.prepare_series`), a fleet
+    (:func:`~picrl_core.series.prepare_fleet`) or a fleet provisioned on several resources
+    (:func:`~picrl_core.series.prepare_resource_fleet`)."""
+    from picrl_core.resources import KNOWN
+    from picrl_core.series import prepare_fleet, prepare_resource_fleet, prepare_series
+
+    if trace.resources:
+        return prepare_resource_fleet(np.split(trace.values, len(trace.resources), axis=1),
+                                      [KNOWN[name] for name in trace.resources], trace.name)
+    if trace.values.ndim == 2:
+        return prepare_fleet(trace.values, trace.name)
+    return prepare_series(trace.values, trace.name, trace.context, trace.context_names)
 
 
 def load_dataset(name: str) -> Trace:

@@ -2,7 +2,9 @@
 
 Services differ in size, so every metric is computed on each service's demand scaled by that
 service's own demand range over the run (0 = its minimum, 1 = its maximum) and then pooled, on
-the ticks where PIC-RL was in control (after the warm-up).
+the ticks where PIC-RL was in control (after the warm-up). Services provisioned several resources are
+scored per resource and in total (``picrl_core.methods.coupled.resource_metrics``: the resources' regrets
+weighted as in the coupled cost), with a figure of one service's resources.
 """
 from __future__ import annotations
 
@@ -36,6 +38,14 @@ def summarise(record: ClosedLoopRecord, cost: CostConfig = CostConfig()) -> dict
     ticks = np.flatnonzero(control.all(axis=1))
     metrics = episode_metrics(capacity[ticks], demand[ticks], cost).to_dict() if ticks.size else {}
     versions = record.policy_version[record.policy_version >= 0]
+    resources = record.workload.resources
+    per_resource = {}
+    if resources and ticks.size:
+        from picrl_core.methods.coupled import resource_metrics  # here: picrl_core.methods loads torch
+
+        total, extra = resource_metrics(capacity[ticks], demand[ticks], resources, cost)
+        per_resource = {"total_regret": total.regret, "weights": {r.name: r.weight for r in resources},
+                        "hard": [r.name for r in resources if r.hard], **extra}
     return {
         "services": len(record.workload.services), "ticks": record.workload.ticks,
         "control_ticks": int(ticks.size), "seconds": round(record.seconds, 2),
@@ -43,6 +53,7 @@ def summarise(record: ClosedLoopRecord, cost: CostConfig = CostConfig()) -> dict
         "policy_versions": sorted({int(v) for v in versions}), "duplicate_actions": record.duplicate_actions,
         "metrics": metrics, "unit": record.workload.unit,
         "normalisation": "each service's demand range over the run; control ticks only",
+        **({"resources": per_resource} if per_resource else {}),
     }
 
 
@@ -52,18 +63,62 @@ def write_report(record: ClosedLoopRecord, out: Path, title: str, cost: CostConf
     summary = summarise(record, cost)
     (out / "metrics.json").write_text(json.dumps(summary, indent=2) + "\n")
     w = record.workload
-    ticks, n = w.demand.shape
+    ticks, columns = w.demand.shape
+    n = len(w.services)
     rows = [
-        [t, j, w.demand[t, j], record.capacity[t, j], record.usage[t, j], int(record.censored[t, j]),
+        [t, j % n, w.demand[t, j], record.capacity[t, j], record.usage[t, j], int(record.censored[t, j]),
          int(record.control[t, j]), record.policy_version[t, j],
-         *(record.breakdown[name][t, j] for name in ("mu", "sigma", "k", "eta", "margin", "bias"))]
-        for t in range(ticks) for j in range(n)]
-    header = "tick,service,demand,capacity,usage,censored,control,policy_version,mu,sigma,k,eta,margin,bias"
+         *(record.breakdown[name][t, j] for name in ("mu", "sigma", "k", "eta", "margin", "bias")),
+         *([j // n] if w.resources else [])]
+        for t in range(ticks) for j in range(columns)]
+    header = "tick,service,demand,capacity,usage,censored,control,policy_version,mu,sigma,k,eta,margin,bias" + \
+        (",resource" if w.resources else "")
     np.savetxt(out / "ticks.csv", np.array(rows, dtype=np.float64), delimiter=",", fmt="%.6g", header=header,
                comments="")
     (out / "services.txt").write_text("\n".join(f"{j},{s}" for j, s in enumerate(w.services)) + "\n")
+    if w.resources:
+        (out / "resources.txt").write_text("\n".join(f"{i},{r.name}" for i, r in enumerate(w.resources)) + "\n")
+        plot_resources(record, out / "resources.png", title)
     plot_closed_loop(record, out / "closed_loop.png", title, cost)
     return summary
+
+
+def plot_resources(record: ClosedLoopRecord, path: Path, title: str) -> Path:
+    """One service's capacities against its demands, a panel per resource, the ticks where a hard resource
+    (memory) ran short marked on every panel: there the other resources were observed on the load served only.
+    The service shown is the one whose hard shortages fell on the most ticks with soft demand above its low."""
+    w = record.workload
+    n, resources = len(w.services), w.resources
+    hard = [i for i, r in enumerate(resources) if r.hard]
+    soft = [i for i, r in enumerate(resources) if not r.hard]
+
+    def block(a: np.ndarray, i: int) -> np.ndarray:  # resource i's (T, N) columns
+        return a[:, i * n:(i + 1) * n]
+
+    hard_short = np.any([block(record.censored, i) for i in hard], axis=0) if hard else np.zeros((w.ticks, n), bool)
+    busy = np.any([block(w.demand, i) > block(w.demand, i).min(axis=0) for i in soft], axis=0) if soft else hard_short
+    j = int(np.argmax((hard_short & busy & block(record.control, 0)).sum(axis=0)))
+    t = np.arange(w.ticks)
+    fig, axes = plt.subplots(len(resources), 1, figsize=(12, 3.2 * len(resources)), sharex=True, squeeze=False)
+    for i, (ax, resource) in enumerate(zip(axes[:, 0], resources)):
+        demand, capacity = block(w.demand, i)[:, j], block(record.capacity, i)[:, j]
+        ax.plot(t, demand, color="black", lw=1, label="demand (hidden from picrl)")
+        ax.plot(t, capacity, color="tab:orange", lw=1.2, label="capacity decided")
+        marks = hard_short[:, j]
+        ax.scatter(t[marks], capacity[marks], marker="x", color="red", s=16,
+                   label=f"{'/'.join(resources[h].name for h in hard)} short ({marks.mean():.0%} of ticks)")
+        warm = ~block(record.control, i)[:, j]
+        if warm.any():
+            ax.axvspan(0, np.flatnonzero(warm).max(), color="grey", alpha=0.15, label="warm-up")
+        kind = "hard: a shortage fails requests" if resource.hard else "soft: a shortage throttles"
+        ax.set(title=f"{w.services[j]}: {resource.name} ({kind})", ylabel=resource.name)
+        ax.legend(fontsize=8, loc="upper left")
+    axes[-1, 0].set_xlabel("tick")
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
 
 
 def plot_closed_loop(record: ClosedLoopRecord, path: Path, title: str, cost: CostConfig = CostConfig()) -> Path:

@@ -38,6 +38,32 @@ def test_up_runs_worker_trainer_and_closed_loop_then_reports(kafka_bootstrap: st
     assert "stopped after" in (out / "trainer.log").read_text()  # stopped cleanly by SIGTERM
 
 
+def test_up_with_two_resources_decides_each_pods_memory_and_compute_over_kafka(
+        kafka_bootstrap: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("PICRL_CACHE", str(tmp_path / "cache"))
+    config = tmp_path / "tiny.json"
+    config.write_text(json.dumps(TINY))
+    out = tmp_path / "up"
+    code = main(["up", "--bootstrap", kafka_bootstrap, "--config", str(config), "--resources", "gpu_mem,gpu_compute",
+                 "--services", "2", "--ticks", "30", "--out", str(out)])
+    printed = capsys.readouterr().out
+    assert code == 0, printed
+    summary = json.loads((out / "metrics.json").read_text())
+    assert summary["services"] == 2 and summary["control_ticks"] == 30 - 8 and summary["duplicate_actions"] == 0
+    assert set(summary["resources"]) >= {"total_regret", "regret_gpu_mem", "regret_gpu_compute", "shortage_gpu_mem",
+                                         "soft_short_with_hard_short"}
+    assert (out / "resources.png").stat().st_size > 0 and "| gpu_compute |" in printed
+
+
+def test_up_refuses_resources_its_dataset_does_not_provide(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["up", "--dataset", "genai-mem", "--resources", "gpu_mem,gpu_compute"]) == 2
+    assert "dataset genai-mem provides one resource per service" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["up", "--resources", "gpu_mem,gpu_disk"])
+    assert "expected distinct names among ['gpu_compute', 'gpu_mem']" in capsys.readouterr().err
+
+
 def test_up_keeps_only_the_leader_election_retries_off_its_output() -> None:
     from picrl.commands.up import _LeaderElection
 

@@ -12,7 +12,9 @@ from picrl_core.artifact import ModelArtifact, save_artifact
 from picrl_core.config import PicRLConfig
 from picrl_core.pipeline import train_offline
 from picrl_core.series import prepare_series
+from picrl_core.resources import GPU_POD
 from picrl_core.synthetic import diurnal
+from producers.workload import Workload, copies_of
 
 WINDOW = 8
 
@@ -52,3 +54,12 @@ def tiny_context_artifact(native_trace: Trace) -> ModelArtifact:
 @pytest.fixture(scope="session")
 def tiny_model_dir(tiny_artifact: ModelArtifact, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return save_artifact(tiny_artifact, tmp_path_factory.mktemp("model") / "tiny")
+
+
+def two_resource_workload(trace: Trace, services: int, ticks: int, seed: int = 3) -> Workload:
+    """``services`` pods provisioned GPU memory and GPU compute (``GPU_POD``), resource-major ``(T, 2 * N)``:
+    memory from shifted copies of the trace, compute (in %) from other copies, so their peaks differ."""
+    memory = copies_of(trace, services, ticks, start=900, seed=seed)
+    compute = copies_of(trace, services, ticks, start=600, seed=seed + 5)
+    return Workload(tuple(f"pod-{j}" for j in range(services)), np.hstack([memory.demand, compute.demand * 1.5]),
+                    None, (), "GiB | %", GPU_POD)

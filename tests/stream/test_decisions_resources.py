@@ -10,10 +10,10 @@ import pytest
 from picrl.datasets import Trace
 from picrl_core.artifact import ModelArtifact
 from picrl_core.resources import GPU_POD, observe
-from producers.workload import copies_of
+from producers.workload import Workload
 from stream.decisions import REFUSAL_REASONS, BadValue, DecisionEngine, EngineSettings, Incoming
 from stream.records import ResourceAction, ResourceUsage, ResourceUsageEvent, UsageEvent, decode_action
-from tests.stream.conftest import WINDOW
+from tests.stream.conftest import WINDOW, two_resource_workload
 from tests.support.reference import coupled_reference_run
 
 NAMES = tuple(r.name for r in GPU_POD)
@@ -23,12 +23,12 @@ class CoupledLoop:
     """The closed loop of a 2-resource fleet in process: the cluster observes by ``picrl_core.resources.observe``
     on native values and reports each resource's own flag; capacities in force come from the engine's actions."""
 
-    def __init__(self, engine: DecisionEngine, demand: np.ndarray, services: tuple[str, ...],
-                 one_event_per_batch: bool = False) -> None:
-        self.engine, self.demand, self.services, self.single = engine, demand, services, one_event_per_batch
-        ticks, r, n = demand.shape
+    def __init__(self, engine: DecisionEngine, workload: Workload, one_event_per_batch: bool = False) -> None:
+        self.engine, self.single, self.services = engine, one_event_per_batch, workload.services
+        self.demand = workload.demand.reshape(workload.ticks, len(NAMES), -1)
+        ticks, r, n = self.demand.shape
         self.capacity = np.zeros((ticks + 1, r, n))
-        self.capacity[0] = demand.max(axis=0) * 1.1
+        self.capacity[0] = self.demand.max(axis=0) * 1.1
         self.rows: dict[str, bytes | None] = {}
         self.actions: dict[tuple[str, int], ResourceAction] = {}
         self.transitions: list = []
@@ -68,21 +68,15 @@ class CoupledLoop:
                          for t in range(WINDOW, self.demand.shape[0])])
 
 
-def _pods(trace: Trace, services: int, ticks: int) -> tuple[np.ndarray, tuple[str, ...]]:
-    """``(T, 2, N)`` native demand: memory from shifted copies of the trace, compute from others, scaled to %."""
-    memory = copies_of(trace, services, ticks, start=900, seed=3)
-    compute = copies_of(trace, services, ticks, start=600, seed=8)
-    return np.stack([memory.demand, compute.demand * 1.5], axis=1), tuple(f"pod-{j}" for j in range(services))
-
-
 @pytest.mark.parametrize("one_event_per_batch", [False, True])
 def test_coupled_decisions_equal_the_embedded_loop_whatever_the_batching(tiny_artifact: ModelArtifact,
                                                                          native_trace: Trace,
                                                                          one_event_per_batch: bool) -> None:
-    demand, services = _pods(native_trace, 3, WINDOW + 40)
+    workload = two_resource_workload(native_trace, 3, WINDOW + 40)
     engine = DecisionEngine(tiny_artifact, EngineSettings(headroom=0.5, resources=GPU_POD))
-    loop = CoupledLoop(engine, demand, services, one_event_per_batch).run()
-    reference = coupled_reference_run(tiny_artifact, demand, services, GPU_POD, headroom=0.5).trajectory
+    loop = CoupledLoop(engine, workload, one_event_per_batch).run()
+    reference = coupled_reference_run(tiny_artifact, workload, headroom=0.5).trajectory
+    services, demand = workload.services, loop.demand
     assert loop.hard_short > 0  # memory ran short: the coupling was exercised
     assert np.array_equal(loop.normalised("capacity_norm"), reference.action)
     assert np.array_equal(loop.normalised("mu"), reference.mu)
@@ -100,10 +94,11 @@ def test_a_memory_shortage_moves_the_compute_decisions_and_nothing_moves_memory(
                                                                                 native_trace: Trace) -> None:
     """Against one learner per resource (each row reading its own flag), the coupled worker's memory decisions
     are the same and its compute decisions differ, from the first tick after a memory shortage on."""
-    demand, services = _pods(native_trace, 3, WINDOW + 40)
+    workload = two_resource_workload(native_trace, 3, WINDOW + 40)
+    services = workload.services
     coupled = CoupledLoop(DecisionEngine(tiny_artifact, EngineSettings(headroom=0.5, resources=GPU_POD)),
-                          demand, services).run().normalised("capacity_norm")
-    alone = coupled_reference_run(tiny_artifact, demand, services, GPU_POD, headroom=0.5, coupled=False)
+                          workload).run().normalised("capacity_norm")
+    alone = coupled_reference_run(tiny_artifact, workload, headroom=0.5, coupled=False)
     memory, compute = slice(None, len(services)), slice(len(services), None)
     assert np.array_equal(coupled[:, memory], alone.trajectory.action[:, memory])
     differs = (coupled[:, compute] != alone.trajectory.action[:, compute]).any(axis=0)
@@ -137,9 +132,9 @@ def test_records_without_the_models_resources_are_refused_with_a_reason(tiny_art
 
 def test_a_bad_value_is_answered_with_one_hold_for_every_resource(tiny_artifact: ModelArtifact,
                                                                    native_trace: Trace) -> None:
-    demand, services = _pods(native_trace, 1, WINDOW + 3)
-    loop = CoupledLoop(DecisionEngine(tiny_artifact, EngineSettings(headroom=0.5, resources=GPU_POD)),
-                       demand[:WINDOW + 2], services).run()
+    workload = two_resource_workload(native_trace, 1, WINDOW + 2)
+    services = workload.services
+    loop = CoupledLoop(DecisionEngine(tiny_artifact, EngineSettings(headroom=0.5, resources=GPU_POD)), workload).run()
     decided = loop.actions[services[0], WINDOW + 2]
     outcome = loop.engine.process([BadValue(services[0], WINDOW + 2, 0, 10_000)], {services[0]: loop.rows[services[0]]})
     (hold,) = outcome.actions

@@ -8,8 +8,13 @@ import numpy as np
 import pytest
 
 from picrl.cli import main
-from picrl.datasets import Trace, load_pod_fleet
-from producers.workload import copies_of, fleet_of
+from picrl.datasets import Trace, load_dataset, load_pod_fleet
+from picrl.reports.closed_loop import write_report
+from picrl_core.config import CostConfig
+from picrl_core.methods.coupled import resource_metrics
+from picrl_core.resources import GPU_POD, observe
+from producers.closed_loop import ClosedLoopRecord
+from producers.workload import copies_of, fleet_of, resource_fleet_of
 from stream.records import decode_usage
 from stream.topics import TopicNames, ensure_topics, topic_specs
 from tests.support.kafka import consume, unique
@@ -31,6 +36,43 @@ def test_pod_fleet_gives_each_service_its_own_series() -> None:
     assert workload.services == tuple(t.name for t in fleet[:3]) and workload.unit == "bytes"
     with pytest.raises(ValueError, match="exceeds the 91"):
         fleet_of(fleet, 92, 50)
+
+
+def test_the_two_resource_fleet_gives_each_pod_its_memory_and_its_compute() -> None:
+    trace = load_dataset("pods-2r")
+    workload = resource_fleet_of(trace, 3, 50, start=10)
+    pods = trace.values.shape[1] // 2
+    assert workload.resources == GPU_POD and workload.demand.shape == (50, 6)
+    np.testing.assert_array_equal(workload.demand[:, :3], trace.values[10:60, :3])  # memory block
+    np.testing.assert_array_equal(workload.demand[:, 3:], trace.values[10:60, pods:pods + 3])  # compute block
+    with pytest.raises(ValueError, match=f"exceeds the {pods} services"):
+        resource_fleet_of(trace, pods + 1, 50)
+    with pytest.raises(ValueError, match="several resources"):
+        resource_fleet_of(load_dataset("genai-mem"), 1, 50)
+
+
+def test_a_two_resource_report_scores_each_resource_and_draws_a_pods_resources(tmp_path) -> None:
+    workload = resource_fleet_of(load_dataset("pods-2r"), 4, 80, start=100)
+    capacity = np.vstack([workload.demand[:1] * 1.2, workload.demand[:-1] * 1.02])  # last tick's demand, +2%
+    usage, own = np.empty_like(capacity), np.zeros(capacity.shape, bool)
+    for t in range(80):  # what the closed loop observes
+        y, _, flags, _ = observe(workload.demand[t].reshape(2, 4), capacity[t].reshape(2, 4), GPU_POD)
+        usage[t], own[t] = y.ravel(), flags.ravel()
+    control = np.ones((80, 8), bool)
+    control[:8] = False
+    breakdown = {name: np.zeros((80, 8)) for name in ("capacity_norm", "mu", "sigma", "k", "eta", "margin", "bias")}
+    record = ClosedLoopRecord(workload, capacity, usage, own, control, np.zeros((80, 8), np.int64), breakdown)
+    summary = write_report(record, tmp_path, "two resources")
+    low, span = workload.demand.min(axis=0), np.ptp(workload.demand, axis=0)
+    span = np.where(span > 0, span, 1.0)
+    total, extra = resource_metrics(((capacity - low) / span)[8:], ((workload.demand - low) / span)[8:], GPU_POD,
+                                    CostConfig())
+    assert summary["resources"]["total_regret"] == pytest.approx(total.regret)
+    assert summary["resources"]["regret_gpu_compute"] == pytest.approx(extra["regret_gpu_compute"])
+    assert summary["resources"]["hard"] == ["gpu_mem"]
+    header = (tmp_path / "ticks.csv").read_text().splitlines()[0]
+    assert header.endswith(",resource") and len((tmp_path / "ticks.csv").read_text().splitlines()) == 1 + 80 * 8
+    assert (tmp_path / "resources.png").stat().st_size > 10_000
 
 
 def test_replay_sends_every_tick_of_every_service_at_the_asked_rate(kafka_bootstrap: str, tmp_path) -> None:

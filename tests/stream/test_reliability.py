@@ -27,7 +27,7 @@ from producers.workload import Workload, copies_of
 from stream.decisions import DecisionEngine, Incoming
 from stream.records import PolicyVersion, UsageEvent, decode_action, decode_dead_letter
 from stream.topics import TopicNames, committed_offsets, end_offsets, ensure_topics, topic_specs
-from tests.stream.conftest import WINDOW
+from tests.stream.conftest import WINDOW, two_resource_workload
 from tests.support.kafka import consume, produce, unique, usage_json, wait_until
 from tests.support.chaos import BROKER, FREEZE, Chaos, audit
 from tests.support.processes import picrl_process, spawn, stop, tail
@@ -95,6 +95,44 @@ def test_sigkilled_worker_restarts_from_the_changelog_without_losing_or_repeatin
     print(f"\nrecovery after SIGKILL: {recovery:.1f} s (restart, changelog recovery, first decision); "
           f"{checked} actions checked, 0 missing, 0 repeated")
     assert record.duplicate_actions == 0
+
+
+def test_two_resources_survive_a_killed_worker_exactly_once_and_bad_records_are_refused_with_a_reason(
+        kafka_bootstrap: str, tiny_model_dir: Path, tiny_artifact: ModelArtifact, native_trace: Trace,
+        tmp_path: Path) -> None:
+    """Pods provisioned GPU memory and GPU compute (schema-2 records, ``--resources``): one of two workers is
+    SIGKILLed mid-run, the other takes its partitions over from the changelog, and every (pod, tick) gets one
+    action whose capacities equal the coupled embedded loop's; records without the model's resources are
+    dead-lettered with their reason."""
+    prefix = _topics(kafka_bootstrap, "resources")
+    topics = TopicNames(prefix)
+    args = _worker_args(tiny_model_dir, kafka_bootstrap, prefix, "--resources", "gpu_mem,gpu_compute",
+                        "--session-timeout", "6")
+    workers = [spawn(args, tmp_path / f"worker{i}.log") for i in range(2)]
+    workload = two_resource_workload(native_trace, 4, WINDOW + 22)
+    reading = {"usage": 1.0, "capacity": 2.0, "censored": False}
+    bad = {"missing_resource": usage_json("single", 0, 1.0, 2.0),
+           "unknown_resource": json.dumps({"schema": 2, "type": "usage", "service": "extra", "tick": 0, "resources": {
+               "gpu_mem": reading, "gpu_compute": reading, "gpu_net": reading}}).encode()}
+
+    def on_tick(summary: TickSummary) -> None:
+        if summary.tick == WINDOW + 10:
+            workers[1].send_signal(signal.SIGKILL)
+            workers[1].wait()
+
+    produce(kafka_bootstrap, topics.usage, [(b"bad", value) for value in bad.values()])
+    try:
+        record = _play(kafka_bootstrap, prefix, workload, on_tick)
+        letters = [decode_dead_letter(m.value)
+                   for m in asyncio.run(consume(kafka_bootstrap, topics.deadletter, len(bad), timeout=30))]
+    finally:
+        for worker in workers:
+            stop(worker)
+    assert workers[1].returncode == -signal.SIGKILL
+    checked = _assert_exactly_once_and_equal(record, kafka_bootstrap, prefix, tiny_artifact)
+    assert checked == len(workload.services) * workload.ticks  # one action per pod and tick, both resources in it
+    assert sorted(letter.reason for letter in letters) == sorted(bad)
+    assert record.censored[:, :len(workload.services)].any()  # memory ran short: the coupling was exercised
 
 
 def test_a_stopped_worker_hands_its_partitions_and_state_to_the_other(

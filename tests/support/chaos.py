@@ -23,7 +23,7 @@ from stream.records import decode_action
 from stream.topics import TopicNames
 from tests.support.kafka import consume
 from tests.support.processes import spawn, stop, tail
-from tests.support.reference import reference_run
+from tests.support.reference import coupled_reference_run, reference_run
 
 BROKER = "broker"
 FREEZE = "freeze "  # + a worker index: SIGSTOP for longer than the session timeout, then SIGCONT (a zombie)
@@ -137,7 +137,8 @@ def audit(record: ClosedLoopRecord, bootstrap: str, prefix: str, artifact: Model
     wanted = {(s, t) for s in workload.services for t in range(1, workload.ticks)}
     messages = asyncio.run(consume(bootstrap, TopicNames(prefix).actions, len(wanted) + 50, timeout=15))
     counts = collections.Counter((a.service, a.tick) for a in (decode_action(m.value) for m in messages))
-    reference = reference_run(artifact, workload.demand, workload.services, headroom=0.5).trajectory
+    reference = (coupled_reference_run(artifact, workload, headroom=0.5) if workload.resources else
+                 reference_run(artifact, workload.demand, workload.services, headroom=0.5)).trajectory
     decided = record.breakdown["capacity_norm"][window:]
     return Audit(sum(counts.values()), sorted(wanted - set(counts)), sorted(k for k, n in counts.items() if n > 1),
                  int(np.sum(decided != reference.action)))

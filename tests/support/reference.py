@@ -9,7 +9,7 @@ import numpy as np
 from picrl_core.artifact import ModelArtifact
 from picrl_core.controller import PicRLController
 from picrl_core.noise import service_key
-from picrl_core.resources import Resource, coupled_flags, impute_served_share, observe
+from picrl_core.resources import coupled_flags, impute_served_share, observe
 from picrl_core.scaling import from_unit, grown_high, outgrown, rescale_state, to_unit, window_range
 from picrl_core.series import MinMaxScaler
 from picrl_core.simulator import Trajectory, censor
@@ -68,19 +68,19 @@ def reference_run(artifact: ModelArtifact, demand: np.ndarray, services: tuple[s
     return ReferenceRun(Trajectory(**record), lows, highs, capacity)
 
 
-def coupled_reference_run(artifact: ModelArtifact, demand: np.ndarray, services: tuple[str, ...],
-                          resources: tuple[Resource, ...], headroom: float, range_growth: float = 2.0,
+def coupled_reference_run(artifact: ModelArtifact, workload: Workload, headroom: float, range_growth: float = 2.0,
                           grow_after: int = 3, coupled: bool = True) -> ReferenceRun:
-    """:func:`reference_run` for services provisioned several ``resources`` at once: ``demand`` is
-    ``(T, R, N)`` native, each (resource, service) a row keyed ``<service>/<resource>`` (resource-major), the
+    """:func:`reference_run` for services provisioned several resources at once (``workload.resources``, its
+    demand ``(T, R * N)`` native, resource-major), each (resource, service) a row keyed ``<service>/<resource>`` (resource-major), the
     cluster's observation is :func:`~picrl_core.resources.observe` on the native values (a memory shortage
     fails requests, so compute is observed on the served load), and the controller reads the coupled flags
     with the soft observations lifted by :func:`~picrl_core.resources.impute_served_share`, as the
     simulator's joint PIC-RL does (``coupled=False``: each row reads its own flag and observation, as one
     learner per resource would). The trajectory's columns are the rows."""
     window = artifact.config.predictor.window
-    steps, r, n = demand.shape
-    flat = demand.reshape(steps, r * n)
+    services, resources, flat = workload.services, workload.resources, workload.demand
+    steps, r, n = flat.shape[0], len(resources), len(services)
+    demand = flat.reshape(steps, r, n)
     low, high = window_range(flat[:window].T, headroom)
     controller = PicRLController(artifact.predictor, copy.deepcopy(artifact.policy), artifact.config)
     keys = np.array([service_key(f"{s}/{res.name}") for res in resources for s in services], dtype=np.uint64)
