@@ -208,7 +208,6 @@ class DecisionEngine:
             raise ValueError("scaling 'artifact' needs a model whose artifact records its series range")
         self._series = MinMaxScaler.from_dict(series) if series else None
         self.resources = settings.resources
-        self._hard = np.array([r.hard for r in self.resources], dtype=bool)
         self.codec = StateCodec.for_config(config)  # the incremental predictor's memory rides in the row
         self.row_dtype = np.dtype([
             ("core", self.codec.dtype), ("low", "<f8"), ("high", "<f8"), ("capacity", "<f8"),
@@ -339,7 +338,7 @@ class DecisionEngine:
             for r, key in enumerate(self.row_keys(service)):
                 split[key] = None if raw is None else raw[r * width:(r + 1) * width]
         inner = self._process(parts, split, None if room is None else room * len(names))
-        return self._gather(inner, refused, stored)
+        return self._gather(inner, refused)
 
     def _check_resources(self, item: Incoming, names: list[str]) -> Refusal | None:
         """Why a record cannot be decided as this engine's resources (None: it can)."""
@@ -359,7 +358,7 @@ class DecisionEngine:
                                                          f"<service>/<resource> must fit {MAX_ID_LENGTH} characters")
         return None
 
-    def _gather(self, inner: BatchOutcome, refused: list[Refusal], stored: Mapping[str, bytes | None]) -> BatchOutcome:
+    def _gather(self, inner: BatchOutcome, refused: list[Refusal]) -> BatchOutcome:
         """One output per service and tick from the resources' rows: the table row (the rows in resource
         order), one :class:`ResourceAction`, each refusal once; transitions and range changes stay per row."""
         names = [r.name for r in self.resources]

@@ -151,7 +151,8 @@ def run(args: argparse.Namespace) -> int:
     print_summary(summary, args.out)
     print(f"how to read these next to `picrl evaluate` (the README's results): here MAE and the rates are means over "
           f"the {summary['control_ticks']} control ticks of {args.services} services, each scaled by its own demand "
-          "range over this run, and regret is summed over all of them; every service is a shifted, scaled copy "
+          "range over this run, and regret is summed over all of them; every service is "
+          f"{'a pod (each of its resources a row)' if trace.resources else 'a shifted, scaled copy'} "
           "that starts cold (its first range from its first window of ticks, not the training range). `evaluate` "
           "scores one series scaled by its training range over the whole test split, so the two are not comparable "
           "one to one.")

@@ -67,13 +67,23 @@ def plot_trajectories(results: Sequence[CellResult], demand: np.ndarray, dataset
 
 
 def plot_resources(results: Sequence[CellResult], demand: np.ndarray, resources: Sequence[Resource], dataset: str,
-                   path: Path, methods: Sequence[str], seed: int = 0, service: int = 0) -> Path | None:
-    """Rows: ``methods`` that ran; columns: resources. ``demand`` ``(T, R * N)`` (resource-major)."""
+                   path: Path, methods: Sequence[str], seed: int = 0, service: int | None = None) -> Path | None:
+    """Rows: ``methods`` that ran; columns: resources. ``demand`` ``(T, R * N)`` (resource-major). The service
+    shown (unless given) is the one whose soft-resource capacities differ most between the first two methods
+    (the joint and the per-resource learner in the default order): where reading the coupled flags mattered."""
     runs = [(m, r) for m in methods for r in _finished(results, dataset, m) if r.cell.seed == seed]
     if not runs:
         return None
     n = demand.shape[1] // len(resources)
     hard = [i for i, res in enumerate(resources) if res.hard]
+    if service is None:
+        soft = [i for i, res in enumerate(resources) if not res.hard]
+        gaps = np.zeros(n)
+        if len(runs) > 1 and soft:
+            for i in soft:
+                block = slice(i * n, (i + 1) * n)
+                gaps += np.abs(runs[0][1].actions[:, block] - runs[1][1].actions[:, block]).sum(axis=0)
+        service = int(np.argmax(gaps))
     fig, axes = plt.subplots(len(runs), len(resources), figsize=(7 * len(resources), 2.8 * len(runs)),
                              sharex=True, squeeze=False)
     ticks = np.arange(demand.shape[0])
