@@ -7,7 +7,7 @@ from dataclasses import dataclass, fields, replace
 import numpy as np
 
 from picrl_core.artifact import ModelArtifact
-from picrl_core.controller import PicRLController
+from picrl_core.controller import ControllerState, PicRLController
 from picrl_core.noise import service_key
 from picrl_core.resources import coupled_flags, impute_served_share, observe
 from picrl_core.scaling import from_unit, grown_high, outgrown, rescale_state, to_unit, window_range
@@ -56,15 +56,9 @@ def reference_run(artifact: ModelArtifact, demand: np.ndarray, services: tuple[s
             record[name][t] = getattr(state, name)
         record["demand"][t], record["observed"][t], record["censored"][t] = unit, observed, censored
         lows[t], highs[t], capacity[t] = low, high, from_unit(state.action, low, high)
-        new, transition = controller.step(state, observed, censored,
-                                          None if scaled_context is None else scaled_context[window + t])
-        record["reward"][t] = transition.reward
-        if range_growth > 1:
-            grow = outgrown(state.action, censored, new.censor_streak, grow_after)
-            if grow.any():
-                new_high = np.where(grow, grown_high(low, high, range_growth), high)
-                new, high = rescale_state(new, low, high, low, new_high), new_high
-        state = new
+        state, high, record["reward"][t] = _advance(
+            controller, state, observed, censored, None if scaled_context is None else scaled_context[window + t],
+            low, high, range_growth, grow_after)
     return ReferenceRun(Trajectory(**record), lows, highs, capacity)
 
 
@@ -105,15 +99,23 @@ def coupled_reference_run(artifact: ModelArtifact, workload: Workload, headroom:
         record["demand"][t], record["observed"][t], record["censored"][t] = _unit(flat[window + t], low, high), \
             observed, censored
         lows[t], highs[t], capacity[t] = low, high, native
-        new, transition = controller.step(state, observed, censored, None)
-        record["reward"][t] = transition.reward
-        if range_growth > 1:
-            grow = outgrown(state.action, censored, new.censor_streak, grow_after)
-            if grow.any():
-                new_high = np.where(grow, grown_high(low, high, range_growth), high)
-                new, high = rescale_state(new, low, high, low, new_high), new_high
-        state = new
+        state, high, record["reward"][t] = _advance(controller, state, observed, censored, None, low, high,
+                                                    range_growth, grow_after)
     return ReferenceRun(Trajectory(**record), lows, highs, capacity)
+
+
+def _advance(controller: PicRLController, state: ControllerState, observed: np.ndarray, censored: np.ndarray,
+             context: np.ndarray | None, low: np.ndarray, high: np.ndarray, range_growth: float,
+             grow_after: int) -> tuple[ControllerState, np.ndarray, np.ndarray]:
+    """One controller step and the worker's range growth: the next state, the top of the ranges and the
+    transition's rewards."""
+    new, transition = controller.step(state, observed, censored, context)
+    if range_growth > 1:
+        grow = outgrown(state.action, censored, new.censor_streak, grow_after)
+        if grow.any():
+            new_high = np.where(grow, grown_high(low, high, range_growth), high)
+            new, high = rescale_state(new, low, high, low, new_high), new_high
+    return new, high, transition.reward
 
 
 def _unit(demand: np.ndarray, low: np.ndarray, high: np.ndarray) -> np.ndarray:
