@@ -48,6 +48,12 @@ full-information regret).
 
 Prints the regret table, writes ``design.json``, ``design.csv`` and ``design.png`` (regret of each
 variant over the default's full-information regret, per trace).
+
+**The adoption rule.** A variant replaces the default only when it is better beyond the noise of the
+runs: over the trace-seed pairs, the 90% bootstrap interval of the mean log regret ratio (variant over
+default, paired by trace and seed) must lie below 0 (:func:`paired_verdict`: ``better``; ``worse`` when it
+lies above, else ``within noise``, and the default stays). The table prints each variant's verdict;
+``--verdicts-of DIR/design.json`` prints them for a stored run without running anything.
 """
 from __future__ import annotations
 
@@ -193,6 +199,33 @@ def plot(results: dict[str, dict[str, dict]], path: Path) -> Path:
     return path
 
 
+def paired_verdict(results: dict[str, dict[str, dict]], variant: str, base: str, draws: int = 10_000,
+                   level: float = 0.90, seed: int = 0) -> dict:
+    """``variant`` against ``base`` over the trace-seed pairs of ``results``: the mean of
+    ``log(regret_variant / regret_base)`` (negative: the variant is better), its ``level`` bootstrap interval
+    (pairs resampled with replacement) and the verdict of the adoption rule."""
+    logs = np.array([np.log(max(rows[variant]["regret"], 1e-9) / max(rows[base]["regret"], 1e-9))
+                     for rows in results.values()])
+    means = np.random.default_rng(seed).choice(logs, size=(draws, logs.size)).mean(axis=1)
+    low, high = np.quantile(means, [(1 - level) / 2, (1 + level) / 2])
+    verdict = "better" if high < 0 else "worse" if low > 0 else "within noise"
+    return {"mean_log_ratio": float(logs.mean()), "interval": [float(low), float(high)], "pairs": int(logs.size),
+            "verdict": verdict}
+
+
+def print_verdicts(results: dict[str, dict[str, dict]]) -> dict[str, dict]:
+    """Each variant's verdict against the default (the variant whose name ends in ``(default)``)."""
+    names = list(next(iter(results.values())))
+    base = next(m for m in names if m.endswith("(default)"))
+    verdicts = {m: paired_verdict(results, m, base) for m in names if m != base and "full information" not in m}
+    print(f"\nadoption rule, against {base} over {len(results)} trace-seed pairs (90% bootstrap interval of the "
+          "mean log regret ratio; better only when it lies below 0):")
+    for m, v in verdicts.items():
+        print(f"  {m:<30} {v['mean_log_ratio']:+.3f}  [{v['interval'][0]:+.3f}, {v['interval'][1]:+.3f}]  "
+              f"{v['verdict']}")
+    return verdicts
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -202,7 +235,12 @@ def main() -> None:
     parser.add_argument("--fleet", action="store_true", help="add the 91-pod fleet as one more trace")
     parser.add_argument("--rungs", nargs="+", choices=list(ladder()), metavar="NAME",
                         help="only these variants besides the default (default: the whole ladder)")
+    parser.add_argument("--verdicts-of", type=Path, metavar="DESIGN_JSON",
+                        help="print the adoption rule's verdicts of a stored run's design.json and exit")
     args = parser.parse_args()
+    if args.verdicts_of:
+        print_verdicts(json.loads(args.verdicts_of.read_text())["traces"])
+        return
     torch.set_num_threads(1)
     args.out.mkdir(parents=True, exist_ok=True)
     steal = StealMeter()
@@ -227,6 +265,7 @@ def main() -> None:
         shortage = np.mean([rows[m]["shortage_rate"] for rows in results.values()])
         print(f"{m:<30} {np.mean(ratios[m]):>14.3f} {np.exp(np.mean(np.log(ratios[m]))):>10.3f} "
               f"{wins.get(m, '-'):>10} {shortage:>14.3f}")
+    verdicts = print_verdicts(results)
     with (args.out / "design.csv").open("w", newline="") as handle:
         writer = csv.writer(handle)
         writer.writerow(["trace", "variant", "regret", "mae", "shortage_rate", "regret_over_full_information"])
@@ -236,7 +275,8 @@ def main() -> None:
                                  f"{r['regret'] / max(rows['default, full information']['regret'], 1e-9):.4g}"])
     (args.out / "design.json").write_text(json.dumps(
         {"machine": describe(), "seconds": time.perf_counter() - started, "cpu_steal_share": steal.share(),
-         "summary": {m: {"mean_ratio": float(np.mean(ratios[m])), "wins": wins.get(m)} for m in names},
+         "summary": {m: {"mean_ratio": float(np.mean(ratios[m])), "wins": wins.get(m), "verdict": verdicts.get(m)}
+                     for m in names},
          "traces": results}, indent=2) + "\n")
     plot(results, args.out / "design.png")
     print(f"written: {args.out / 'design.json'}, {args.out / 'design.csv'}, {args.out / 'design.png'}")
