@@ -87,7 +87,7 @@ class _Window:
     first: np.ndarray = field(init=False)  # (R,) index of each row's first censored point
 
     def __post_init__(self) -> None:
-        self.first = np.flatnonzero(np.diff(self.row, prepend=-1))
+        self.first = np.searchsorted(self.row, np.arange(self.n_unc.shape[0]))  # rows ascending, each present
 
     def per_row(self, values: np.ndarray) -> np.ndarray:
         """Each row's sum of ``values`` (one per censored point), as contiguous segment sums."""
@@ -208,7 +208,7 @@ def _newton(delta: np.ndarray, gamma: np.ndarray, window: _Window, iterations: i
                 trial = _evaluate(d0[todo] + s * p_d[todo], np.minimum(g0[todo] + s * p_g[todo], gamma_max),
                                   w.rows(todo))
                 ok = trial.f >= point.f[todo] + _ARMIJO * s * slope[todo]
-                at = np.flatnonzero(todo)
+                at = todo.nonzero()[0]
                 for name in _Point.__dataclass_fields__:
                     getattr(new_point, name)[at[ok]] = getattr(trial, name)[ok]
                 accepted[at[ok]] = True
