@@ -96,7 +96,7 @@ class PicRLController:
     def __init__(self, predictor: GaussianLSTM, policy: PolicyNetwork, config: PicRLConfig, *,
                  explore: bool | None = None, seed: int | None = None, chunk: int | None = None) -> None:
         self.predictor = predictor.eval()
-        self.policy = policy.eval()
+        self.set_policy(policy)
         self.config = config
         self.explore = config.online.explore if explore is None else explore
         self.seed = config.seed if seed is None else seed
@@ -113,6 +113,8 @@ class PicRLController:
     def set_policy(self, policy: PolicyNetwork) -> None:
         """Hot-swap the acting policy (slow-loop update or a new published version)."""
         self.policy = policy.eval()
+        # its layers' parameters, read once: in-place updates of them (the slow loop's EMA) still act at once
+        self._layers = _plain_mlp(policy.body) if type(policy) is PolicyNetwork else None
 
     def initial_state(self, keys: np.ndarray, history: np.ndarray, history_context: np.ndarray | None = None,
                       start_tick: int | np.ndarray = 0) -> ControllerState:
@@ -245,7 +247,7 @@ class PicRLController:
             return np.zeros((0, N_OUTPUTS), np.float32), np.zeros(0, np.float32)
         noise = counter_normal(self.seed, keys, tick, N_OUTPUTS).astype(np.float32) if self.explore else None
 
-        layers = _plain_mlp(self.policy.body) if type(self.policy) is PolicyNetwork else None
+        layers = self._layers
         if layers is None:  # any other policy: through its modules
             def forward(rows: np.ndarray) -> tuple[np.ndarray, ...]:
                 mean, std = self.policy(torch.from_numpy(rows))
