@@ -109,6 +109,7 @@ class PicRLController:
         self.memory_size = memory_size(config.predictor)
         # each service's online temperature of sigma; ablation A1 (no uncertainty) has one constant sigma
         self.scales_sigma = config.calibrator.online_scale and config.ablation.use_uncertainty
+        self.risk_centre = risk_centre(config)  # the k range's centre (an inverse normal cdf: once, not per tick)
 
     def set_policy(self, policy: PolicyNetwork) -> None:
         """Hot-swap the acting policy (slow-loop update or a new published version)."""
@@ -218,7 +219,7 @@ class PicRLController:
             estimate=censored_demand, n_max=cfg.reward.n_max, horizon=cfg.policy.horizon,
         )
         pre, log_prob = self._plan(features, keys, tick)
-        eta, k = squash(pre, cfg.policy, risk_centre(cfg))
+        eta, k = squash(pre, cfg.policy, self.risk_centre)
         buffer = k * sigma if cfg.ablation.use_k_sigma else 0.0
         action = np.clip(mu + buffer + margin + bias, 0.0, 1.0)
         return ControllerState(
