@@ -85,9 +85,16 @@ class _Window:
     row: np.ndarray  # (E,) row of each censored point (ascending, every row present)
     y_cens: np.ndarray  # (E,) censoring threshold y of each censored point
     first: np.ndarray = field(init=False)  # (R,) index of each row's first censored point
+    # per-row constants of every evaluation, computed once per window
+    has_unc: np.ndarray = field(init=False)  # (R,) n_unc > 0
+    n_mean: np.ndarray = field(init=False)  # (R,) n_unc * mean_unc
+    n_mean2: np.ndarray = field(init=False)  # (R,) n_unc * mean_unc * mean_unc
 
     def __post_init__(self) -> None:
         self.first = np.searchsorted(self.row, np.arange(self.n_unc.shape[0]))  # rows ascending, each present
+        self.has_unc = self.n_unc > 0
+        self.n_mean = self.n_unc * self.mean_unc
+        self.n_mean2 = self.n_mean * self.mean_unc
 
     def per_row(self, values: np.ndarray) -> np.ndarray:
         """Each row's sum of ``values`` (one per censored point), as contiguous segment sums."""
@@ -135,18 +142,18 @@ def _evaluate(delta: np.ndarray, gamma: np.ndarray, w: _Window) -> _Point:
     v = gamma[w.row] * w.y_cens - delta[w.row]
     log_sf, lam, dlam = censored_normal_terms(v)
     per_row = w.per_row
-    n, ybar, m2 = w.n_unc, w.mean_unc, w.m2_unc
+    n, ybar, m2, n_ybar = w.n_unc, w.mean_unc, w.m2_unc, w.n_mean
     u = gamma * ybar - delta
-    log_gamma = np.where(n > 0, np.where(gamma > 0, np.log(gamma), -np.inf), 0.0)
+    log_gamma = np.where(w.has_unc, np.where(gamma > 0, np.log(gamma), -np.inf), 0.0)
     f = n * log_gamma - 0.5 * (gamma * gamma * m2 + n * u * u) + per_row(log_sf)
     lam_y, dlam_y = lam * w.y_cens, dlam * w.y_cens
     return _Point(
         f=f,
         g_delta=n * u + per_row(lam),
-        g_gamma=n / gamma - (gamma * m2 + ybar * n * u) - per_row(lam_y),
+        g_gamma=n / gamma - (gamma * m2 + n_ybar * u) - per_row(lam_y),
         a=n + per_row(dlam),
-        b=-(n * ybar + per_row(dlam_y)),
-        c=n / (gamma * gamma) + m2 + n * ybar * ybar + per_row(dlam_y * w.y_cens),
+        b=-(n_ybar + per_row(dlam_y)),
+        c=n / (gamma * gamma) + m2 + w.n_mean2 + per_row(dlam_y * w.y_cens),
     )
 
 
@@ -177,7 +184,7 @@ def _newton(delta: np.ndarray, gamma: np.ndarray, window: _Window, iterations: i
         rows = np.arange(delta.shape[0])  # the rows still iterating, and their window and current point
         w = window
         point = _evaluate(delta, gamma, w)
-        final = _Point(**{name: np.empty(delta.shape) for name in _Point.__dataclass_fields__})
+        final: _Point | None = None  # the points of rows that stopped before others (allocated when the first do)
         for _ in range(iterations):
             d0, g0 = delta[rows], gamma[rows]
             p_d, p_g = _newton_step(point, g0, gamma_max)
@@ -220,15 +227,25 @@ def _newton(delta: np.ndarray, gamma: np.ndarray, window: _Window, iterations: i
             delta[rows] = np.where(last, d1 + next_d, d1)
             gamma[rows] = np.where(last, np.minimum(g1 + next_g, gamma_max), g1)
             going = ~((moved < _STEP_TOLERANCE) | flat | last)
+            if going.all():
+                point = new_point
+                continue
+            if final is None:
+                if not going.any():  # every row stops at once (none stopped before): their points are new_point
+                    return delta, gamma, new_point
+                final = _Point(**{name: np.empty(delta.shape) for name in _Point.__dataclass_fields__})
+            stopped = ~going
             for name in _Point.__dataclass_fields__:
-                getattr(final, name)[rows] = getattr(new_point, name)
+                getattr(final, name)[rows[stopped]] = getattr(new_point, name)[stopped]
             if not going.any():
                 break
-            if not going.all():
-                rows, w = rows[going], w.rows(going)
-                point = _Point(**{name: getattr(new_point, name)[going] for name in _Point.__dataclass_fields__})
-            else:
-                point = new_point
+            rows, w = rows[going], w.rows(going)
+            point = _Point(**{name: getattr(new_point, name)[going] for name in _Point.__dataclass_fields__})
+        else:  # out of iterations: the rows still going end at their last iterate's point
+            if final is None:
+                return delta, gamma, point
+            for name in _Point.__dataclass_fields__:
+                getattr(final, name)[rows] = getattr(point, name)
     return delta, gamma, final
 
 
