@@ -102,7 +102,7 @@ class _Window:
 
     @staticmethod
     def of(y: np.ndarray, unc: np.ndarray, cens: np.ndarray) -> "_Window":
-        n_unc = np.count_nonzero(unc, axis=1).astype(np.float64)
+        n_unc = _row_sum(unc).astype(np.float64)
         mean_unc = _row_sum(np.where(unc, y, 0.0)) / np.maximum(n_unc, 1.0)
         m2_unc = _row_sum(np.where(unc, (y - mean_unc[:, None]) ** 2, 0.0))
         row, col = np.nonzero(cens)

@@ -221,7 +221,7 @@ class PicRLController:
         pre, log_prob = self._plan(features, keys, tick)
         eta, k = squash(pre, cfg.policy, self.risk_centre)
         buffer = k * sigma if cfg.ablation.use_k_sigma else 0.0
-        action = np.clip(mu + buffer + margin + bias, 0.0, 1.0)
+        action = (mu + buffer + margin + bias).clip(0.0, 1.0)  # the method: np.clip without its wrapper
         return ControllerState(
             keys=keys, tick=tick, observations=observations, censored=censored, context=context,
             margin=margin, bias=bias, censor_streak=censor_streak, over_streak=over_streak,
