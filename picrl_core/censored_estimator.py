@@ -164,6 +164,8 @@ def _newton_step(point: _Point, gamma: np.ndarray, gamma_max: float) -> tuple[np
     p_d = (point.c * point.g_delta - point.b * point.g_gamma) / det
     p_g = (point.a * point.g_gamma - point.b * point.g_delta) / det
     pinned = (gamma >= gamma_max) & (p_g > 0)
+    if not pinned.any():
+        return p_d, p_g
     return np.where(pinned, point.g_delta / point.a, p_d), np.where(pinned, 0.0, p_g)
 
 
@@ -184,10 +186,11 @@ def _newton(delta: np.ndarray, gamma: np.ndarray, window: _Window, iterations: i
         rows = np.arange(delta.shape[0])  # the rows still iterating, and their window and current point
         w = window
         point = _evaluate(delta, gamma, w)
+        direction = _newton_step(point, gamma, gamma_max)  # at the rows' iterates; then the last iteration's next step
         final: _Point | None = None  # the points of rows that stopped before others (allocated when the first do)
         for _ in range(iterations):
             d0, g0 = delta[rows], gamma[rows]
-            p_d, p_g = _newton_step(point, g0, gamma_max)
+            p_d, p_g = direction
             slope = point.g_delta * p_d + point.g_gamma * p_g  # >= 0: ascent direction (twice the Newton decrement)
             # Within rounding of the optimum f cannot resolve the gain: take the plain Newton step, stop.
             flat = slope <= _FLAT_SLOPE * (1.0 + np.abs(point.f))
@@ -227,8 +230,8 @@ def _newton(delta: np.ndarray, gamma: np.ndarray, window: _Window, iterations: i
             delta[rows] = np.where(last, d1 + next_d, d1)
             gamma[rows] = np.where(last, np.minimum(g1 + next_g, gamma_max), g1)
             going = ~((moved < _STEP_TOLERANCE) | flat | last)
-            if going.all():
-                point = new_point
+            if going.all():  # a row going on was not last: it moved to (d1, g1), where (next_d, next_g) is its step
+                point, direction = new_point, (next_d, next_g)
                 continue
             if final is None:
                 if not going.any():  # every row stops at once (none stopped before): their points are new_point
@@ -241,6 +244,7 @@ def _newton(delta: np.ndarray, gamma: np.ndarray, window: _Window, iterations: i
                 break
             rows, w = rows[going], w.rows(going)
             point = _Point(**{name: getattr(new_point, name)[going] for name in _Point.__dataclass_fields__})
+            direction = next_d[going], next_g[going]
         else:  # out of iterations: the rows still going end at their last iterate's point
             if final is None:
                 return delta, gamma, point
