@@ -145,7 +145,8 @@ def _evaluate(delta: np.ndarray, gamma: np.ndarray, w: _Window) -> _Point:
     n, ybar, m2, n_ybar = w.n_unc, w.mean_unc, w.m2_unc, w.n_mean
     u = gamma * ybar - delta
     log_gamma = np.where(w.has_unc, np.where(gamma > 0, np.log(gamma), -np.inf), 0.0)
-    f = n * log_gamma - 0.5 * (gamma * gamma * m2 + n * u * u) + per_row(log_sf)
+    gamma2 = gamma * gamma
+    f = n * log_gamma - 0.5 * (gamma2 * m2 + n * u * u) + per_row(log_sf)
     lam_y, dlam_y = lam * w.y_cens, dlam * w.y_cens
     return _Point(
         f=f,
@@ -153,7 +154,7 @@ def _evaluate(delta: np.ndarray, gamma: np.ndarray, w: _Window) -> _Point:
         g_gamma=n / gamma - (gamma * m2 + n_ybar * u) - per_row(lam_y),
         a=n + per_row(dlam),
         b=-(n_ybar + per_row(dlam_y)),
-        c=n / (gamma * gamma) + m2 + w.n_mean2 + per_row(dlam_y * w.y_cens),
+        c=n / gamma2 + m2 + w.n_mean2 + per_row(dlam_y * w.y_cens),
     )
 
 
@@ -349,7 +350,8 @@ def _estimate(y: np.ndarray, censored: np.ndarray, valid: np.ndarray, n_consecut
     uncertainty = np.full(mean.shape, UNCERTAINTY_CAP)
     # Nothing censored: the information of n Gaussian points at the (floored) std gives s / sqrt(n)
     plain = identified & ~tobit
-    uncertainty[plain] = np.minimum(std[plain] / np.sqrt(n_valid[plain]), UNCERTAINTY_CAP)
+    if plain.any():  # (each masked step below costs ~1 us even on an empty mask: a steady-state window is censored)
+        uncertainty[plain] = np.minimum(std[plain] / np.sqrt(n_valid[plain]), UNCERTAINTY_CAP)
     if tobit.any():
         start_mean, start_std = mean[tobit], std[tobit]
         if start is not None:
@@ -359,15 +361,17 @@ def _estimate(y: np.ndarray, censored: np.ndarray, valid: np.ndarray, n_consecut
             start_mean = np.where(warm, warm_mean, start_mean)
             start_std = np.where(warm, np.maximum(warm_std, floor), start_std)
         delta, gamma, point = _newton(start_mean / start_std, 1.0 / start_std,
-                                         _Window.of(y[tobit], unc[tobit], cens[tobit]), estimator.iterations,
-                                         1.0 / floor)
+                                      _Window.of(y[tobit], unc[tobit], cens[tobit]), estimator.iterations,
+                                      1.0 / floor)
         mean[tobit], std[tobit] = delta / gamma, 1.0 / gamma
         uncertainty[tobit] = np.minimum(_standard_error_of_mean(delta, gamma, point), UNCERTAINTY_CAP)
 
     all_censored = (n_valid > 0) & ~identified
-    highest = np.where(valid, y, -np.inf).max(axis=1, initial=-np.inf)
-    mean = np.where(all_censored, highest + std, mean)
+    if all_censored.any():
+        highest = np.where(valid, y, -np.inf).max(axis=1, initial=-np.inf)
+        mean = np.where(all_censored, highest + std, mean)
     empty = n_valid == 0
-    mean[empty], std[empty] = 0.0, floor
+    if empty.any():
+        mean[empty], std[empty] = 0.0, floor
     return CensoredDemandEstimate(mean=mean, std=std, pessimism=pessimism_factor(n_consecutive, reward),
                                   uncertainty=uncertainty)
