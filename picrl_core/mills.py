@@ -93,9 +93,12 @@ def inverse_mills_gap(z: ArrayLike) -> np.ndarray:
 
 def _derivative(z: ArrayLike, lam: np.ndarray, gap: np.ndarray) -> np.ndarray:
     """``lambda' = lambda * (lambda - z)``, with its limits 1 and 0 at ``z = +inf`` and ``-inf``."""
+    infinite = np.isinf(z)
+    if not infinite.any():  # the product is then all there is (no inf * 0 in it)
+        return np.asarray(lam * gap)
     with np.errstate(invalid="ignore"):
         derivative = lam * gap
-    return np.where(np.isinf(z), np.asarray(z, dtype=np.float64) > 0, derivative)
+    return np.where(infinite, np.asarray(z, dtype=np.float64) > 0, derivative)
 
 
 def inverse_mills_ratio_derivative(z: ArrayLike) -> np.ndarray:
