@@ -183,7 +183,7 @@ def _newton(delta: np.ndarray, gamma: np.ndarray, window: _Window, iterations: i
     optimum); returns ``(delta, gamma, the log-likelihood's point at the last evaluated iterate)``: the information
     the standard error reads needs no evaluation of its own."""
     delta, gamma = delta.copy(), gamma.copy()
-    with np.errstate(divide="ignore", invalid="ignore"):  # once (~1 us a context); trials may leave gamma > 0
+    with np.errstate(divide="ignore", invalid="ignore"):  # once (~1 us a context): a trial may leave gamma > 0
         rows = np.arange(delta.shape[0])  # the rows still iterating, and their window and current point
         w = window
         point = _evaluate(delta, gamma, w)
@@ -350,7 +350,7 @@ def _estimate(y: np.ndarray, censored: np.ndarray, valid: np.ndarray, n_consecut
     uncertainty = np.full(mean.shape, UNCERTAINTY_CAP)
     # Nothing censored: the information of n Gaussian points at the (floored) std gives s / sqrt(n)
     plain = identified & ~tobit
-    if plain.any():  # (each masked step below costs ~1 us even on an empty mask: a steady-state window is censored)
+    if plain.any():  # masked steps cost ~1 us each even on an empty mask; in steady state windows are censored
         uncertainty[plain] = np.minimum(std[plain] / np.sqrt(n_valid[plain]), UNCERTAINTY_CAP)
     if tobit.any():
         start_mean, start_std = mean[tobit], std[tobit]
