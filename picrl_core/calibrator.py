@@ -63,8 +63,7 @@ def calibrate(margin: np.ndarray, bias: np.ndarray, eta: np.ndarray, shortage: n
     over = over_provisioned.astype(np.float64)
     margin = margin + eta * cfg.delta_m * scale * (escalation * short - w_margin * over)
     bias = bias + eta * cfg.delta_b * (short - w_bias * over)
-    return (np.clip(margin, -cfg.margin_limit, cfg.margin_limit),
-            np.clip(bias, -cfg.bias_limit, cfg.bias_limit))
+    return margin.clip(-cfg.margin_limit, cfg.margin_limit), bias.clip(-cfg.bias_limit, cfg.bias_limit)
 
 
 # Rprop's factors and the step multiplier's range (calibrator.adaptive_step)
@@ -105,8 +104,7 @@ def track_temperature(temperature: np.ndarray, y: np.ndarray, mu: np.ndarray, si
     ``[scale_min, scale_max]``."""
     z = (np.asarray(y, np.float64) - mu) / sigma
     second = np.where(censored, 1.0 + z * inverse_mills_ratio(z), z * z)
-    return np.clip(temperature * np.sqrt(1.0 - cfg.scale_rate + cfg.scale_rate * second), cfg.scale_min,
-                   cfg.scale_max)
+    return (temperature * np.sqrt(1.0 - cfg.scale_rate + cfg.scale_rate * second)).clip(cfg.scale_min, cfg.scale_max)
 
 
 def reactive_step(margin: np.ndarray, bias: np.ndarray, eta: np.ndarray, shortage: np.ndarray,

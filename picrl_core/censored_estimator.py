@@ -85,9 +85,16 @@ class _Window:
     row: np.ndarray  # (E,) row of each censored point (ascending, every row present)
     y_cens: np.ndarray  # (E,) censoring threshold y of each censored point
     first: np.ndarray = field(init=False)  # (R,) index of each row's first censored point
+    # per-row constants of every evaluation, computed once per window
+    has_unc: np.ndarray = field(init=False)  # (R,) n_unc > 0
+    n_mean: np.ndarray = field(init=False)  # (R,) n_unc * mean_unc
+    n_mean2: np.ndarray = field(init=False)  # (R,) n_unc * mean_unc * mean_unc
 
     def __post_init__(self) -> None:
-        self.first = np.flatnonzero(np.diff(self.row, prepend=-1))
+        self.first = np.searchsorted(self.row, np.arange(self.n_unc.shape[0]))  # rows ascending, each present
+        self.has_unc = self.n_unc > 0
+        self.n_mean = self.n_unc * self.mean_unc
+        self.n_mean2 = self.n_mean * self.mean_unc
 
     def per_row(self, values: np.ndarray) -> np.ndarray:
         """Each row's sum of ``values`` (one per censored point), as contiguous segment sums."""
@@ -95,7 +102,7 @@ class _Window:
 
     @staticmethod
     def of(y: np.ndarray, unc: np.ndarray, cens: np.ndarray) -> "_Window":
-        n_unc = np.count_nonzero(unc, axis=1).astype(np.float64)
+        n_unc = _row_sum(unc).astype(np.float64)
         mean_unc = _row_sum(np.where(unc, y, 0.0)) / np.maximum(n_unc, 1.0)
         m2_unc = _row_sum(np.where(unc, (y - mean_unc[:, None]) ** 2, 0.0))
         row, col = np.nonzero(cens)
@@ -124,7 +131,8 @@ class _Point:
 
 def _evaluate(delta: np.ndarray, gamma: np.ndarray, w: _Window) -> _Point:
     """``f = sum_unc [log gamma - v^2/2] + sum_cens log(1 - Phi(v))`` with ``v = gamma*y - delta`` (the
-    constant ``-n_unc log sqrt(2 pi)`` dropped), its score and information.
+    constant ``-n_unc log sqrt(2 pi)`` dropped), its score and information. Called under :func:`_newton`'s
+    ``np.errstate``: a trial step may leave the region ``gamma > 0``, where ``f`` is ``-inf``.
 
     Censored terms have ``d/dv = -lambda(v)`` and ``d^2/dv^2 = -lambda'(v)``; ``dv/d(delta, gamma) = (-1, y)``.
     Uncensored sums come from the sufficient statistics: with ``u = gamma*mean_unc - delta``,
@@ -134,19 +142,19 @@ def _evaluate(delta: np.ndarray, gamma: np.ndarray, w: _Window) -> _Point:
     v = gamma[w.row] * w.y_cens - delta[w.row]
     log_sf, lam, dlam = censored_normal_terms(v)
     per_row = w.per_row
-    n, ybar, m2 = w.n_unc, w.mean_unc, w.m2_unc
+    n, ybar, m2, n_ybar = w.n_unc, w.mean_unc, w.m2_unc, w.n_mean
     u = gamma * ybar - delta
-    with np.errstate(divide="ignore", invalid="ignore"):  # a trial step may leave gamma > 0: f is -inf there
-        log_gamma = np.where(n > 0, np.where(gamma > 0, np.log(gamma), -np.inf), 0.0)
-    f = n * log_gamma - 0.5 * (gamma * gamma * m2 + n * u * u) + per_row(log_sf)
+    log_gamma = np.where(w.has_unc, np.where(gamma > 0, np.log(gamma), -np.inf), 0.0)
+    gamma2 = gamma * gamma
+    f = n * log_gamma - 0.5 * (gamma2 * m2 + n * u * u) + per_row(log_sf)
     lam_y, dlam_y = lam * w.y_cens, dlam * w.y_cens
     return _Point(
         f=f,
         g_delta=n * u + per_row(lam),
-        g_gamma=n / gamma - (gamma * m2 + ybar * n * u) - per_row(lam_y),
+        g_gamma=n / gamma - (gamma * m2 + n_ybar * u) - per_row(lam_y),
         a=n + per_row(dlam),
-        b=-(n * ybar + per_row(dlam_y)),
-        c=n / (gamma * gamma) + m2 + n * ybar * ybar + per_row(dlam_y * w.y_cens),
+        b=-(n_ybar + per_row(dlam_y)),
+        c=n / gamma2 + m2 + w.n_mean2 + per_row(dlam_y * w.y_cens),
     )
 
 
@@ -157,6 +165,8 @@ def _newton_step(point: _Point, gamma: np.ndarray, gamma_max: float) -> tuple[np
     p_d = (point.c * point.g_delta - point.b * point.g_gamma) / det
     p_g = (point.a * point.g_gamma - point.b * point.g_delta) / det
     pinned = (gamma >= gamma_max) & (p_g > 0)
+    if not pinned.any():
+        return p_d, p_g
     return np.where(pinned, point.g_delta / point.a, p_d), np.where(pinned, 0.0, p_g)
 
 
@@ -166,72 +176,82 @@ def _relative_move(d0: np.ndarray, g0: np.ndarray, p_d: np.ndarray, p_g: np.ndar
 
 
 def _newton(delta: np.ndarray, gamma: np.ndarray, window: _Window, iterations: int,
-            gamma_max: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, _Point]:
+            gamma_max: float) -> tuple[np.ndarray, np.ndarray, _Point]:
     """Damped Newton ascent on the concave Olsen log-likelihood with ``0 < gamma <= gamma_max``, each row
     until its step is below ``_STEP_TOLERANCE``, its Newton decrement is within rounding of 0, or its next step
     is below ``_LAST_STEP`` (then taken without a line search: quadratic convergence leaves it ~1e-12 from the
-    optimum); returns ``(delta, gamma, iterations used per row, the log-likelihood's point at the last evaluated
-    iterate)``: the information the standard error reads needs no evaluation of its own."""
+    optimum); returns ``(delta, gamma, the log-likelihood's point at the last evaluated iterate)``: the information
+    the standard error reads needs no evaluation of its own."""
     delta, gamma = delta.copy(), gamma.copy()
-    used = np.zeros(delta.shape, dtype=np.int64)
-    rows = np.arange(delta.shape[0])  # the rows still iterating, and their window and current point
-    w = window
-    point = _evaluate(delta, gamma, w)
-    final = _Point(**{name: np.empty(delta.shape) for name in _Point.__dataclass_fields__})
-    for _ in range(iterations):
-        if rows.size == 0:
-            break
-        used[rows] += 1
-        d0, g0 = delta[rows], gamma[rows]
-        p_d, p_g = _newton_step(point, g0, gamma_max)
-        slope = point.g_delta * p_d + point.g_gamma * p_g  # >= 0: ascent direction (twice the Newton decrement)
-        # Within rounding of the optimum f cannot resolve the gain: take the plain Newton step, stop.
-        flat = slope <= _FLAT_SLOPE * (1.0 + np.abs(point.f))
-        # The first trial stops at the sigma floor rather than crossing it: a clipped step leaves the
-        # Newton direction, fails the Armijo test and would be halved many times over.
-        with np.errstate(divide="ignore", invalid="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore"):  # once (~1 us a context): a trial may leave gamma > 0
+        rows = np.arange(delta.shape[0])  # the rows still iterating, and their window and current point
+        w = window
+        point = _evaluate(delta, gamma, w)
+        direction = _newton_step(point, gamma, gamma_max)  # at the rows' iterates; then the last iteration's next step
+        final: _Point | None = None  # the points of rows that stopped before others (allocated when the first do)
+        for _ in range(iterations):
+            d0, g0 = delta[rows], gamma[rows]
+            p_d, p_g = direction
+            slope = point.g_delta * p_d + point.g_gamma * p_g  # >= 0: ascent direction (twice the Newton decrement)
+            # Within rounding of the optimum f cannot resolve the gain: take the plain Newton step, stop.
+            flat = slope <= _FLAT_SLOPE * (1.0 + np.abs(point.f))
+            # The first trial stops at the sigma floor rather than crossing it: a clipped step leaves the
+            # Newton direction, fails the Armijo test and would be halved many times over.
             step = np.where(p_g > 0, np.minimum(1.0, (gamma_max - g0) / p_g), 1.0)
-        # The first trial for every row at once (flat rows are accepted as they are; their trial is unused).
-        trial = _evaluate(d0 + step * p_d, np.minimum(g0 + step * p_g, gamma_max), w)
-        accepted = flat | (trial.f >= point.f + _ARMIJO * step * slope)
-        if accepted.all():
-            new_point = trial
-        else:
-            new_point = _Point(**{name: np.where(accepted, getattr(trial, name), getattr(point, name))
-                                  for name in _Point.__dataclass_fields__})
-            step[~accepted] *= 0.5
-            for _ in range(_BACKTRACKS - 1):
-                todo = ~accepted
-                if not todo.any():
-                    break
-                s = step[todo]
-                trial = _evaluate(d0[todo] + s * p_d[todo], np.minimum(g0[todo] + s * p_g[todo], gamma_max),
-                                  w.rows(todo))
-                ok = trial.f >= point.f[todo] + _ARMIJO * s * slope[todo]
-                at = np.flatnonzero(todo)
-                for name in _Point.__dataclass_fields__:
-                    getattr(new_point, name)[at[ok]] = getattr(trial, name)[ok]
-                accepted[at[ok]] = True
-                step[at[~ok]] *= 0.5
-        step = np.where(accepted, step, 0.0)
-        d1 = d0 + step * p_d
-        g1 = np.minimum(g0 + step * p_g, gamma_max)
-        moved = _relative_move(d0, g0, d1 - d0, g1 - g0)
-        # Inside Newton's quadratic region (the next step below _LAST_STEP) the full next step needs no line search
-        # and leaves the row within ~_LAST_STEP^2 of the optimum: take it unevaluated and stop there.
-        next_d, next_g = _newton_step(new_point, g1, gamma_max)
-        last = accepted & ~flat & (_relative_move(d1, g1, next_d, next_g) < _LAST_STEP)
-        delta[rows] = np.where(last, d1 + next_d, d1)
-        gamma[rows] = np.where(last, np.minimum(g1 + next_g, gamma_max), g1)
-        going = ~((moved < _STEP_TOLERANCE) | flat | last)
-        for name in _Point.__dataclass_fields__:
-            getattr(final, name)[rows] = getattr(new_point, name)
-        if not going.all():
+            # The first trial for every row at once (flat rows are accepted as they are; their trial is unused).
+            trial = _evaluate(d0 + step * p_d, np.minimum(g0 + step * p_g, gamma_max), w)
+            accepted = flat | (trial.f >= point.f + _ARMIJO * step * slope)
+            if accepted.all():
+                new_point = trial
+            else:
+                new_point = _Point(**{name: np.where(accepted, getattr(trial, name), getattr(point, name))
+                                      for name in _Point.__dataclass_fields__})
+                step[~accepted] *= 0.5
+                for _ in range(_BACKTRACKS - 1):
+                    todo = ~accepted
+                    if not todo.any():
+                        break
+                    s = step[todo]
+                    trial = _evaluate(d0[todo] + s * p_d[todo], np.minimum(g0[todo] + s * p_g[todo], gamma_max),
+                                      w.rows(todo))
+                    ok = trial.f >= point.f[todo] + _ARMIJO * s * slope[todo]
+                    at = todo.nonzero()[0]
+                    for name in _Point.__dataclass_fields__:
+                        getattr(new_point, name)[at[ok]] = getattr(trial, name)[ok]
+                    accepted[at[ok]] = True
+                    step[at[~ok]] *= 0.5
+            step = np.where(accepted, step, 0.0)
+            d1 = d0 + step * p_d
+            g1 = np.minimum(g0 + step * p_g, gamma_max)
+            moved = _relative_move(d0, g0, d1 - d0, g1 - g0)
+            # Inside Newton's quadratic region (the next step below _LAST_STEP) the full next step needs no line search
+            # and leaves the row within ~_LAST_STEP^2 of the optimum: take it unevaluated and stop there.
+            next_d, next_g = _newton_step(new_point, g1, gamma_max)
+            last = accepted & ~flat & (_relative_move(d1, g1, next_d, next_g) < _LAST_STEP)
+            delta[rows] = np.where(last, d1 + next_d, d1)
+            gamma[rows] = np.where(last, np.minimum(g1 + next_g, gamma_max), g1)
+            going = ~((moved < _STEP_TOLERANCE) | flat | last)
+            if going.all():  # a row going on was not last: it moved to (d1, g1), where (next_d, next_g) is its step
+                point, direction = new_point, (next_d, next_g)
+                continue
+            if final is None:
+                if not going.any():  # every row stops at once (none stopped before): their points are new_point
+                    return delta, gamma, new_point
+                final = _Point(**{name: np.empty(delta.shape) for name in _Point.__dataclass_fields__})
+            stopped = ~going
+            for name in _Point.__dataclass_fields__:
+                getattr(final, name)[rows[stopped]] = getattr(new_point, name)[stopped]
+            if not going.any():
+                break
             rows, w = rows[going], w.rows(going)
             point = _Point(**{name: getattr(new_point, name)[going] for name in _Point.__dataclass_fields__})
-        else:
-            point = new_point
-    return delta, gamma, used, final
+            direction = next_d[going], next_g[going]
+        else:  # out of iterations: the rows still going end at their last iterate's point
+            if final is None:
+                return delta, gamma, point
+            for name in _Point.__dataclass_fields__:
+                getattr(final, name)[rows] = getattr(point, name)
+    return delta, gamma, final
 
 
 def _standard_error_of_mean(delta: np.ndarray, gamma: np.ndarray, point: _Point) -> np.ndarray:
@@ -254,7 +274,7 @@ def _check_window(y: np.ndarray, censored: np.ndarray, valid: np.ndarray,
     if n_consecutive.shape != (y.shape[0],):
         raise EstimatorInputError(f"n_consecutive must have shape ({y.shape[0]},) (one count per "
                                   f"service); got {n_consecutive.shape}")
-    if not np.all(np.isfinite(y[valid])):
+    if not np.isfinite(y[valid]).all():
         raise EstimatorInputError("y has non-finite values at valid positions (mark them invalid instead)")
 
 
@@ -330,7 +350,8 @@ def _estimate(y: np.ndarray, censored: np.ndarray, valid: np.ndarray, n_consecut
     uncertainty = np.full(mean.shape, UNCERTAINTY_CAP)
     # Nothing censored: the information of n Gaussian points at the (floored) std gives s / sqrt(n)
     plain = identified & ~tobit
-    uncertainty[plain] = np.minimum(std[plain] / np.sqrt(n_valid[plain]), UNCERTAINTY_CAP)
+    if plain.any():  # masked steps cost ~1 us each even on an empty mask; in steady state windows are censored
+        uncertainty[plain] = np.minimum(std[plain] / np.sqrt(n_valid[plain]), UNCERTAINTY_CAP)
     if tobit.any():
         start_mean, start_std = mean[tobit], std[tobit]
         if start is not None:
@@ -339,16 +360,18 @@ def _estimate(y: np.ndarray, censored: np.ndarray, valid: np.ndarray, n_consecut
             warm = np.isfinite(warm_mean) & np.isfinite(warm_std) & (warm_std > 0)
             start_mean = np.where(warm, warm_mean, start_mean)
             start_std = np.where(warm, np.maximum(warm_std, floor), start_std)
-        delta, gamma, _, point = _newton(start_mean / start_std, 1.0 / start_std,
-                                         _Window.of(y[tobit], unc[tobit], cens[tobit]), estimator.iterations,
-                                         1.0 / floor)
+        delta, gamma, point = _newton(start_mean / start_std, 1.0 / start_std,
+                                      _Window.of(y[tobit], unc[tobit], cens[tobit]), estimator.iterations,
+                                      1.0 / floor)
         mean[tobit], std[tobit] = delta / gamma, 1.0 / gamma
         uncertainty[tobit] = np.minimum(_standard_error_of_mean(delta, gamma, point), UNCERTAINTY_CAP)
 
     all_censored = (n_valid > 0) & ~identified
-    highest = np.max(np.where(valid, y, -np.inf), axis=1, initial=-np.inf)
-    mean = np.where(all_censored, highest + std, mean)
+    if all_censored.any():
+        highest = np.where(valid, y, -np.inf).max(axis=1, initial=-np.inf)
+        mean = np.where(all_censored, highest + std, mean)
     empty = n_valid == 0
-    mean[empty], std[empty] = 0.0, floor
+    if empty.any():
+        mean[empty], std[empty] = 0.0, floor
     return CensoredDemandEstimate(mean=mean, std=std, pessimism=pessimism_factor(n_consecutive, reward),
                                   uncertainty=uncertainty)

@@ -96,7 +96,7 @@ class PicRLController:
     def __init__(self, predictor: GaussianLSTM, policy: PolicyNetwork, config: PicRLConfig, *,
                  explore: bool | None = None, seed: int | None = None, chunk: int | None = None) -> None:
         self.predictor = predictor.eval()
-        self.policy = policy.eval()
+        self.set_policy(policy)
         self.config = config
         self.explore = config.online.explore if explore is None else explore
         self.seed = config.seed if seed is None else seed
@@ -109,10 +109,13 @@ class PicRLController:
         self.memory_size = memory_size(config.predictor)
         # each service's online temperature of sigma; ablation A1 (no uncertainty) has one constant sigma
         self.scales_sigma = config.calibrator.online_scale and config.ablation.use_uncertainty
+        self.risk_centre = risk_centre(config)  # the k range's centre (an inverse normal cdf: once, not per tick)
 
     def set_policy(self, policy: PolicyNetwork) -> None:
         """Hot-swap the acting policy (slow-loop update or a new published version)."""
         self.policy = policy.eval()
+        # its layers' parameters, read once: in-place updates of them (the slow loop's EMA) still act at once
+        self._layers = _plain_mlp(policy.body) if type(policy) is PolicyNetwork else None
 
     def initial_state(self, keys: np.ndarray, history: np.ndarray, history_context: np.ndarray | None = None,
                       start_tick: int | np.ndarray = 0) -> ControllerState:
@@ -216,9 +219,9 @@ class PicRLController:
             estimate=censored_demand, n_max=cfg.reward.n_max, horizon=cfg.policy.horizon,
         )
         pre, log_prob = self._plan(features, keys, tick)
-        eta, k = squash(pre, cfg.policy, risk_centre(cfg))
+        eta, k = squash(pre, cfg.policy, self.risk_centre)
         buffer = k * sigma if cfg.ablation.use_k_sigma else 0.0
-        action = np.clip(mu + buffer + margin + bias, 0.0, 1.0)
+        action = (mu + buffer + margin + bias).clip(0.0, 1.0)  # the method: np.clip without its wrapper
         return ControllerState(
             keys=keys, tick=tick, observations=observations, censored=censored, context=context,
             margin=margin, bias=bias, censor_streak=censor_streak, over_streak=over_streak,
@@ -245,7 +248,7 @@ class PicRLController:
             return np.zeros((0, N_OUTPUTS), np.float32), np.zeros(0, np.float32)
         noise = counter_normal(self.seed, keys, tick, N_OUTPUTS).astype(np.float32) if self.explore else None
 
-        layers = _plain_mlp(self.policy.body) if type(self.policy) is PolicyNetwork else None
+        layers = self._layers
         if layers is None:  # any other policy: through its modules
             def forward(rows: np.ndarray) -> tuple[np.ndarray, ...]:
                 mean, std = self.policy(torch.from_numpy(rows))

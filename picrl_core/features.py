@@ -34,6 +34,9 @@ def state_features(*, margin: np.ndarray, bias: np.ndarray, observations: np.nda
         margin, bias, censored.mean(axis=1),
         censor_streak / n_max, over_streak / n_max,
         observations.mean(axis=1), observations.std(axis=1), np.minimum(tick / horizon, 1.0),
-        mu, sigma, np.clip(estimate.mean, -1.0, 2.0), estimate.std, estimate.pessimism - 1.0, estimate.uncertainty,
+        mu, sigma, estimate.mean.clip(-1.0, 2.0), estimate.std, estimate.pessimism - 1.0, estimate.uncertainty,
     )
-    return np.stack([np.asarray(c, dtype=np.float32) for c in columns], axis=1)
+    features = np.empty((len(margin), len(columns)), dtype=np.float32)
+    for i, column in enumerate(columns):  # assignment rounds to float32 as astype does
+        features[:, i] = column
+    return features

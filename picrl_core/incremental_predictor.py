@@ -39,17 +39,16 @@ def memory_size(cfg: PredictorConfig) -> int:
     return 2 * cfg.layers * cfg.hidden if cfg.kind == "incremental" else 0
 
 
-def _split_memory(memory: torch.Tensor, cfg: PredictorConfig) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(B, 2 L H)`` rows -> ``(h, c)``, each ``(L, B, H)`` as ``torch.nn.LSTM`` takes them."""
-    rows, half = memory.shape[0], cfg.layers * cfg.hidden
-    h = memory[:, :half].reshape(rows, cfg.layers, cfg.hidden).transpose(0, 1).contiguous()
-    c = memory[:, half:].reshape(rows, cfg.layers, cfg.hidden).transpose(0, 1).contiguous()
-    return h, c
+def _split_memory(memory: np.ndarray, cfg: PredictorConfig) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """``(B, 2 L H)`` rows -> ``(h, c)``, each a list of the ``L`` layers' contiguous ``(B, H)`` tensors."""
+    hidden, half = cfg.hidden, cfg.layers * cfg.hidden
+    layer = [torch.from_numpy(np.ascontiguousarray(memory[:, lo:lo + hidden])) for lo in range(0, 2 * half, hidden)]
+    return layer[:cfg.layers], layer[cfg.layers:]
 
 
-def _join_memory(h: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
-    rows = h.shape[1]
-    return torch.cat([h.transpose(0, 1).reshape(rows, -1), c.transpose(0, 1).reshape(rows, -1)], dim=1)
+def _join_memory(h: list[torch.Tensor] | torch.Tensor, c: list[torch.Tensor] | torch.Tensor) -> np.ndarray:
+    """The inverse of :func:`_split_memory`: each layer's ``(B, H)`` ``h`` then ``c`` side by side, ``(B, 2 L H)``."""
+    return np.concatenate([layer.numpy() for layer in (*h, *c)], axis=1)
 
 
 def start_memory(model: GaussianLSTM, windows: np.ndarray,
@@ -66,7 +65,7 @@ def start_memory(model: GaussianLSTM, windows: np.ndarray,
         x = torch.from_numpy(rows)
         _, (h, c) = model.lstm(x)
         mu, sigma = gaussian_output(model.head, h[-1], x[:, -1, 0], cfg.sigma_min)
-        return mu.numpy(), sigma.numpy(), _join_memory(h, c).numpy()
+        return mu.numpy(), sigma.numpy(), _join_memory(h, c)
 
     with torch.inference_mode():
         mu, sigma, memory = in_fixed_chunks(forward, windows, chunk)
@@ -89,9 +88,8 @@ def advance_memory(model: GaussianLSTM, newest: np.ndarray, memory: np.ndarray,
                 getattr(lstm, f"bias_hh_l{k}")) for k in range(cfg.layers)]
 
     def forward(part: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        both = torch.from_numpy(part)
-        x = both[:, :inputs]
-        h, c = _split_memory(both[:, inputs:], cfg)
+        x = torch.from_numpy(part[:, :inputs])
+        h, c = _split_memory(part[:, inputs:], cfg)
         layer_in, hs, cs = x, [], []
         for k, (w_ih, w_hh, b_ih, b_hh) in enumerate(weights):  # one cell step per layer (no nn.LSTM call overhead)
             h_k, c_k = torch.lstm_cell(layer_in, (h[k], c[k]), w_ih, w_hh, b_ih, b_hh)
@@ -99,7 +97,7 @@ def advance_memory(model: GaussianLSTM, newest: np.ndarray, memory: np.ndarray,
             cs.append(c_k)
             layer_in = h_k
         mu, sigma = gaussian_output(model.head, layer_in, x[:, 0], cfg.sigma_min)
-        return mu.numpy(), sigma.numpy(), _join_memory(torch.stack(hs), torch.stack(cs)).numpy()
+        return mu.numpy(), sigma.numpy(), _join_memory(hs, cs)
 
     with torch.inference_mode():
         mu, sigma, new_memory = in_fixed_chunks(forward, rows, chunk)

@@ -53,19 +53,19 @@ def _mills_terms(z: ArrayLike) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(lambda(z), lambda(z) - z, log(1 - Phi(z)))`` as float64 arrays of ``z``'s shape (NaN stays NaN)."""
     z = np.asarray(z, dtype=np.float64)
     flat = np.ascontiguousarray(z.reshape(-1))
-    t = torch.from_numpy(flat)
-    scaled = torch.special.erfcx(t * _SQRT_HALF).numpy()  # (1 - Phi(z)) / phi(z) = sqrt(pi/2) * scaled
+    # (1 - Phi(z)) / phi(z) = sqrt(pi/2) * scaled; the scaling in numpy (the same IEEE product as torch's)
+    scaled = torch.special.erfcx(torch.from_numpy(flat * _SQRT_HALF)).numpy()
     with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
         # 1 - Phi(z) = erfc(z/sqrt 2)/2 = erfcx(z/sqrt 2) exp(-z^2/2)/2: exact from the erfcx already at hand
         # where nothing cancels (z >= _LOG_SF_FROM_ERFCX); below, log1p(-Phi(z)) (there log(1 - Phi) -> 0 while
         # log erfcx and z^2/2 grow alike).
         log_sf = np.log(scaled) - 0.5 * flat * flat - _LOG_2
-        lower = np.flatnonzero(~(flat >= _LOG_SF_FROM_ERFCX))  # NaN too
+        lower = (~(flat >= _LOG_SF_FROM_ERFCX)).nonzero()[0]  # NaN too
         if lower.size:  # log(1 - q) with q = Phi(z) = erfc(-z/sqrt 2)/2 <= 0.16 (torch's log_ndtr is slow there)
-            log_sf[lower] = np.log1p(-0.5 * torch.special.erfc(t[torch.from_numpy(lower)] * -_SQRT_HALF).numpy())
+            log_sf[lower] = np.log1p(-0.5 * torch.special.erfc(torch.from_numpy(flat[lower] * -_SQRT_HALF)).numpy())
         lam = _SQRT_2_OVER_PI / scaled
         gap = lam - flat
-        upper = np.flatnonzero(flat >= _TAIL_START)
+        upper = (flat >= _TAIL_START).nonzero()[0]
         if upper.size:
             w = flat[upper]
             gap[upper] = tail = _tail_gap(w)
@@ -93,9 +93,12 @@ def inverse_mills_gap(z: ArrayLike) -> np.ndarray:
 
 def _derivative(z: ArrayLike, lam: np.ndarray, gap: np.ndarray) -> np.ndarray:
     """``lambda' = lambda * (lambda - z)``, with its limits 1 and 0 at ``z = +inf`` and ``-inf``."""
+    infinite = np.isinf(z)
+    if not infinite.any():  # the product is then all there is (no inf * 0 in it)
+        return np.asarray(lam * gap)
     with np.errstate(invalid="ignore"):
         derivative = lam * gap
-    return np.where(np.isinf(z), np.asarray(z, dtype=np.float64) > 0, derivative)
+    return np.where(infinite, np.asarray(z, dtype=np.float64) > 0, derivative)
 
 
 def inverse_mills_ratio_derivative(z: ArrayLike) -> np.ndarray:

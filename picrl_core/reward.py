@@ -25,7 +25,7 @@ def pessimism_factor(n: ArrayLike, reward: RewardConfig) -> np.ndarray:
     """``Psi(n) = 1 + beta * min(n, N_max)`` (Eq. 9); all ones when ``reward.use_pessimism`` is off
     (ablation A3). ``n`` is a count of consecutive censored steps, so it must be ``>= 0``."""
     n = np.asarray(n, dtype=np.float64)
-    if not np.all(n >= 0):  # also rejects NaN
+    if not (n >= 0).all():  # also rejects NaN
         raise RewardInputError(f"consecutive-censoring counts must be >= 0; got {n[~(n >= 0)].min()}")
     if not reward.use_pessimism:
         return np.ones_like(n)
@@ -39,7 +39,7 @@ def expected_gap(a: ArrayLike, mu: ArrayLike, sigma: ArrayLike) -> np.ndarray:
     :func:`~picrl_core.mills.inverse_mills_gap`, so it stays ``> 0`` even for ``a >> mu``.
     """
     a, mu, sigma = np.broadcast_arrays(*(np.asarray(v, dtype=np.float64) for v in (a, mu, sigma)))
-    if not np.all(sigma > 0):
+    if not (sigma > 0).all():
         raise RewardInputError(f"sigma must be > 0 for the expected gap; got {sigma[~(sigma > 0)].min()}")
     return sigma * inverse_mills_gap((a - mu) / sigma)
 
@@ -66,7 +66,7 @@ def step_reward(a: ArrayLike, y: ArrayLike, censored: ArrayLike, mu: ArrayLike, 
         np.asarray(sigma, dtype=np.float64), np.asarray(n_consecutive, dtype=np.float64))
     rewards = np.array(-asymmetric_cost(a, y, cost))  # a writable array even for 0-d input
     if reward.use_censored_reward and censored.any():
-        if not np.all(n[censored] >= 1):
+        if not (n[censored] >= 1).all():
             raise RewardInputError(
                 "n_consecutive counts the current censored step too, so it must be >= 1 wherever "
                 f"censored is True; got {n[censored].min()}")
