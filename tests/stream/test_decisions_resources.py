@@ -11,7 +11,7 @@ from picrl.datasets import Trace
 from picrl_core.artifact import ModelArtifact
 from picrl_core.resources import GPU_POD, observe
 from producers.workload import Workload
-from stream.decisions import REFUSAL_REASONS, BadValue, DecisionEngine, EngineSettings, Incoming
+from stream.decisions import REFUSAL_REASONS, BadValue, DecisionEngine, EngineSettings, Incoming, ServiceOverride
 from stream.records import ResourceAction, ResourceUsage, ResourceUsageEvent, UsageEvent, decode_action
 from tests.stream.conftest import WINDOW, two_resource_workload
 from tests.support.reference import coupled_reference_run
@@ -142,3 +142,27 @@ def test_a_bad_value_is_answered_with_one_hold_for_every_resource(tiny_artifact:
     assert {name: d.capacity for name, d in hold.resources.items()} == \
         {name: d.capacity for name, d in decided.resources.items()}
     assert not outcome.transitions
+
+
+def test_the_service_cap_counts_pods_and_overrides_are_keyed_by_resource_row(tiny_artifact: ModelArtifact,
+                                                                            native_trace: Trace) -> None:
+    """``max_services`` caps pods, not rows; an operator's override of ``<pod>/gpu_compute`` bounds that resource
+    only; a redelivered record is skipped once, not once per resource."""
+    full = {"gpu_mem": (10.0, 20.0, False), "gpu_compute": (30.0, 50.0, False)}
+    settings = EngineSettings(resources=GPU_POD, max_services=2)
+    engine = DecisionEngine(tiny_artifact, settings)
+    outcome = engine.process([Incoming(_record(f"pod-{j}", 0, full), 0, j) for j in range(3)], {}, services_held=0)
+    assert sorted(outcome.rows) == ["pod-0", "pod-1"] and [r.reason for r in outcome.refused] == ["service_limit"]
+    assert outcome.refused[0].incoming.service == "pod-2"
+    again = engine.process([Incoming(_record("pod-0", 0, full), 0, 0)], {"pod-0": outcome.rows["pod-0"]})
+    assert again.redelivered == 1 and not again.actions
+
+    workload = two_resource_workload(native_trace, 1, WINDOW + 6)
+    cap = 0.5 * float(workload.demand[:, 1].min())
+    frozen = EngineSettings(headroom=0.5, resources=GPU_POD,
+                            overrides={"pod-0/gpu_compute": ServiceOverride(max_capacity=cap)})
+    loop = CoupledLoop(DecisionEngine(tiny_artifact, frozen), workload).run()
+    decided = [loop.actions["pod-0", t] for t in range(WINDOW, workload.ticks)]
+    assert all(a.resources["gpu_compute"].capacity == cap and a.resources["gpu_compute"].clipped == "override"
+               for a in decided)
+    assert all(a.resources["gpu_mem"].clipped != "override" for a in decided)
