@@ -26,7 +26,7 @@ Reasons (the closed set :data:`DECODE_REASONS`):
     out_of_range              a number outside its range (usage and capacity at most 1e18), an integer
                               beyond signed 64 bits
     negative_usage            usage below zero
-    bad_tick                  tick negative or beyond 2**53
+    bad_tick                  tick negative or beyond 2**53 (a usage record's beyond 2**53 - 1: it is answered for tick + 1)
     bad_service_id            service id empty, longer than MAX_ID_LENGTH, or with control/format characters
     bad_resource_name         a resource name empty, longer than MAX_RESOURCE_LENGTH, or not [a-z0-9_]
     bad_policy_name           policy name, same rules as a service id
@@ -281,6 +281,7 @@ def _encode_blob(name: str, value: Any) -> str:
 
 
 _TICK = _integer(reason="bad_tick", maximum=MAX_TICK)
+_USAGE_TICK = _integer(reason="bad_tick", maximum=MAX_TICK - 1)  # its answer is for tick + 1, which must be a tick
 _COUNT = _integer()
 _FINITE = _number()
 _NON_NEGATIVE = _number(minimum=0.0)
@@ -380,7 +381,12 @@ def _wire_keys(cls: type[_Record]) -> tuple[frozenset[str], frozenset[str]]:
 
 
 def _decode(raw: bytes, cls: type[R]) -> R:
-    return _decode_versions(raw, {cls._SCHEMA: cls})
+    return _decode_versions(raw, _only(cls))
+
+
+@cache
+def _only(cls: type[R]) -> dict[int, type[R]]:
+    return {cls._SCHEMA: cls}
 
 
 def _check_observation(where: str, usage: float, capacity: float, censored: bool) -> None:
@@ -457,7 +463,7 @@ class UsageEvent(_Record):
 
     _TYPE: ClassVar[str] = "usage"
     _FIELDS: ClassVar[dict[str, _Field]] = {
-        "service": _SERVICE, "tick": _TICK, "usage": _number(0.0, "negative_usage", MAX_QUANTITY),
+        "service": _SERVICE, "tick": _USAGE_TICK, "usage": _number(0.0, "negative_usage", MAX_QUANTITY),
         "censored": _FLAG, "capacity": _number(0.0, maximum=MAX_QUANTITY), "context": _CHANNELS,
         "produced_at": _TIMESTAMP,
     }
@@ -537,7 +543,7 @@ class ResourceUsageEvent(_Record):
     _SCHEMA: ClassVar[int] = RESOURCES_SCHEMA_VERSION
     _TYPE: ClassVar[str] = "usage"
     _FIELDS: ClassVar[dict[str, _Field]] = {
-        "service": _SERVICE, "tick": _TICK, "resources": _RESOURCE_USAGE, "context": _CHANNELS,
+        "service": _SERVICE, "tick": _USAGE_TICK, "resources": _RESOURCE_USAGE, "context": _CHANNELS,
         "produced_at": _TIMESTAMP,
     }
 
@@ -709,9 +715,15 @@ def _decode_versions(raw: bytes, versions: Mapping[int, type[R]]) -> R:
     return next(iter(versions.values())).from_dict(obj)
 
 
+_USAGE_VERSIONS: dict[int, type[UsageEvent] | type[ResourceUsageEvent]] = {
+    SCHEMA_VERSION: UsageEvent, RESOURCES_SCHEMA_VERSION: ResourceUsageEvent}
+_ACTION_VERSIONS: dict[int, type[Action] | type[ResourceAction]] = {
+    SCHEMA_VERSION: Action, RESOURCES_SCHEMA_VERSION: ResourceAction}
+
+
 def decode_usage(raw: bytes) -> UsageEvent | ResourceUsageEvent:
     """A usage record of either schema (one resource, or a ``resources`` map)."""
-    return _decode_versions(raw, {SCHEMA_VERSION: UsageEvent, RESOURCES_SCHEMA_VERSION: ResourceUsageEvent})
+    return _decode_versions(raw, _USAGE_VERSIONS)
 
 
 def usage_identity(raw: bytes) -> tuple[str, int] | None:
@@ -726,14 +738,14 @@ def usage_identity(raw: bytes) -> tuple[str, int] | None:
             or obj.get("type") != UsageEvent._TYPE:
         return None
     try:
-        return _SERVICE.decode("service", obj.get("service")), _TICK.decode("tick", obj.get("tick"))
+        return _SERVICE.decode("service", obj.get("service")), _USAGE_TICK.decode("tick", obj.get("tick"))
     except DecodeError:
         return None
 
 
 def decode_action(raw: bytes) -> Action | ResourceAction:
     """An action record of either schema (one resource, or a ``resources`` map)."""
-    return _decode_versions(raw, {SCHEMA_VERSION: Action, RESOURCES_SCHEMA_VERSION: ResourceAction})
+    return _decode_versions(raw, _ACTION_VERSIONS)
 
 
 def decode_transition(raw: bytes) -> TransitionRecord:

@@ -244,6 +244,7 @@ REASON_CASES: list[tuple[str, Callable[[], Any], str, str]] = [
     ("tick_negative", lambda: decode_usage(wire(USAGE, tick=-1)), "bad_tick", "tick"),
     ("tick_i64", lambda: decode_action(wire(ACTION, tick=2**63)), "bad_tick", "tick"),
     ("tick_beyond_2_53", lambda: decode_usage(wire(USAGE, tick=2**53 + 1)), "bad_tick", "tick"),
+    ("usage_tick_2_53", lambda: decode_usage(wire(USAGE, tick=2**53)), "bad_tick", "tick"),  # answered for 2**53 + 1
     ("usage_huge", lambda: decode_usage(wire(CENSORED, usage=1e19, capacity=1e19)), "out_of_range", "usage"),
     ("phase_unknown", lambda: decode_action(wire(ACTION, phase="boost")), "wrong_type", "phase"),
     ("service_empty", lambda: decode_usage(wire(USAGE, service="")), "bad_service_id", "service"),
@@ -344,7 +345,7 @@ def usage_events(draw: st.DrawFn) -> UsageEvent:
     usage = capacity if censored else draw(st.floats(min_value=0.0, max_value=capacity))
     context = draw(st.none() | st.dictionaries(st.text(st.characters(exclude_categories=("Cs",))), FINITE,
                                                max_size=3))
-    return UsageEvent(draw(SERVICE_IDS), draw(st.integers(0, MAX_TICK)), usage, censored, capacity, context,
+    return UsageEvent(draw(SERVICE_IDS), draw(st.integers(0, MAX_TICK - 1)), usage, censored, capacity, context,
                       draw(AMOUNTS))
 
 
