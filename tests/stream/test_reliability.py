@@ -109,14 +109,14 @@ def test_two_resources_survive_a_killed_worker_exactly_once_and_bad_records_are_
     args = _worker_args(tiny_model_dir, kafka_bootstrap, prefix, "--resources", "gpu_mem,gpu_compute",
                         "--session-timeout", "6")
     workers = [spawn(args, tmp_path / f"worker{i}.log") for i in range(2)]
-    workload = two_resource_workload(native_trace, 4, WINDOW + 22)
+    workload = two_resource_workload(native_trace, 4, WINDOW + 16)
     reading = {"usage": 1.0, "capacity": 2.0, "censored": False}
     bad = {"missing_resource": usage_json("single", 0, 1.0, 2.0),
            "unknown_resource": json.dumps({"schema": 2, "type": "usage", "service": "extra", "tick": 0, "resources": {
                "gpu_mem": reading, "gpu_compute": reading, "gpu_net": reading}}).encode()}
 
     def on_tick(summary: TickSummary) -> None:
-        if summary.tick == WINDOW + 10:
+        if summary.tick == WINDOW + 6:
             workers[1].send_signal(signal.SIGKILL)
             workers[1].wait()
 
