@@ -7,15 +7,25 @@ from pathlib import Path
 
 from picrl.commands.bus import add_bus_arguments, bootstrap_or_local, settings_from_args
 from picrl.commands.source import add_trace_source, load_trace
-from picrl.datasets import load_pod_fleet
+from picrl.datasets import load_dataset, load_pod_fleet
 from picrl.progress import progress_bar
 from picrl.reports.closed_loop import COLUMNS, write_report
 from producers.closed_loop import ClosedLoopEnvironment, ClosedLoopRecord, NoActionError, TickSummary
 from producers.replay import replay_usage
-from producers.workload import Workload, copies_of, fleet_of
+from picrl.settings import SettingsError, resource_names
+from producers.workload import Workload, copies_of, fleet_of, resource_fleet_of
 from stream.topics import TopicNames
 
 TEST_FRACTION = 0.2  # the chronological test split: the part a trained model never saw
+RESOURCE_DATASET = "pods-2r"  # the bundled fleet provisioned on several resources
+
+
+def resource_names_argument(text: str) -> tuple[str, ...]:
+    """``--resources`` as argparse reads it: known, distinct resource names, comma separated."""
+    try:
+        return resource_names(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _add_workload_arguments(parser: argparse.ArgumentParser, ticks_default: int | None) -> None:
@@ -30,8 +40,23 @@ def _add_workload_arguments(parser: argparse.ArgumentParser, ticks_default: int 
     add_bus_arguments(parser, partitions=False)
 
 
+def pods_with_resources(names: tuple[str, ...], services: int, ticks: int | None, part: str = "test") -> Workload:
+    """The first ``services`` pods of the fleet provisioned on the resources ``names`` (``pods-2r``: gpu_mem and
+    gpu_compute), over the test split (``part="test"``) or the whole trace, ``ticks`` long (None: to the end)."""
+    trace = load_dataset(RESOURCE_DATASET)
+    if tuple(names) != trace.resources:
+        raise SettingsError(f"resources {','.join(names)}: the bundled fleet {RESOURCE_DATASET} provides "
+                            f"{','.join(trace.resources)}, decided together")
+    length = trace.values.shape[0]
+    start = 0 if part == "all" else int(length * (1 - TEST_FRACTION))
+    return resource_fleet_of(trace, services, ticks or length - start, start=start)
+
+
 def workload_from_args(args: argparse.Namespace) -> Workload:
-    """N services from the trace: shifted/scaled copies, or the first N pods with ``--pods``."""
+    """N services from the trace: shifted/scaled copies, the first N pods with ``--pods``, or the first N pods
+    provisioned several resources with ``--resources``."""
+    if getattr(args, "resources", None):
+        return pods_with_resources(args.resources, args.services, args.ticks, args.part)
     if getattr(args, "pods", False):
         fleet = load_pod_fleet()
         length = min(t.values.size for t in fleet)
@@ -63,6 +88,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "<prefix>.actions (read_committed) and put them in force. Needs running workers. Writes "
                     "metrics.json, ticks.csv and closed_loop.png to --out.")
     _add_workload_arguments(loop, 300)
+    loop.add_argument("--resources", metavar="NAMES", type=resource_names_argument,
+                      help="play the pods of pods-2r provisioned these resources at once (gpu_mem,gpu_compute; "
+                           "schema-2 records): for workers started with the same --resources")
     loop.add_argument("--interval", type=float, default=0.0, help="seconds to pause between ticks (default 0)")
     loop.add_argument("--initial-headroom", type=float, default=1.1,
                       help="capacity before picrl's first decision, as a multiple of each service's peak (default 1.1)")

@@ -12,25 +12,18 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 from picrl.commands.bus import bootstrap_or_local
-from picrl.commands.produce import TEST_FRACTION, play_closed_loop, print_summary
+from picrl.commands.produce import (RESOURCE_DATASET, TEST_FRACTION, play_closed_loop, pods_with_resources,
+                                   print_summary, resource_names_argument)
 from picrl.commands.source import add_training_options, cached_model, config_from_args
 from picrl.datasets import DATASETS, Trace, load_dataset, prepare_trace
 from picrl.kafka import LocalKafka
-from picrl.settings import SettingsError, resource_names
 from picrl.reports.closed_loop import write_report
+from picrl.settings import SettingsError
 from picrl_core.series import prepare_series
-from producers.workload import Workload, copies_of, resource_fleet_of
+from producers.workload import Workload, copies_of
 from stream.topics import ensure_topics, topic_specs
 
 PARTITIONS = 4
-RESOURCE_DATASET = "pods-2r"  # the bundled fleet provisioned on several resources
-
-
-def _resource_names(text: str) -> tuple[str, ...]:
-    try:
-        return resource_names(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -49,7 +42,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--bootstrap", metavar="HOST:PORT", help="use this Kafka cluster instead of the local broker")
     parser.add_argument("--dataset", choices=sorted([*DATASETS, RESOURCE_DATASET]), default=None,
                         help=f"bundled trace (default genai-mem; {RESOURCE_DATASET} with --resources)")
-    parser.add_argument("--resources", metavar="NAMES", type=_resource_names,
+    parser.add_argument("--resources", metavar="NAMES", type=resource_names_argument,
                         help=f"decide these resources of each service together, comma separated: gpu_mem,gpu_compute "
                              f"(the resources of {RESOURCE_DATASET}, each of its pods a service)")
     parser.add_argument("--services", type=int, default=4, help="number of services (default 4)")
@@ -64,8 +57,7 @@ def _workload(trace: Trace, services: int, ticks: int, seed: int) -> Workload:
     """The closed loop's services on the trace's test split: shifted, scaled copies of a series, or the first
     pods of a fleet provisioned on several resources."""
     if trace.resources:
-        length = trace.values.shape[0]
-        return resource_fleet_of(trace, services, ticks, start=int(length * (1 - TEST_FRACTION)))
+        return pods_with_resources(trace.resources, services, ticks)
     return copies_of(trace, services, ticks, start=int(trace.values.size * (1 - TEST_FRACTION)), seed=seed)
 
 

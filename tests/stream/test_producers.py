@@ -95,3 +95,18 @@ def test_replay_sends_every_tick_of_every_service_at_the_asked_rate(kafka_bootst
         assert len(capacity) == 1  # a static allocation
         assert any(e.censored for e in service_events)  # 0.8 x peak censors the peaks
         assert all(e.usage <= e.capacity for e in service_events)
+
+
+def test_the_closed_loop_producer_plays_the_test_split_of_the_two_resource_pods() -> None:
+    from argparse import Namespace
+
+    from picrl.commands.produce import workload_from_args
+    from picrl.settings import SettingsError
+
+    args = Namespace(resources=("gpu_mem", "gpu_compute"), services=2, ticks=None, part="test")
+    workload = workload_from_args(args)
+    trace = load_dataset("pods-2r")
+    length = trace.values.shape[0]
+    assert workload.resources == GPU_POD and workload.ticks == length - int(length * 0.8)
+    with pytest.raises(SettingsError, match="decided together"):
+        workload_from_args(Namespace(resources=("gpu_mem",), services=2, ticks=None, part="test"))
