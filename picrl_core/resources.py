@@ -34,6 +34,8 @@ from typing import Sequence
 
 import numpy as np
 
+from picrl_core.scaling import from_unit
+
 
 @dataclass(frozen=True)
 class Resource:
@@ -137,9 +139,9 @@ def impute_served_share(y: np.ndarray, censored: np.ndarray, action: np.ndarray,
     hard_short = censored[hard] & (y[hard] >= action[hard] - tolerance)
     expected = mean_above(mu[hard], sigma[hard], action[hard])
     if ranges is not None:
-        low, span = np.asarray(ranges[0], np.float64), np.asarray(ranges[1], np.float64) - ranges[0]
-        carried, expected, observed = (action[hard] * span[hard] + low[hard], expected * span[hard] + low[hard],
-                                       y * span + low)
+        low, high = (np.asarray(bound, np.float64) for bound in ranges)
+        carried, expected, observed = (from_unit(action[hard], low[hard], high[hard]),
+                                       from_unit(expected, low[hard], high[hard]), from_unit(y, low, high))
     else:
         carried, observed = action[hard], y
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -148,6 +150,6 @@ def impute_served_share(y: np.ndarray, censored: np.ndarray, action: np.ndarray,
     estimate = observed / np.maximum(share, MIN_SERVED_SHARE)[None, :]
     if ranges is not None:
         with np.errstate(divide="ignore", invalid="ignore"):
-            estimate = (estimate - low) / span
+            estimate = (estimate - low) / (high - low)  # not to_unit: an estimate above the range must stay above it
     return (np.where(lifted, np.minimum(estimate, action), y),
             np.where(lifted, estimate > action + tolerance, censored))
