@@ -260,7 +260,11 @@ class _Transport(driver.Transport):
 
 class WorkerApp(faust.App):
     """A :class:`faust.App` whose consumer takes changelog highwaters from the broker (see the module) and
-    can hold partitions (:class:`HoldingConsumer`)."""
+    can hold partitions (:class:`HoldingConsumer`), and that writes nothing to disk."""
+
+    def _create_directories(self) -> None:
+        """Nothing: the table lives in memory and in its changelog topic (``store="memory://"``), so Faust's
+        ``<app id>-data/v1/tables`` would only be an empty folder left in the working directory of every run."""
 
     def _new_transport(self) -> TransportT:
         return _Transport(self.conf.broker_consumer, self)
