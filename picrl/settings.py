@@ -111,6 +111,9 @@ SPECS: dict[str, Spec] = {
     "max_tick_gap": Spec(_positive_int, 1_000, "ticks further than this from the expected one are refused"),
     "resources": Spec(resource_names, (), "resources decided together per service, e.g. gpu_mem,gpu_compute (schema-2 "
                                       "usage records; empty: one resource per service)"),
+    "hard_shortage": Spec(_choice("requests", "pod"), "requests", "what a shortage of a hard resource (gpu_mem) does: "
+                          "requests (the requests that do not fit fail) or pod (the pod is OOM-killed: nothing of the "
+                          "tick is served, its other resources go unobserved)"),
     "max_kl": Spec(_non_negative, 0.5, "policy guardrail: largest KL to the parent accepted"),
     "score_margin": Spec(_non_negative, 0.05, "policy guardrail: largest validation-score drop below the parent"),
     "c_under": Spec(_non_negative, None, "cost of a unit short (none: the model's, 2)"),
@@ -132,15 +135,18 @@ class Settings:
         return self.values[name]
 
     def worker(self, bootstrap: str) -> WorkerSettings:
-        from picrl_core.resources import KNOWN
+        from picrl_core.resources import KNOWN, killing
         from stream.decisions import EngineSettings
         from stream.worker import WorkerSettings
 
         v = self.values
+        resources = tuple(KNOWN[n] for n in v["resources"])
+        if resources and v["hard_shortage"] == "pod":
+            resources = killing(resources)
         engine = EngineSettings(scaling=v["scaling"], headroom=v["headroom"], max_services=v["max_services"],
                                 max_tick_gap=v["max_tick_gap"], advisory=v["mode"] == "recommend",
                                 overrides=dict(self.services), range_growth=v["range_growth"],
-                                grow_after=v["grow_after"], resources=tuple(KNOWN[n] for n in v["resources"]))
+                                grow_after=v["grow_after"], resources=resources)
         return WorkerSettings(
             bootstrap=bootstrap, prefix=v["prefix"], app_id=v["app_id"], partitions=v["partitions"],
             guarantee=v["guarantee"], policy_name=v["policy_name"], batch_max=v["batch_max"],

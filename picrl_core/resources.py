@@ -9,10 +9,14 @@ series) and its demand is ``d_r``. Resources are of two kinds:
   is observed on the served load only and its observation is a lower bound of its demand;
 * a **soft** resource (GPU compute) that runs short throttles: it censors itself only.
 
+A hard resource whose shortage **kills** the service (``Resource.kills``: a container over its memory
+limit is OOM-killed, and the tick's in-flight requests die with it) serves none of the tick's load
+instead: its ``min(1, a_r / d_r)`` is 0 when it runs short.
+
 So, with ``short_r = 1[d_r > a_r]``:
 
     y_r = min(d_r, a_r)               for a hard resource,
-    y_r = min(f * d_r, a_r)           for a soft one (f = 1 when no hard resource is short),
+    y_r = min(f * d_r, a_r)           for a soft one (f = 1 when no hard resource is short, 0 when one that kills is),
     c_r = short_r  or  any_{hard r'} short_{r'}      (the coupled censoring flag).
 
 A per-resource monitor instead flags resource ``r`` when it ran at its limit on the load it was given
@@ -29,7 +33,7 @@ fractile, is kept.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Sequence
 
 import numpy as np
@@ -40,15 +44,20 @@ from picrl_core.scaling import from_unit
 @dataclass(frozen=True)
 class Resource:
     """One provisioned resource of a service: its name, whether a shortage of it fails requests (hard) or
-    throttles them (soft), and the weight of its asymmetric cost in a tick's total."""
+    throttles them (soft), the weight of its asymmetric cost in a tick's total, and, for a hard one, whether
+    its shortage fails the requests that do not fit (``kills=False``) or kills the service and the whole
+    tick's load with it (``kills=True``, an OOM kill)."""
 
     name: str
     hard: bool
     weight: float
+    kills: bool = False
 
     def __post_init__(self) -> None:
         if not self.name or not np.isfinite(self.weight) or self.weight <= 0:
             raise ValueError(f"a resource needs a name and a positive weight; got {self.name!r}, {self.weight}")
+        if self.kills and not self.hard:
+            raise ValueError(f"resource {self.name!r}: only a hard resource's shortage kills the service")
 
 
 # A GPU inference pod. Memory is hard: a request that does not fit fails (CUDA out of memory), which is
@@ -58,6 +67,11 @@ class Resource:
 GPU_POD: tuple[Resource, ...] = (Resource("gpu_mem", hard=True, weight=2.0),
                                  Resource("gpu_compute", hard=False, weight=1.0))
 KNOWN: dict[str, Resource] = {r.name: r for r in GPU_POD}
+
+
+def killing(resources: Sequence[Resource]) -> tuple[Resource, ...]:
+    """``resources`` with every hard one's shortage killing the service (an OOM kill instead of failed requests)."""
+    return tuple(replace(r, kills=True) if r.hard else r for r in check_resources(resources))
 
 
 def check_resources(resources: Sequence[Resource]) -> tuple[Resource, ...]:
@@ -83,8 +97,9 @@ def observe(demand: np.ndarray, action: np.ndarray, resources: Sequence[Resource
                          f"got {demand.shape} and {action.shape}")
     short = demand > action
     hard = np.array([r.hard for r in resources])
+    kills = np.array([r.kills for r in resources])[:, None]
     with np.errstate(divide="ignore", invalid="ignore"):
-        fits = np.where(short, action / demand, 1.0)  # share of the load resource r can carry
+        fits = np.where(short, np.where(kills, 0.0, action / demand), 1.0)  # share of the load resource r can carry
     served = fits[hard].min(axis=0) if hard.any() else np.ones(demand.shape[1])
     failed = short[hard].any(axis=0) if hard.any() else np.zeros(demand.shape[1], dtype=bool)
     load = np.where(hard[:, None], demand, served[None, :] * demand)  # what each resource was asked for
@@ -122,7 +137,9 @@ def impute_served_share(y: np.ndarray, censored: np.ndarray, action: np.ndarray,
     nothing about the demand); up to it ``d_s_hat`` is its estimated demand, uncensored. The hard rows and
     every tick without a hard shortage are returned as they came. A shallow memory shortage thus costs the compute learner only its (small)
     correction instead of a lower bound of unknown depth, and a deep one lifts the compute observation by
-    the depth the forecast expects: the memory shortage never reads as low compute demand.
+    the depth the forecast expects: the memory shortage never reads as low compute demand. A hard resource that
+    kills the service served nothing (``f = 0``): the soft observations of that tick stay what they are, lower
+    bounds (of nothing) that say nothing about the demand.
 
     The served share is a ratio of physical quantities. The simulator's series are scaled so that 0 is no
     use at all (``ranges`` None: the ratio is taken on the values given); a worker scales each resource to its
@@ -144,8 +161,9 @@ def impute_served_share(y: np.ndarray, censored: np.ndarray, action: np.ndarray,
                                        from_unit(expected, low[hard], high[hard]), from_unit(y, low, high))
     else:
         carried, observed = action[hard], y
+    kills = np.array([r.kills for r in resources if r.hard])[:, None]
     with np.errstate(divide="ignore", invalid="ignore"):
-        share = np.where(hard_short, carried / expected, 1.0).min(axis=0)
+        share = np.where(hard_short, np.where(kills, 0.0, carried / expected), 1.0).min(axis=0)
     lifted = hard_short.any(axis=0)[None, :] & ~hard[:, None] & (share > MIN_SERVED_SHARE)[None, :]
     estimate = observed / np.maximum(share, MIN_SERVED_SHARE)[None, :]
     if ranges is not None:

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from picrl.datasets import Trace
-from picrl_core.resources import KNOWN, Resource
+from picrl.datasets import Trace, trace_resources
+from picrl_core.resources import Resource
 
 
 @dataclass(frozen=True)
@@ -79,4 +79,4 @@ def resource_fleet_of(trace: Trace, services: int, ticks: int, *, start: int = 0
     _check(blocks[0].shape[0] - start, ticks, services)
     demand = np.concatenate([b[start:start + ticks, :services] for b in blocks], axis=1)
     return Workload(tuple(f"{trace.name}-{j}" for j in range(services)), demand, None, (), trace.unit,
-                    tuple(KNOWN[name] for name in trace.resources))
+                    trace_resources(trace))

@@ -18,6 +18,7 @@ from stream.topics import TopicNames
 
 TEST_FRACTION = 0.2  # the chronological test split: the part a trained model never saw
 RESOURCE_DATASET = "pods-2r"  # the bundled fleet provisioned on several resources
+OOM_DATASET = "pods-2r-oom"  # the same, its memory shortages killing the pod
 
 
 def resource_names_argument(text: str) -> tuple[str, ...]:
@@ -40,12 +41,14 @@ def _add_workload_arguments(parser: argparse.ArgumentParser, ticks_default: int 
     add_bus_arguments(parser, partitions=False)
 
 
-def pods_with_resources(names: tuple[str, ...], services: int, ticks: int | None, part: str = "test") -> Workload:
+def pods_with_resources(names: tuple[str, ...], services: int, ticks: int | None, part: str = "test",
+                        hard_shortage: str = "requests") -> Workload:
     """The first ``services`` pods of the fleet provisioned on the resources ``names`` (``pods-2r``: gpu_mem and
-    gpu_compute), over the test split (``part="test"``) or the whole trace, ``ticks`` long (None: to the end)."""
-    trace = load_dataset(RESOURCE_DATASET)
+    gpu_compute), over the test split (``part="test"``) or the whole trace, ``ticks`` long (None: to the end);
+    ``hard_shortage="pod"``: a memory shortage kills the pod (``pods-2r-oom``)."""
+    trace = load_dataset(OOM_DATASET if hard_shortage == "pod" else RESOURCE_DATASET)
     if tuple(names) != trace.resources:
-        raise SettingsError(f"resources {','.join(names)}: the bundled fleet {RESOURCE_DATASET} provides "
+        raise SettingsError(f"resources {','.join(names)}: the bundled fleet {trace.name} provides "
                             f"{','.join(trace.resources)}, decided together")
     length = trace.values.shape[0]
     start = 0 if part == "all" else int(length * (1 - TEST_FRACTION))
@@ -56,7 +59,7 @@ def workload_from_args(args: argparse.Namespace) -> Workload:
     """N services from the trace: shifted/scaled copies, the first N pods with ``--pods``, or the first N pods
     provisioned several resources with ``--resources``."""
     if getattr(args, "resources", None):
-        return pods_with_resources(args.resources, args.services, args.ticks, args.part)
+        return pods_with_resources(args.resources, args.services, args.ticks, args.part, args.hard_shortage)
     if getattr(args, "pods", False):
         fleet = load_pod_fleet()
         length = min(t.values.size for t in fleet)
@@ -91,6 +94,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     loop.add_argument("--resources", metavar="NAMES", type=resource_names_argument,
                       help="play the pods of pods-2r provisioned these resources at once (gpu_mem,gpu_compute; "
                            "schema-2 records): for workers started with the same --resources")
+    loop.add_argument("--hard-shortage", choices=("requests", "pod"), default="requests",
+                      help="with --resources, what a memory shortage does to a pod: requests (default: the requests "
+                           "that do not fit fail) or pod (an OOM kill: none of the tick's load is served); for workers "
+                           "started with the same --hard-shortage")
     loop.add_argument("--interval", type=float, default=0.0, help="seconds to pause between ticks (default 0)")
     loop.add_argument("--initial-headroom", type=float, default=1.1,
                       help="capacity before picrl's first decision, as a multiple of each service's peak (default 1.1)")

@@ -12,8 +12,8 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 from picrl.commands.bus import bootstrap_or_local
-from picrl.commands.produce import (RESOURCE_DATASET, TEST_FRACTION, play_closed_loop, pods_with_resources,
-                                   print_summary, resource_names_argument)
+from picrl.commands.produce import (OOM_DATASET, RESOURCE_DATASET, TEST_FRACTION, play_closed_loop,
+                                   pods_with_resources, print_summary, resource_names_argument)
 from picrl.commands.source import add_training_options, cached_model, config_from_args
 from picrl.datasets import DATASETS, Trace, load_dataset, prepare_trace
 from picrl.kafka import LocalKafka
@@ -40,8 +40,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "worker decides both capacities of a pod together, a memory shortage censors its compute too, "
                     "and the report adds per-resource metrics and resources.png.")
     parser.add_argument("--bootstrap", metavar="HOST:PORT", help="use this Kafka cluster instead of the local broker")
-    parser.add_argument("--dataset", choices=sorted([*DATASETS, RESOURCE_DATASET]), default=None,
-                        help=f"bundled trace (default genai-mem; {RESOURCE_DATASET} with --resources)")
+    parser.add_argument("--dataset", choices=sorted([*DATASETS, RESOURCE_DATASET, OOM_DATASET]), default=None,
+                        help=f"bundled trace (default genai-mem; {RESOURCE_DATASET} with --resources, or "
+                             f"{OOM_DATASET}, where a memory shortage kills the pod)")
     parser.add_argument("--resources", metavar="NAMES", type=resource_names_argument,
                         help=f"decide these resources of each service together, comma separated: gpu_mem,gpu_compute "
                              f"(the resources of {RESOURCE_DATASET}, each of its pods a service)")
@@ -53,11 +54,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.set_defaults(handler=run)
 
 
+def hard_shortage(trace: Trace) -> str:
+    """The worker's ``--hard-shortage`` for a fleet provisioned on several resources: ``pod`` where a memory
+    shortage kills the pod (``pods-2r-oom``), else ``requests``."""
+    return "pod" if trace.oom_kills else "requests"
+
+
 def _workload(trace: Trace, services: int, ticks: int, seed: int) -> Workload:
     """The closed loop's services on the trace's test split: shifted, scaled copies of a series, or the first
     pods of a fleet provisioned on several resources."""
     if trace.resources:
-        return pods_with_resources(trace.resources, services, ticks)
+        return pods_with_resources(trace.resources, services, ticks, hard_shortage=hard_shortage(trace))
     return copies_of(trace, services, ticks, start=int(trace.values.size * (1 - TEST_FRACTION)), seed=seed)
 
 
@@ -129,7 +136,8 @@ def run(args: argparse.Namespace) -> int:
         bootstrap = stack.enter_context(_broker(args.bootstrap))
         asyncio.run(ensure_topics(bootstrap, topic_specs(prefix, PARTITIONS)))
         common = ["--model", str(model), "--bootstrap", bootstrap, "--prefix", prefix, "--partitions", str(PARTITIONS)]
-        resources = ["--resources", ",".join(trace.resources)] if trace.resources else []
+        resources = ["--resources", ",".join(trace.resources), "--hard-shortage", hard_shortage(trace)] \
+            if trace.resources else []
         worker = stack.enter_context(_child(["worker", *common, "--app-id", f"{prefix}-worker", *resources],
                                             args.out / "worker.log"))
         trainer = stack.enter_context(_child(["trainer", *common], args.out / "trainer.log"))

@@ -35,6 +35,9 @@ _FLAGS: dict[str, tuple[type, str]] = {
     "resources": (str, "decide these resources of each service together, comma separated, e.g. gpu_mem,gpu_compute: "
                        "usage records then carry a resources map (schema 2), a memory shortage censors compute too, "
                        "and each action carries a capacity per resource (default: one resource per service)"),
+    "hard_shortage": (str, "with --resources, what a shortage of a hard resource (gpu_mem) does: requests (default: the "
+                           "requests that do not fit fail and compute is read on the share served) or pod (the pod is "
+                           "OOM-killed: the tick's compute is unobserved, a lower bound that says nothing)"),
     "max_kl": (float, "policy guardrail: refuse versions whose KL to their parent exceeds this (default 0.5)"),
     "score_margin": (float, "policy guardrail: refuse versions scoring more than this below their parent (default 0.05)"),
     "c_under": (float, "cost of a unit short, for the replay rewards (default: the model's, 2)"),

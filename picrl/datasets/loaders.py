@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 
 if TYPE_CHECKING:
+    from picrl_core.resources import Resource
     from picrl_core.series import PreparedSeries
 
 FILES = Path(__file__).resolve().parent / "files"
@@ -44,6 +45,7 @@ class Trace:
     unit: str
     source: str
     resources: tuple[str, ...] = ()
+    oom_kills: bool = False  # a hard resource's shortage kills the pod (picrl_core.resources.Resource.kills)
 
     def __post_init__(self) -> None:
         values = _frozen_copy(self.values)
@@ -84,6 +86,8 @@ FLEETS: dict[str, str] = {
             "stamp, one service per pod, bytes, 22.8 h at 57 s",
     "pods-2r": "the 72 of those pods whose GPU duty cycle is complete, each provisioned on two resources at once: "
                "GPU memory (bytes; hard: a shortage fails requests) and GPU compute (duty cycle, %; soft)",
+    "pods-2r-oom": "pods-2r where a GPU memory shortage kills the pod (an OOM kill: none of that tick's load is "
+                   "served, so its compute is unobserved) instead of failing the requests that do not fit",
 }
 
 # name -> (file, value column, context columns, unit, upstream source)
@@ -208,15 +212,23 @@ def prepare_trace(trace: Trace) -> "PreparedSeries":
     """The trace split and scaled as in the paper: a series (:func:`~picrl_core.series.prepare_series`), a fleet
     (:func:`~picrl_core.series.prepare_fleet`) or a fleet provisioned on several resources
     (:func:`~picrl_core.series.prepare_resource_fleet`)."""
-    from picrl_core.resources import KNOWN
     from picrl_core.series import prepare_fleet, prepare_resource_fleet, prepare_series
 
     if trace.resources:
-        return prepare_resource_fleet(np.split(trace.values, len(trace.resources), axis=1),
-                                      [KNOWN[name] for name in trace.resources], trace.name)
+        return prepare_resource_fleet(np.split(trace.values, len(trace.resources), axis=1), trace_resources(trace),
+                                      trace.name)
     if trace.values.ndim == 2:
         return prepare_fleet(trace.values, trace.name)
     return prepare_series(trace.values, trace.name, trace.context, trace.context_names)
+
+
+def trace_resources(trace: Trace) -> tuple[Resource, ...]:
+    """The resources a multi-resource trace is provisioned on (``picrl_core.resources.KNOWN`` by name; with
+    ``oom_kills``, a hard resource's shortage kills the pod)."""
+    from picrl_core.resources import KNOWN, killing
+
+    resources = tuple(KNOWN[name] for name in trace.resources)
+    return killing(resources) if trace.oom_kills else resources
 
 
 def load_dataset(name: str) -> Trace:
@@ -225,12 +237,12 @@ def load_dataset(name: str) -> Trace:
         pods = load_pod_fleet()
         return Trace(name="pods", values=np.column_stack([p.values for p in pods]), context=None, context_names=(),
                      step_seconds=pods[0].step_seconds, unit="bytes", source=pods[0].source)
-    if name == "pods-2r":
+    if name in ("pods-2r", "pods-2r-oom"):
         pods = [p for p in load_pod_fleet() if p.context is not None]
         values = np.column_stack([p.values for p in pods] + [p.context[:, 0] for p in pods])
-        return Trace(name="pods-2r", values=values, context=None, context_names=(), step_seconds=pods[0].step_seconds,
+        return Trace(name=name, values=values, context=None, context_names=(), step_seconds=pods[0].step_seconds,
                      unit="bytes | duty %", source=f"{pods[0].source} + pod_gpu_duty_cycle_anon.tar.gz",
-                     resources=("gpu_mem", "gpu_compute"))
+                     resources=("gpu_mem", "gpu_compute"), oom_kills=name == "pods-2r-oom")
     if name not in _SPECS:
         raise DatasetError(f"unknown dataset '{name}'; valid names: {', '.join([*DATASETS, *FLEETS])}")
     file, column, context_columns, unit, source = _SPECS[name]

@@ -12,7 +12,7 @@ from picrl_core.methods.base import Provisioner
 from picrl_core.methods.coupled import resource_metrics, run_coupled_loop
 from picrl_core.methods import REGISTRY
 from picrl_core.methods.evaluation import run_on_test_split
-from picrl_core.resources import GPU_POD, Resource, impute_served_share, observe
+from picrl_core.resources import GPU_POD, Resource, impute_served_share, killing, observe
 from picrl_core.series import prepare_resource_fleet
 from picrl_core.synthetic import diurnal
 
@@ -24,7 +24,7 @@ def reference(demand: np.ndarray, action: np.ndarray, resources: tuple[Resource,
         served = 1.0
         for i, res in enumerate(resources):
             if res.hard and demand[i, j] > action[i, j]:
-                served = min(served, action[i, j] / demand[i, j])
+                served = min(served, 0.0 if res.kills else action[i, j] / demand[i, j])
         failed = served < 1.0
         for i, res in enumerate(resources):
             load = demand[i, j] if res.hard else served * demand[i, j]
@@ -37,7 +37,8 @@ def reference(demand: np.ndarray, action: np.ndarray, resources: tuple[Resource,
 def test_the_rule_matches_a_direct_reference_on_random_fleets() -> None:
     rng = np.random.default_rng(0)
     three = (*GPU_POD, Resource("host_mem", hard=True, weight=1.5))
-    for resources in (GPU_POD, three):
+    one_kills = (*GPU_POD, Resource("host_mem", hard=True, weight=1.5, kills=True))  # memory fails requests, host kills
+    for resources in (GPU_POD, three, killing(GPU_POD), killing(three), one_kills):
         demand = rng.uniform(0.0, 1.0, (len(resources), 500))
         action = rng.uniform(0.0, 1.0, (len(resources), 500))
         action[:, :20] = demand[:, :20]  # exactly met: no shortage
@@ -59,6 +60,21 @@ def test_a_memory_shortage_hides_compute_demand_and_only_the_coupled_flag_says_s
     # service 1: memory fits, compute throttles on its own
     np.testing.assert_allclose(y[:, 1], [0.5, 0.6])
     assert coupled[:, 1].tolist() == own[:, 1].tolist() == short[:, 1].tolist() == [False, True]
+
+
+def test_a_memory_shortage_that_kills_the_pod_leaves_compute_unobserved_and_nothing_to_lift() -> None:
+    demand = np.array([[1.0, 0.5], [0.8, 0.8]])
+    action = np.array([[0.5, 0.6], [0.6, 0.6]])
+    y, coupled, own, short = observe(demand, action, killing(GPU_POD))
+    np.testing.assert_allclose(y[:, 0], [0.5, 0.0])  # killed: none of its compute load was served
+    assert coupled[:, 0].all() and own[:, 0].tolist() == [True, False]  # a per-resource monitor reads compute 0 as idle
+    np.testing.assert_allclose(y[:, 1], [0.5, 0.6])  # memory fits: as without kills
+    imputed, flags = impute_served_share(y, coupled, action, np.full((2, 2), 0.5), np.full((2, 2), 0.1),
+                                         killing(GPU_POD))
+    np.testing.assert_array_equal(imputed, y)  # a killed tick served no share to lift by: a lower bound it stays
+    np.testing.assert_array_equal(flags, coupled)
+    with pytest.raises(ValueError, match="only a hard resource"):
+        Resource("gpu_compute", hard=False, weight=1.0, kills=True)
 
 
 def test_a_lower_bound_below_the_capacity_is_neither_short_nor_over() -> None:

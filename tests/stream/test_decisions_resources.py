@@ -4,12 +4,14 @@ the embedded loop's bit for bit whatever the batching; records that do not carry
 refused with a reason and the tick is not lost."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
 from picrl.datasets import Trace
 from picrl_core.artifact import ModelArtifact
-from picrl_core.resources import GPU_POD, observe
+from picrl_core.resources import GPU_POD, killing, observe
 from producers.workload import Workload
 from stream.decisions import REFUSAL_REASONS, BadValue, DecisionEngine, EngineSettings, Incoming, ServiceOverride
 from stream.records import ResourceAction, ResourceUsage, ResourceUsageEvent, UsageEvent, decode_action
@@ -25,6 +27,7 @@ class CoupledLoop:
 
     def __init__(self, engine: DecisionEngine, workload: Workload, one_event_per_batch: bool = False) -> None:
         self.engine, self.single, self.services = engine, one_event_per_batch, workload.services
+        self.resources = workload.resources
         self.demand = workload.demand.reshape(workload.ticks, len(NAMES), -1)
         ticks, r, n = self.demand.shape
         self.capacity = np.zeros((ticks + 1, r, n))
@@ -36,7 +39,7 @@ class CoupledLoop:
         self.hard_short = 0
 
     def events(self, t: int) -> list[Incoming]:
-        y, _, own, short = observe(self.demand[t], self.capacity[t], GPU_POD)
+        y, _, own, short = observe(self.demand[t], self.capacity[t], self.resources)
         self.hard_short += int(short[0].sum())
         batch = []
         for j, service in enumerate(self.services):
@@ -68,12 +71,15 @@ class CoupledLoop:
                          for t in range(WINDOW, self.demand.shape[0])])
 
 
-@pytest.mark.parametrize("one_event_per_batch", [False, True])
+@pytest.mark.parametrize("one_event_per_batch, kills", [(False, False), (True, False), (False, True)])
 def test_coupled_decisions_equal_the_embedded_loop_whatever_the_batching(tiny_artifact: ModelArtifact,
                                                                          native_trace: Trace,
-                                                                         one_event_per_batch: bool) -> None:
+                                                                         one_event_per_batch: bool, kills: bool) -> None:
+    """``kills``: a memory shortage kills the pod (``--hard-shortage pod``), so compute is observed at 0."""
     workload = two_resource_workload(native_trace, 3, WINDOW + 40)
-    engine = DecisionEngine(tiny_artifact, EngineSettings(headroom=0.5, resources=GPU_POD))
+    if kills:
+        workload = replace(workload, resources=killing(workload.resources))
+    engine = DecisionEngine(tiny_artifact, EngineSettings(headroom=0.5, resources=workload.resources))
     loop = CoupledLoop(engine, workload, one_event_per_batch).run()
     reference = coupled_reference_run(tiny_artifact, workload, headroom=0.5).trajectory
     services, demand = workload.services, loop.demand

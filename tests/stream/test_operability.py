@@ -42,6 +42,10 @@ def test_settings_come_from_file_then_environment_then_flags(tmp_path: Path) -> 
             load_settings(file, environ={})
     with pytest.raises(SettingsError, match=r"PICRL_BATCH_MAX"):
         load_settings(None, environ={"PICRL_BATCH_MAX": "many"})
+    pods = load_settings(None, {"resources": "gpu_mem,gpu_compute"}, {"PICRL_HARD_SHORTAGE": "pod"}).worker("h:9092")
+    assert [(r.name, r.kills) for r in pods.engine.resources] == [("gpu_mem", True), ("gpu_compute", False)]
+    with pytest.raises(SettingsError, match="setting hard_shortage = 'oom'"):
+        load_settings(None, environ={"PICRL_HARD_SHORTAGE": "oom"})
 
 
 def test_config_show_prints_values_and_sources(tmp_path: Path, capsys: pytest.CaptureFixture[str],

@@ -12,7 +12,7 @@ from picrl.datasets import Trace, load_dataset, load_pod_fleet
 from picrl.reports.closed_loop import write_report
 from picrl_core.config import CostConfig
 from picrl_core.methods.coupled import resource_metrics
-from picrl_core.resources import GPU_POD, observe
+from picrl_core.resources import GPU_POD, killing, observe
 from producers.closed_loop import ClosedLoopRecord
 from producers.workload import copies_of, fleet_of, resource_fleet_of
 from stream.records import decode_usage
@@ -103,10 +103,13 @@ def test_the_closed_loop_producer_plays_the_test_split_of_the_two_resource_pods(
     from picrl.commands.produce import workload_from_args
     from picrl.settings import SettingsError
 
-    args = Namespace(resources=("gpu_mem", "gpu_compute"), services=2, ticks=None, part="test")
+    args = Namespace(resources=("gpu_mem", "gpu_compute"), services=2, ticks=None, part="test", hard_shortage="requests")
     workload = workload_from_args(args)
     trace = load_dataset("pods-2r")
     length = trace.values.shape[0]
     assert workload.resources == GPU_POD and workload.ticks == length - int(length * 0.8)
+    killed = workload_from_args(Namespace(**{**vars(args), "hard_shortage": "pod"}))  # --hard-shortage pod: pods-2r-oom
+    assert killed.resources == killing(GPU_POD) and np.array_equal(killed.demand, workload.demand)
     with pytest.raises(SettingsError, match="decided together"):
-        workload_from_args(Namespace(resources=("gpu_mem",), services=2, ticks=None, part="test"))
+        workload_from_args(Namespace(resources=("gpu_mem",), services=2, ticks=None, part="test",
+                                     hard_shortage="requests"))
