@@ -15,7 +15,7 @@ from tqdm import tqdm
 from picrl.commands.source import load_trace
 from picrl.comparison.figures import plot_ablation_bars, plot_cumulative_regret, plot_resources, plot_trajectories
 from picrl.comparison.runner import FULL, QUICK, CellCache, CellResult, run_comparison, test_series
-from picrl.comparison.tables import (full_information_pairs, markdown_censoring_cost, markdown_fleet,
+from picrl.comparison.tables import (full_information_pairs, idle_shares, markdown_censoring_cost, markdown_fleet,
                                      markdown_resources, markdown_table2, markdown_table3, summarise,
                                      table2_methods, table3_methods, write_csv)
 from picrl.datasets import DATASETS, FLEETS, Trace, load_dataset
@@ -159,16 +159,21 @@ def run(args: argparse.Namespace) -> int:
         print("Table 3: ablations (ΔMAE relative to PIC-RL Full)\n")
         print(table3)
     demands = {name: s.test if s.services == 1 else s.by_service("test").T for name, s in series.items()}
-    for name in (n for n in datasets if series[n].resources):
-        table = markdown_resources(results, name, methods, series[name].resources)
-        (args.out / "resources.md").write_text(f"### {name}\n\n{table}")
-        written.append(args.out / "resources.md")
+    multi = [n for n in datasets if series[n].resources]
+    sections = []
+    for name in multi:
+        table = (markdown_resources(results, name, methods, series[name].resources) + "\n"
+                 + idle_shares(demands[name], series[name].resources))
+        sections.append(f"### {name}\n\n{table}")
         print(f"Resources of {name} (mean over seeds)\n")
         print(table)
         drawn = [m for m in ("pic-rl", "pic-rl-per-resource") if m in methods] or table2_methods(methods)[:2]
-        figure = plot_resources(results, demands[name], series[name].resources, name, args.out / "resources.png",
-                                drawn)
+        path = args.out / ("resources.png" if len(multi) == 1 else f"resources-{name}.png")
+        figure = plot_resources(results, demands[name], series[name].resources, name, path, drawn)
         written += [figure] if figure else []
+    if sections:
+        (args.out / "resources.md").write_text("\n".join(sections))
+        written.append(args.out / "resources.md")
     fleets = [name for name in datasets if series[name].services > 1 and not series[name].resources]
     if fleets and table2_methods(methods):
         spread = "".join(f"### {name} ({series[name].services} services)\n\n"

@@ -194,6 +194,15 @@ def markdown_resources(results: Sequence[CellResult], dataset: str, methods: Seq
     return "\n".join(lines) + "\n"
 
 
+def idle_shares(demand: np.ndarray, resources: Sequence[Resource]) -> str:
+    """One line: the share of the test split's (service, tick) at which each resource's demand sits at the bottom
+    of its training range (``demand`` ``(T, R * N)`` scaled, resource-major), e.g. a duty cycle of 0. Where a soft
+    resource idles, a hard shortage hides nothing of it, and the coupled flags cannot matter."""
+    blocks = np.split(np.asarray(demand), len(resources), axis=1)
+    shares = ", ".join(f"{r.name} {np.mean(block <= 0.0):.1%}" for r, block in zip(resources, blocks))
+    return f"Test-split demand at the bottom of its training range (idle): {shares} of (service, tick).\n"
+
+
 def mae_change(summaries: dict[tuple[str, str], Summary], method: str, dataset: str) -> float:
     """Relative MAE change of ``method`` against PIC-RL (Full) on ``dataset``, in percent.
 
