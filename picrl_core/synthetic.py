@@ -95,3 +95,26 @@ def linear_drift(n: int, start: float = 0.3, end: float = 0.8, period: int = 144
     t = np.arange(n)
     trend = start + (end - start) * t / max(n - 1, 1)
     return np.clip(trend + amplitude * np.sin(2 * np.pi * t / period) + noise * rng.standard_normal(n), 0.0, 1.0)
+
+
+def shared_load_pods(n: int, pods: int = 24, period: int = 288, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Pods whose GPU memory and GPU compute follow one load, ``(memory, compute)``, each ``(n, pods)``: the
+    shape where a memory shortage hides compute demand, which the bundled pods lack (their compute idles
+    through the test split, ``docs/results.md``).
+
+    Each pod's load is :func:`surges` (a daily wave of ``period`` steps at a phase of its own, with surges);
+    memory is weights plus a per-request share, ``0.3 + 0.5 * load``, with little noise (0.005), and compute is
+    ``0.8 * load`` with more (0.02), both clipped. So memory runs short when the load rises, exactly when
+    compute is busy."""
+    _check_length(n)
+    if pods < 1:
+        raise ValueError(f"need at least one pod, got {pods}")
+    rng = np.random.default_rng(seed)
+    memory, compute = np.empty((n, pods)), np.empty((n, pods))
+    for j in range(pods):
+        shift = int(rng.integers(period))
+        load = surges(n + shift, base=0.4, amplitude=0.25, period=period, count=max(1, n // 180),
+                      height=(0.15, 0.35), length=(3, 20), seed=int(rng.integers(2**31)))[shift:]
+        memory[:, j] = np.clip(0.3 + 0.5 * load + 0.005 * rng.standard_normal(n), 0.0, 1.0)
+        compute[:, j] = np.clip(0.8 * load + 0.02 * rng.standard_normal(n), 0.0, 1.0)
+    return memory, compute

@@ -88,7 +88,11 @@ FLEETS: dict[str, str] = {
                "GPU memory (bytes; hard: a shortage fails requests) and GPU compute (duty cycle, %; soft)",
     "pods-2r-oom": "pods-2r where a GPU memory shortage kills the pod (an OOM kill: none of that tick's load is "
                    "served, so its compute is unobserved) instead of failing the requests that do not fit",
+    "load-2r": "24 synthetic pods whose GPU memory and GPU compute follow one load (a daily wave with surges; "
+               "picrl_core.synthetic.shared_load_pods), 1,440 ticks: memory runs short exactly when compute is busy",
+    "load-2r-oom": "load-2r where a GPU memory shortage kills the pod",
 }
+SYNTHETIC_SEED = 2026  # of load-2r: drawn once, used for no choice of the method
 
 # name -> (file, value column, context columns, unit, upstream source)
 _SPECS: dict[str, tuple[str, str, tuple[str, ...], str, str]] = {
@@ -243,6 +247,13 @@ def load_dataset(name: str) -> Trace:
         return Trace(name=name, values=values, context=None, context_names=(), step_seconds=pods[0].step_seconds,
                      unit="bytes | duty %", source=f"{pods[0].source} + pod_gpu_duty_cycle_anon.tar.gz",
                      resources=("gpu_mem", "gpu_compute"), oom_kills=name == "pods-2r-oom")
+    if name in ("load-2r", "load-2r-oom"):
+        from picrl_core.synthetic import shared_load_pods
+
+        memory, compute = shared_load_pods(1440, seed=SYNTHETIC_SEED)
+        return Trace(name=name, values=np.column_stack([memory, compute]), context=None, context_names=(),
+                     step_seconds=60.0, unit="share of a GPU", source="picrl_core.synthetic.shared_load_pods",
+                     resources=("gpu_mem", "gpu_compute"), oom_kills=name == "load-2r-oom")
     if name not in _SPECS:
         raise DatasetError(f"unknown dataset '{name}'; valid names: {', '.join([*DATASETS, *FLEETS])}")
     file, column, context_columns, unit, source = _SPECS[name]

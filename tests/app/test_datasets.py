@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from picrl.datasets import DATASETS, DatasetError, Trace, load_csv, load_dataset, load_pod_fleet
+from picrl.datasets import DATASETS, FLEETS, DatasetError, Trace, load_csv, load_dataset, load_pod_fleet
 from picrl_core.series import describe_series, prepare_series
 
 
@@ -166,3 +166,15 @@ def test_csv_bad_time_and_ragged_rows_rejected(tmp_path: Path) -> None:
         load_csv(write(tmp_path / "b.csv", "t,v\n0,1\n5\n"), "v")
     with pytest.raises(DatasetError, match="empty"):
         load_csv(write(tmp_path / "c.csv", ""), "v")
+
+
+@pytest.mark.parametrize("name, kills", [("pods-2r-oom", True), ("load-2r", False), ("load-2r-oom", True)])
+def test_two_resource_fleets_say_what_a_memory_shortage_does(name: str, kills: bool) -> None:
+    from picrl.datasets import prepare_trace
+
+    trace = load_dataset(name)
+    series = prepare_trace(trace)
+    assert trace.resources == ("gpu_mem", "gpu_compute") and name in FLEETS
+    assert [(r.name, r.hard, r.kills) for r in series.resources] == [("gpu_mem", True, kills),
+                                                                      ("gpu_compute", False, False)]
+    assert series.services == trace.values.shape[1]

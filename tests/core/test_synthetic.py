@@ -6,7 +6,7 @@ from typing import Callable
 import numpy as np
 import pytest
 
-from picrl_core.synthetic import diurnal, heavy_tailed_bursts, stationary_gaussian
+from picrl_core.synthetic import diurnal, heavy_tailed_bursts, shared_load_pods, stationary_gaussian
 
 GENERATORS: list[Callable[..., np.ndarray]] = [stationary_gaussian, diurnal, heavy_tailed_bursts]
 
@@ -73,3 +73,17 @@ def test_invalid_parameters_are_rejected() -> None:
         heavy_tailed_bursts(100, burst_rate=1.5)
     with pytest.raises(ValueError, match="decay"):
         heavy_tailed_bursts(100, decay=1.0)
+
+
+def test_shared_load_pods_run_memory_and_compute_on_one_load() -> None:
+    memory, compute = shared_load_pods(1440, pods=6, seed=3)
+    assert memory.shape == compute.shape == (1440, 6) and memory.dtype == np.float64
+    assert memory.min() >= 0.0 and compute.max() <= 1.0
+    again = shared_load_pods(1440, pods=6, seed=3)
+    assert np.array_equal(memory, again[0]) and np.array_equal(compute, again[1])
+    # one load under both: memory's peaks are compute's (what lets a memory shortage hide busy compute)
+    assert min(np.corrcoef(memory[:, j], compute[:, j])[0, 1] for j in range(6)) > 0.9
+    assert (compute > 0.1).mean() > 0.9  # busy, unlike the bundled pods' compute on its test split
+    assert not np.array_equal(memory[:, 0], memory[:, 1])  # each pod its own phase and surges
+    with pytest.raises(ValueError, match="at least one pod"):
+        shared_load_pods(100, pods=0)
