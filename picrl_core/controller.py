@@ -140,9 +140,14 @@ class PicRLController:
         )
 
     def step(self, state: ControllerState, y: np.ndarray, censored: np.ndarray,
-             context: np.ndarray | None = None) -> tuple[ControllerState, Transition]:
+             context: np.ndarray | None = None, missing: np.ndarray | None = None) -> tuple[ControllerState, Transition]:
         """Consume feedback ``(y_t, c_t)`` (and this tick's context ``(B, C)``) for the pending
-        actions; return the states with the decisions for the next tick, and the transitions."""
+        actions; return the states with the decisions for the next tick, and the transitions.
+
+        ``missing`` (``(B,)`` bool): rows whose demand went unobserved this tick (a soft resource of a pod that a
+        hard shortage killed, :func:`picrl_core.resources.unobserved`). Their window keeps the pending forecast
+        ``mu`` as an uncensored point, the E-step of a missing value, instead of ``(y, c)``; the reward, the
+        calibrator and the temperature read ``(y, c)`` as given (a lower bound below the capacity moves neither)."""
         y = np.asarray(y, dtype=np.float64).reshape(len(state))
         censored = np.asarray(censored, dtype=bool).reshape(len(state))
         a = state.action
@@ -159,6 +164,8 @@ class PicRLController:
                        if self.scales_sigma else state.temperature)
         window_y, window_c = (impute_shortage(y, censored, shortage, state)
                               if cfg.estimator.impute_window else (y, censored))
+        if missing is not None and missing.any():
+            window_y, window_c = np.where(missing, state.mu, window_y), window_c & ~missing
         row_context = self._check_context(None if context is None else np.asarray(context)[:, None, :],
                                           (len(state), 1), "context")
         new = self._decide(

@@ -153,7 +153,7 @@ def impute_served_share(y: np.ndarray, censored: np.ndarray, action: np.ndarray,
     censored = np.asarray(censored, bool)
     if not hard.any() or hard.all():
         return y, censored
-    hard_short = censored[hard] & (y[hard] >= action[hard] - tolerance)
+    hard_short = _hard_shortages(y, censored, action, hard, tolerance)
     expected = mean_above(mu[hard], sigma[hard], action[hard])
     if ranges is not None:
         low, high = (np.asarray(bound, np.float64) for bound in ranges)
@@ -171,3 +171,24 @@ def impute_served_share(y: np.ndarray, censored: np.ndarray, action: np.ndarray,
             estimate = (estimate - low) / (high - low)  # not to_unit: an estimate above the range must stay above it
     return (np.where(lifted, np.minimum(estimate, action), y),
             np.where(lifted, estimate > action + tolerance, censored))
+
+
+def _hard_shortages(y: np.ndarray, censored: np.ndarray, action: np.ndarray, hard: np.ndarray,
+                    tolerance: float) -> np.ndarray:
+    """``(H, N)``: which hard resource ran short on each service's tick (censored at its capacity)."""
+    return censored[hard] & (y[hard] >= action[hard] - tolerance)
+
+
+def unobserved(y: np.ndarray, censored: np.ndarray, action: np.ndarray, resources: Sequence[Resource],
+               tolerance: float = 1e-6) -> np.ndarray:
+    """``(R, N)`` bool: the soft resources of the ticks a hard resource that kills ran short on, whose demand
+    went unobserved (nothing of the tick was served, :attr:`Resource.kills`). The controller keeps its forecast
+    for them instead (``PicRLController.step``'s ``missing``)."""
+    resources = check_resources(resources)
+    hard = np.array([r.hard for r in resources])
+    kills = np.array([r.kills for r in resources if r.hard])[:, None]
+    y, action, censored = np.asarray(y, np.float64), np.asarray(action, np.float64), np.asarray(censored, bool)
+    if not kills.any() or hard.all():
+        return np.zeros(y.shape, dtype=bool)
+    killed = (_hard_shortages(y, censored, action, hard, tolerance) & kills).any(axis=0)
+    return killed[None, :] & ~hard[:, None]

@@ -47,7 +47,7 @@ from picrl_core.artifact import ModelArtifact
 from picrl_core.controller import ControllerState, PicRLController, Transition
 from picrl_core.noise import service_key
 from picrl_core.policy import PolicyNetwork
-from picrl_core.resources import Resource, check_resources, coupled_flags, impute_served_share
+from picrl_core.resources import Resource, check_resources, coupled_flags, impute_served_share, unobserved
 from picrl_core.scaling import from_unit, grown_high, outgrown, rescale_state, to_unit, window_range
 from picrl_core.series import MinMaxScaler
 from picrl_core.state_codec import StateCodec
@@ -390,22 +390,25 @@ class DecisionEngine:
         return outcome
 
     def _couple(self, items: list[Incoming], state: ControllerState, y: np.ndarray, own: np.ndarray,
-                low: np.ndarray, high: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+                low: np.ndarray, high: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The observations and flags a service's resources learn from (``picrl_core.resources``): a hard
         resource that ran short censors every resource of the tick (:func:`coupled_flags`), and behind it each
-        soft observation is lifted by the served share the forecast expects (:func:`impute_served_share`)."""
+        soft observation is lifted by the served share the forecast expects (:func:`impute_served_share`); and
+        which rows went unobserved (a hard shortage that killed the pod, :func:`unobserved`)."""
         column: dict[str, int] = {}
         groups = np.empty((len(self.resources), len(items) // len(self.resources)), dtype=np.int64)
         for j, item in enumerate(items):
             assert isinstance(item, _Part)  # the rows of one record move together: all are here
             groups[item.resource, column.setdefault(item.parent, len(column))] = j
         flags = coupled_flags(own[groups], self.resources)
+        missing = np.zeros(y.shape, dtype=bool)
+        missing[groups] = unobserved(y[groups], flags, state.action[groups], self.resources)
         lifted, censored = impute_served_share(y[groups], flags, state.action[groups], state.mu[groups],
                                                state.sigma[groups], self.resources,
                                                ranges=(low[groups], high[groups]))
         y, own = y.copy(), own.copy()
         y[groups], own[groups] = lifted, censored
-        return y, own
+        return y, own, missing
 
     # ------------------------------------------------------------------ per-event checks and warm-up
 
@@ -541,11 +544,12 @@ class DecisionEngine:
         state.action = np.where(capacity == sub["capacity"], state.action, to_unit(capacity, low, high))
         state.tick = np.array([item.event.tick for item in items], dtype=np.int64)  # a gap moves the clock
         y = np.where(censored, state.action, to_unit(usage, low, high))  # censored: y_t = a_t exactly
+        missing = None
         if self.resources:
-            y, censored = self._couple(items, state, y, censored, low, high)
+            y, censored, missing = self._couple(items, state, y, censored, low, high)
         context = (self._scale_context(np.stack([self._context_vector(item.event) for item in items]))
                    if self.context_names else None)
-        new, transition = self.controller.step(state, y, censored, context)
+        new, transition = self.controller.step(state, y, censored, context, missing)
         if self.settings.range_growth > 1:
             grow = outgrown(state.action, censored, new.censor_streak, self.settings.grow_after)
             grow &= np.array([getattr(self.settings.overrides.get(item.service), "low", None) is None

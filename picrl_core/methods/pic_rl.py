@@ -20,7 +20,7 @@ from picrl_core.controller import ControllerState, PicRLController
 from picrl_core.methods.base import Provisioner
 from picrl_core.pipeline import SlowLoop, online_controller, train_offline
 from picrl_core.policy import PolicyNetwork, ValueNetwork
-from picrl_core.resources import Resource, impute_served_share
+from picrl_core.resources import Resource, impute_served_share, unobserved
 from picrl_core.series import PreparedSeries
 
 
@@ -61,12 +61,14 @@ class PicRLProvisioner(Provisioner):
     def act(self, y: np.ndarray, censored: np.ndarray, context: np.ndarray | None) -> np.ndarray:
         if self.controller is None or self._state is None:
             raise RuntimeError("start() must be called before act()")
+        missing = None
         if len(self.resources) > 1:  # a hard shortage's served share, estimated from this controller's forecast
-            pending = self._state
+            pending, shape = self._state, (len(self.resources), -1)
+            missing = unobserved(*(np.reshape(v, shape) for v in (y, censored, pending.action)), self.resources).ravel()
             y, censored = (part.ravel() for part in impute_served_share(
-                *(np.reshape(v, (len(self.resources), -1)) for v in (y, censored, pending.action, pending.mu,
-                                                                      pending.sigma)), self.resources))
-        self._state, transition = self.controller.step(self._state, y, censored, context)
+                *(np.reshape(v, shape) for v in (y, censored, pending.action, pending.mu, pending.sigma)),
+                self.resources))
+        self._state, transition = self.controller.step(self._state, y, censored, context, missing)
         if self.slow is not None:
             self.slow.observe(transition)
         return self._state.action.copy()

@@ -86,7 +86,8 @@ def test_actions_are_clipped_to_the_unit_interval(tiny_predictor: GaussianLSTM, 
 
 def test_controller_cannot_see_demand(tiny_predictor: GaussianLSTM, tiny_policy: PolicyNetwork,
                                       tiny_config: PicRLConfig, diurnal_series: np.ndarray) -> None:
-    assert set(inspect.signature(PicRLController.step).parameters) == {"self", "state", "y", "censored", "context"}
+    assert set(inspect.signature(PicRLController.step).parameters) == {"self", "state", "y", "censored", "context",
+                                                                       "missing"}  # which y went unobserved: no demand
     demand, history = _segment(diurnal_series, tiny_config.predictor.window)
     first = _run(tiny_predictor, tiny_policy, tiny_config, demand, history)
     assert first.censored.sum() >= 5

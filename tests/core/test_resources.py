@@ -169,3 +169,30 @@ def test_the_imputed_share_follows_the_tobit_expectation_of_the_hard_demand() ->
               for s in (0.01, 0.1)]
     expected = 0.4 + 0.1 * np.sqrt(2 / np.pi)  # E[d | d > mu] = mu + sigma lambda(0)
     assert lifted[1] == pytest.approx(0.3 * expected / 0.4) and lifted[0] < lifted[1]
+
+
+def test_a_killed_ticks_compute_is_kept_as_the_forecast_and_moves_no_feedback(
+        tiny_predictor, tiny_policy, tiny_config: PicRLConfig) -> None:
+    """``unobserved`` marks the soft rows of ticks a killing hard shortage took down; the controller's window keeps
+    its pending forecast there (uncensored), while the calibrator, reward and streaks read the lower bound of 0."""
+    from picrl_core.controller import PicRLController
+    from picrl_core.resources import unobserved
+
+    demand = np.array([[0.9, 0.3], [0.5, 0.5]])  # pod 0's memory short (killed), pod 1's fine
+    action = np.array([[0.6, 0.6], [0.6, 0.6]])
+    y, coupled, _, _ = observe(demand, action, killing(GPU_POD))
+    missing = unobserved(y, coupled, action, killing(GPU_POD))
+    assert missing.tolist() == [[False, False], [True, False]]
+    assert not unobserved(y, coupled, action, GPU_POD).any()  # failed requests leave compute observed
+    controller = PicRLController(tiny_predictor, tiny_policy, tiny_config)
+    window = tiny_config.predictor.window
+    state = controller.initial_state(np.arange(4, dtype=np.uint64), np.full((4, window), 0.5))
+    state.action = action.ravel().copy()
+    kept, _ = controller.step(state, y.ravel(), coupled.ravel(), None, missing.ravel())
+    plain, _ = controller.step(state, y.ravel(), coupled.ravel())
+    assert kept.observations[2, -1] == np.float32(state.mu[2]) and not kept.censored[2, -1]
+    assert plain.observations[2, -1] == 0.0 and plain.censored[2, -1]  # the lower bound, as observed
+    others = [0, 1, 3]
+    assert np.array_equal(kept.observations[others], plain.observations[others])
+    for name in ("margin", "bias", "censor_streak", "temperature"):
+        assert np.array_equal(getattr(kept, name), getattr(plain, name)), name

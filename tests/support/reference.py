@@ -9,7 +9,7 @@ import numpy as np
 from picrl_core.artifact import ModelArtifact
 from picrl_core.controller import ControllerState, PicRLController
 from picrl_core.noise import service_key
-from picrl_core.resources import coupled_flags, impute_served_share, observe
+from picrl_core.resources import coupled_flags, impute_served_share, observe, unobserved
 from picrl_core.scaling import from_unit, grown_high, outgrown, rescale_state, to_unit, window_range
 from picrl_core.series import MinMaxScaler
 from picrl_core.simulator import Trajectory, censor
@@ -89,10 +89,13 @@ def coupled_reference_run(artifact: ModelArtifact, workload: Workload, headroom:
         own = own.ravel()
         y = np.where(own, state.action, np.clip((y_native.ravel() - low) / (high - low), 0.0, 1.0))
         shape = (r, n)
+        flags = coupled_flags(own.reshape(shape), resources)
         lifted, censored = impute_served_share(
-            y.reshape(shape), coupled_flags(own.reshape(shape), resources), state.action.reshape(shape),
+            y.reshape(shape), flags, state.action.reshape(shape),
             state.mu.reshape(shape), state.sigma.reshape(shape), resources,
             ranges=(low.reshape(shape), high.reshape(shape)))
+        missing = unobserved(y.reshape(shape), flags, state.action.reshape(shape), resources).ravel() if coupled \
+            else None
         observed, censored = (lifted.ravel(), censored.ravel()) if coupled else (y, own)
         for name in ("action", "mu", "sigma", "k", "eta", "margin", "bias"):
             record[name][t] = getattr(state, name)
@@ -100,16 +103,16 @@ def coupled_reference_run(artifact: ModelArtifact, workload: Workload, headroom:
             observed, censored
         lows[t], highs[t], capacity[t] = low, high, native
         state, high, record["reward"][t] = _advance(controller, state, observed, censored, None, low, high,
-                                                    range_growth, grow_after)
+                                                    range_growth, grow_after, missing)
     return ReferenceRun(Trajectory(**record), lows, highs, capacity)
 
 
 def _advance(controller: PicRLController, state: ControllerState, observed: np.ndarray, censored: np.ndarray,
              context: np.ndarray | None, low: np.ndarray, high: np.ndarray, range_growth: float,
-             grow_after: int) -> tuple[ControllerState, np.ndarray, np.ndarray]:
+             grow_after: int, missing: np.ndarray | None = None) -> tuple[ControllerState, np.ndarray, np.ndarray]:
     """One controller step and the worker's range growth: the next state, the top of the ranges and the
     transition's rewards."""
-    new, transition = controller.step(state, observed, censored, context)
+    new, transition = controller.step(state, observed, censored, context, missing)
     if range_growth > 1:
         grow = outgrown(state.action, censored, new.censor_streak, grow_after)
         if grow.any():
