@@ -103,6 +103,10 @@ def run(args: argparse.Namespace) -> int:
     worker = StreamWorker(worker_settings, artifact)
     log.info("picrl worker %s: %s, topics %s.*, %s, %s mode, state %d bytes per service", worker_settings.app_id,
              bootstrap, worker_settings.prefix, worker_settings.guarantee, settings["mode"], worker.engine.row_bytes)
+    if worker_settings.engine.resources:
+        log.info("resources decided together: %s", ", ".join(
+            f"{r.name} ({'hard: a shortage ' + ('kills the pod' if r.kills else 'fails requests') if r.hard else 'soft'})"
+            for r in worker_settings.engine.resources))
     try:
         runner = faust.Worker(worker.app, loglevel=args.log_level.upper(), quiet=True, redirect_stdouts=False,
                               logging_config=logging_config(args.log_level, settings["log_format"]))

@@ -45,10 +45,13 @@ def test_up_with_two_resources_decides_each_pods_memory_and_compute_over_kafka(
     config = tmp_path / "tiny.json"
     config.write_text(json.dumps(TINY))
     out = tmp_path / "up"
+    # pods-2r-oom: the memory shortages kill the pod, and the worker is told so (--hard-shortage pod); the pods-2r
+    # path (failed requests) runs over Kafka in tests/stream/test_reliability.py
     code = main(["up", "--bootstrap", kafka_bootstrap, "--config", str(config), "--resources", "gpu_mem,gpu_compute",
-                 "--services", "2", "--ticks", "30", "--out", str(out)])
+                 "--dataset", "pods-2r-oom", "--services", "2", "--ticks", "30", "--out", str(out)])
     printed = capsys.readouterr().out
     assert code == 0, printed
+    assert "gpu_mem (hard: a shortage kills the pod), gpu_compute (soft)" in (out / "worker.log").read_text()
     summary = json.loads((out / "metrics.json").read_text())
     assert summary["services"] == 2 and summary["control_ticks"] == 30 - 8 and summary["duplicate_actions"] == 0
     assert set(summary["resources"]) >= {"total_regret", "regret_gpu_mem", "regret_gpu_compute", "shortage_gpu_mem",
