@@ -18,7 +18,7 @@ from picrl.comparison.runner import FULL, QUICK, CellCache, CellResult, run_comp
 from picrl.comparison.tables import (full_information_pairs, idle_shares, markdown_censoring_cost, markdown_fleet,
                                      markdown_resources, markdown_table2, markdown_table3, summarise,
                                      table2_methods, table3_methods, write_csv)
-from picrl.datasets import DATASETS, FLEETS, Trace, load_dataset
+from picrl.datasets import DATASETS, FLEETS, Trace, load_dataset, load_resource_csv
 from picrl.kafka.local_broker import default_cache
 from picrl_core.config import PicRLConfig
 from picrl_core.methods import REGISTRY
@@ -46,6 +46,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     source.add_argument("--column", help="demand column of --trace")
     source.add_argument("--time-column", help="time column of --trace (seconds or ISO 8601)")
     source.add_argument("--context-columns", nargs="*", default=(), metavar="NAME", help="extra inputs from --trace")
+    source.add_argument("--resources", nargs="+", metavar="NAME=COLUMN", type=_resource_column,
+                        help="instead of --column: one service of --trace provisioned several resources at once, each "
+                             "resource's demand in its own column, e.g. gpu_mem=mem_bytes gpu_compute=duty_pct (a "
+                             "memory shortage censors compute too; resources.md and resources.png)")
+    source.add_argument("--hard-shortage", choices=("requests", "pod"), default="requests",
+                        help="with --resources, what a memory shortage does: requests (default: the requests that do "
+                             "not fit fail) or pod (an OOM kill: nothing of the tick is served)")
     parser.add_argument("--methods", nargs="+", default=["all"], choices=["all", *REGISTRY], metavar="NAME",
                         help="methods to run (default all; names below)")
     parser.add_argument("--seeds", type=int, default=None,
@@ -64,7 +71,21 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.set_defaults(handler=run)
 
 
+def _resource_column(text: str) -> tuple[str, str]:
+    """``NAME=COLUMN`` as argparse reads ``--resources``."""
+    name, equals, column = text.partition("=")
+    if not equals or not name or not column:
+        raise argparse.ArgumentTypeError(f"expected NAME=COLUMN (e.g. gpu_mem=mem_bytes); got {text!r}")
+    return name, column
+
+
 def _traces(args: argparse.Namespace) -> dict[str, Trace]:
+    if args.resources:
+        if not args.trace or args.column or args.context_columns:
+            raise ValueError("--resources reads --trace FILE, each resource from its own column (no --column or "
+                             "--context-columns)")
+        trace = load_resource_csv(args.trace, dict(args.resources), args.time_column, args.hard_shortage == "pod")
+        return {trace.name: trace}
     if args.trace:
         trace = load_trace(argparse.Namespace(dataset=None, trace=args.trace, column=args.column,
                                               time_column=args.time_column, context_columns=args.context_columns))

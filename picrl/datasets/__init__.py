@@ -6,7 +6,7 @@ per-pod GenAI series, one column each (:func:`picrl_core.series.prepare_fleet`).
 file comes from and why these columns were chosen.
 """
 from picrl.datasets.loaders import (DATASETS, FLEETS, DatasetError, Trace, load_csv, load_dataset, load_pod_fleet,
-                                    prepare_trace, trace_resources)
+                                    load_resource_csv, prepare_trace, trace_resources)
 
 __all__ = ["DATASETS", "FLEETS", "DatasetError", "Trace", "load_csv", "load_dataset", "load_pod_fleet",
-           "prepare_trace", "trace_resources"]
+           "load_resource_csv", "prepare_trace", "trace_resources"]

@@ -212,6 +212,24 @@ def load_csv(path: str | Path, column: str, time_column: str | None = None,
                  context_names=tuple(context_columns), step_seconds=step, unit="", source=str(path))
 
 
+def load_resource_csv(path: str | Path, columns: dict[str, str], time_column: str | None = None,
+                      oom_kills: bool = False) -> Trace:
+    """One service provisioned on several resources from a user CSV: ``columns`` maps each resource name (one
+    ``picrl_core.resources.KNOWN`` defines) to its demand column, read as :func:`load_csv` reads one; the trace
+    is a fleet of one service, ``(T, R)`` resource-major like ``pods-2r``."""
+    from picrl_core.resources import KNOWN
+
+    unknown = [name for name in columns if name not in KNOWN]
+    if unknown or len(columns) < 2:
+        raise DatasetError(f"--resources needs at least two of {', '.join(sorted(KNOWN))} as NAME=COLUMN; got "
+                           f"{', '.join(columns) or 'none'}")
+    names, heads = list(columns), list(columns.values())
+    read = load_csv(path, heads[0], time_column=time_column, context_columns=heads[1:])
+    values = np.column_stack([read.values, read.context])  # type: ignore[list-item]
+    return Trace(name=f"{_stem(Path(path))}:{'+'.join(heads)}", values=values, context=None, context_names=(),
+                 step_seconds=read.step_seconds, unit="", source=str(path), resources=tuple(names), oom_kills=oom_kills)
+
+
 def prepare_trace(trace: Trace) -> "PreparedSeries":
     """The trace split and scaled as in the paper: a series (:func:`~picrl_core.series.prepare_series`), a fleet
     (:func:`~picrl_core.series.prepare_fleet`) or a fleet provisioned on several resources

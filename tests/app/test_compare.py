@@ -123,3 +123,31 @@ def test_the_two_resource_pods_report_each_resource_and_draw_both(tmp_path: Path
     assert "(idle): gpu_mem 0.1%, gpu_compute 97.4% of (service, tick)" in table
     assert (tmp_path / "resources.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert not (tmp_path / "fleet.md").exists()
+
+
+def test_a_users_csv_of_one_pods_memory_and_compute_compares_coupled_and_per_resource(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--trace FILE --resources gpu_mem=COL gpu_compute=COL``: one service provisioned two resources, from a CSV."""
+    from picrl_core.synthetic import shared_load_pods
+
+    memory, compute = shared_load_pods(600, pods=1, seed=5)
+    path = tmp_path / "pod.csv"
+    with path.open("w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["time", "mem_bytes", "duty_pct"])
+        writer.writerows([60 * t, memory[t, 0] * 16e9, compute[t, 0] * 100] for t in range(600))
+    out = tmp_path / "out"
+    assert main(["compare", "--trace", str(path), "--resources", "gpu_mem=mem_bytes", "gpu_compute=duty_pct",
+                 "--time-column", "time", "--hard-shortage", "pod", "--quick", "--jobs", "1", "--methods",
+                 "pic-rl-per-resource", "oracle", "--out", str(out), "--cache", str(tmp_path / "cache")]) == 0
+    results = json.loads((out / "results.json").read_text())
+    assert results["datasets"]["pod:mem_bytes+duty_pct"]["services"] == 2  # one pod, two resource rows
+    assert "| PIC-RL per resource |" in (out / "resources.md").read_text()
+    capsys.readouterr()
+    with pytest.raises(SystemExit):  # argparse's usage error
+        main(["compare", "--trace", str(path), "--resources", "gpu_mem", "--out", str(out)])
+    assert "expected NAME=COLUMN" in capsys.readouterr().err
+    for bad, message in [(["--resources", "gpu_mem=mem_bytes", "gpu_disk=duty_pct"], "at least two of"),
+                         (["--resources", "gpu_mem=mem_bytes", "gpu_compute=duty_pct", "--column", "x"], "no --column")]:
+        code = main(["compare", "--trace", str(path), *bad, "--out", str(out)])
+        assert code == 2 and message in capsys.readouterr().err, bad
