@@ -135,14 +135,15 @@ class Settings:
         return self.values[name]
 
     def worker(self, bootstrap: str) -> WorkerSettings:
-        from picrl_core.resources import KNOWN, killing
+        from picrl_core.resources import resources_named
         from stream.decisions import EngineSettings
         from stream.worker import WorkerSettings
 
         v = self.values
-        resources = tuple(KNOWN[n] for n in v["resources"])
-        if resources and v["hard_shortage"] == "pod":
-            resources = killing(resources)
+        if v["hard_shortage"] == "pod" and not v["resources"]:
+            raise SettingsError(f"setting hard_shortage = pod (from {self.sources['hard_shortage']}) needs resources "
+                                "(e.g. gpu_mem,gpu_compute): with one resource per service there is none to kill the pod")
+        resources = resources_named(v["resources"], v["hard_shortage"] == "pod") if v["resources"] else ()
         engine = EngineSettings(scaling=v["scaling"], headroom=v["headroom"], max_services=v["max_services"],
                                 max_tick_gap=v["max_tick_gap"], advisory=v["mode"] == "recommend",
                                 overrides=dict(self.services), range_growth=v["range_growth"],

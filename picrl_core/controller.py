@@ -25,7 +25,7 @@ from picrl_core.mills import mean_above
 from picrl_core.noise import counter_normal
 from picrl_core.policy import N_OUTPUTS, PolicyNetwork, gaussian_log_prob, risk_centre, squash
 from picrl_core.predictor import GaussianLSTM, predict_gaussian
-from picrl_core.reward import step_reward
+from picrl_core.reward import expected_cost, step_reward
 
 
 @dataclass
@@ -145,17 +145,28 @@ class PicRLController:
         actions; return the states with the decisions for the next tick, and the transitions.
 
         ``missing`` (``(B,)`` bool): rows whose demand went unobserved this tick (a soft resource of a pod that a
-        hard shortage killed, :func:`picrl_core.resources.unobserved`). Their window keeps the pending forecast
-        ``mu`` as an uncensored point, the E-step of a missing value, instead of ``(y, c)``; the reward, the
-        calibrator and the temperature read ``(y, c)`` as given (a lower bound below the capacity moves neither)."""
+        hard shortage killed, :func:`picrl_core.resources.unobserved`). Nothing is learnt from them: the
+        calibrator, the streaks and the temperature hold, the reward is the forecast's expected cost
+        (:func:`~picrl_core.reward.expected_cost`), and the window keeps the pending forecast ``mu`` as an
+        uncensored point, the E-step of a missing value, instead of ``(y, c)``."""
         y = np.asarray(y, dtype=np.float64).reshape(len(state))
         censored = np.asarray(censored, dtype=bool).reshape(len(state))
+        unseen = None if missing is None else np.asarray(missing, dtype=bool).reshape(len(state))
+        unseen = unseen if unseen is not None and unseen.any() else None
         a = state.action
         shortage, over = feedback(y, a, censored)
-        censor_streak = np.where(censored, state.censor_streak + 1, 0)
+        seen_censored = censored
+        if unseen is not None:  # no feedback from a demand nobody saw (at a capacity of 0, y = 0 would read as short)
+            shortage, over, seen_censored = shortage & ~unseen, over & ~unseen, censored & ~unseen
+        censor_streak = np.where(seen_censored, state.censor_streak + 1, 0)
         over_streak = np.where(over, state.over_streak + 1, 0)
+        if unseen is not None:  # the streaks hold through it
+            censor_streak = np.where(unseen, state.censor_streak, censor_streak)
+            over_streak = np.where(unseen, state.over_streak, over_streak)
         cfg = self.config
-        reward = step_reward(a, y, censored, state.mu, state.sigma, censor_streak, cfg.cost, cfg.reward)
+        reward = step_reward(a, y, seen_censored, state.mu, state.sigma, censor_streak, cfg.cost, cfg.reward)
+        if unseen is not None:
+            reward[unseen] = -expected_cost(a[unseen], state.mu[unseen], state.sigma[unseen], cfg.cost)
         margin, bias = reactive_step(state.margin, state.bias, state.eta, shortage, over, censor_streak, state.sigma,
                                      cfg, state.step_scale)
         step_scale = (adapt_step(state.step_scale, state.censor_streak > 0, state.over_streak > 0, shortage, over)
@@ -164,8 +175,9 @@ class PicRLController:
                        if self.scales_sigma else state.temperature)
         window_y, window_c = (impute_shortage(y, censored, shortage, state)
                               if cfg.estimator.impute_window else (y, censored))
-        if missing is not None and missing.any():
-            window_y, window_c = np.where(missing, state.mu, window_y), window_c & ~missing
+        if unseen is not None:
+            temperature = np.where(unseen, state.temperature, temperature)
+            window_y, window_c = np.where(unseen, state.mu, window_y), window_c & ~unseen
         row_context = self._check_context(None if context is None else np.asarray(context)[:, None, :],
                                           (len(state), 1), "context")
         new = self._decide(

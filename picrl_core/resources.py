@@ -74,6 +74,12 @@ def killing(resources: Sequence[Resource]) -> tuple[Resource, ...]:
     return tuple(replace(r, kills=True) if r.hard else r for r in check_resources(resources))
 
 
+def resources_named(names: Sequence[str], kills: bool = False) -> tuple[Resource, ...]:
+    """The :data:`KNOWN` resources of ``names``, in order; with ``kills``, a hard one's shortage kills the service."""
+    resources = check_resources([KNOWN[name] for name in names])
+    return killing(resources) if kills else resources
+
+
 def check_resources(resources: Sequence[Resource]) -> tuple[Resource, ...]:
     """``resources`` as a tuple, refusing duplicates and an empty list."""
     resources = tuple(resources)

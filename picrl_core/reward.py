@@ -14,7 +14,7 @@ from numpy.typing import ArrayLike
 
 from picrl_core.config import CostConfig, RewardConfig
 from picrl_core.costs import asymmetric_cost
-from picrl_core.mills import inverse_mills_gap
+from picrl_core.mills import inverse_mills_gap, log_normal_survival
 
 
 class RewardInputError(ValueError):
@@ -42,6 +42,16 @@ def expected_gap(a: ArrayLike, mu: ArrayLike, sigma: ArrayLike) -> np.ndarray:
     if not (sigma > 0).all():
         raise RewardInputError(f"sigma must be > 0 for the expected gap; got {sigma[~(sigma > 0)].min()}")
     return sigma * inverse_mills_gap((a - mu) / sigma)
+
+
+def expected_cost(a: ArrayLike, mu: ArrayLike, sigma: ArrayLike, cost: CostConfig) -> np.ndarray:
+    """``E[l(a, d)]`` of Eq. (1) for ``d ~ N(mu, sigma^2)``: what a tick whose demand went unobserved costs under
+    the forecast (it is not known to be censored, so not Eq. 9's ``d > a``). With ``E[(d - a)+] = (1 - Phi(z))
+    E[d - a | d > a]`` (``z = (a - mu)/sigma``) and ``(a - d)+ = (d - a)+ + a - d``:
+    ``c_under E[(d - a)+] + c_over (E[(d - a)+] + a - mu)``."""
+    a, mu, sigma = np.broadcast_arrays(*(np.asarray(v, dtype=np.float64) for v in (a, mu, sigma)))
+    short = np.exp(log_normal_survival((a - mu) / sigma)) * expected_gap(a, mu, sigma)
+    return cost.c_under * short + cost.c_over * (short + a - mu)
 
 
 def surrogate_reward(a: ArrayLike, mu: ArrayLike, sigma: ArrayLike, n: ArrayLike, cost: CostConfig,

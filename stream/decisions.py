@@ -551,7 +551,8 @@ class DecisionEngine:
                    if self.context_names else None)
         new, transition = self.controller.step(state, y, censored, context, missing)
         if self.settings.range_growth > 1:
-            grow = outgrown(state.action, censored, new.censor_streak, self.settings.grow_after)
+            seen = censored if missing is None else censored & ~missing  # a killed tick is no sign of an outgrown range
+            grow = outgrown(state.action, seen, new.censor_streak, self.settings.grow_after)
             grow &= np.array([getattr(self.settings.overrides.get(item.service), "low", None) is None
                               for item in items])  # an operator's range stays
             new_high = np.where(grow, grown_high(low, high, self.settings.range_growth), high)

@@ -32,16 +32,18 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "counterfactual simulator, seeing only min(d, a) and the censoring flag, for several seeds. "
                     "Writes table2.md/.csv (baselines), censoring_cost.md (each method's regret over its full-information "
                     "reference), table3.md/.csv (ablations), fleet.md (for a fleet: the spread of regret over its services), "
-                    "results.json and figures "
+                    "resources.md and resources.png (for services provisioned several resources: each resource's regret "
+                    "and shortages; resources-<dataset>.png when there are several such datasets), results.json and figures "
                     "(trajectories.png, ablation_bars.png, cumulative_regret.png) to --out. Finished cells are "
                     "cached, so a rerun (or a run with more seeds or methods) trains only what is new.",
         epilog="methods:\n" + "\n".join(f"  {name:<13} {m.label} [{m.group}]: {m.reference}"
                                         for name, m in REGISTRY.items()))
     source = parser.add_argument_group("data (default: the three bundled datasets)")
     source.add_argument("--datasets", nargs="+", default=["all"], choices=["all", *DATASETS, *FLEETS], metavar="NAME",
-                        help=f"bundled datasets to compare on: all (the paper's {', '.join(DATASETS)}) and/or "
-                             f"{', '.join(FLEETS)} (the 91 GenAI pods as one fleet, each pod a service; metrics are "
-                             "the mean over pods, and fleet.md gives their spread)")
+                        help=f"bundled datasets to compare on: all (the paper's {', '.join(DATASETS)}) and/or the "
+                             f"fleets {', '.join(FLEETS)} (many services as one fleet: pods is the 91 GenAI pods, the "
+                             "-2r ones provision each pod GPU memory and GPU compute at once, -oom where a memory "
+                             "shortage kills the pod; metrics are the mean over services)")
     source.add_argument("--trace", type=Path, help="a CSV file (plain or .gz) instead of the bundled datasets")
     source.add_argument("--column", help="demand column of --trace")
     source.add_argument("--time-column", help="time column of --trace (seconds or ISO 8601)")

@@ -60,6 +60,9 @@ def workload_from_args(args: argparse.Namespace) -> Workload:
     provisioned several resources with ``--resources``."""
     if getattr(args, "resources", None):
         return pods_with_resources(args.resources, args.services, args.ticks, args.part, args.hard_shortage)
+    if getattr(args, "hard_shortage", "requests") == "pod":
+        raise SettingsError("--hard-shortage pod needs --resources: with one resource per service there is none to "
+                            "kill the pod")
     if getattr(args, "pods", False):
         fleet = load_pod_fleet()
         length = min(t.values.size for t in fleet)

@@ -12,15 +12,15 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 from picrl.commands.bus import bootstrap_or_local
-from picrl.commands.produce import (OOM_DATASET, RESOURCE_DATASET, TEST_FRACTION, play_closed_loop,
-                                   pods_with_resources, print_summary, resource_names_argument)
+from picrl.commands.produce import (OOM_DATASET, RESOURCE_DATASET, TEST_FRACTION, play_closed_loop, print_summary,
+                                   resource_names_argument)
 from picrl.commands.source import add_training_options, cached_model, config_from_args
 from picrl.datasets import DATASETS, Trace, load_dataset, prepare_trace
 from picrl.kafka import LocalKafka
 from picrl.reports.closed_loop import write_report
 from picrl.settings import SettingsError
 from picrl_core.series import prepare_series
-from producers.workload import Workload, copies_of
+from producers.workload import Workload, copies_of, resource_fleet_of
 from stream.topics import ensure_topics, topic_specs
 
 PARTITIONS = 4
@@ -64,7 +64,7 @@ def _workload(trace: Trace, services: int, ticks: int, seed: int) -> Workload:
     """The closed loop's services on the trace's test split: shifted, scaled copies of a series, or the first
     pods of a fleet provisioned on several resources."""
     if trace.resources:
-        return pods_with_resources(trace.resources, services, ticks, hard_shortage=hard_shortage(trace))
+        return resource_fleet_of(trace, services, ticks, start=int(trace.values.shape[0] * (1 - TEST_FRACTION)))
     return copies_of(trace, services, ticks, start=int(trace.values.size * (1 - TEST_FRACTION)), seed=seed)
 
 
@@ -123,8 +123,8 @@ def run(args: argparse.Namespace) -> int:
     trace = load_dataset(dataset)
     if args.resources and tuple(args.resources) != trace.resources:
         raise SettingsError(f"--resources {','.join(args.resources)}: dataset {dataset} provides "
-                            f"{','.join(trace.resources) or 'one resource per service'}; the bundled fleet with "
-                            f"several resources is {RESOURCE_DATASET} (gpu_mem,gpu_compute)")
+                            f"{','.join(trace.resources) or 'one resource per service'}; the bundled fleets with "
+                            f"several resources are {RESOURCE_DATASET} and {OOM_DATASET} (gpu_mem,gpu_compute)")
     series = prepare_trace(trace) if trace.resources else \
         prepare_series(trace.values, trace.name, trace.context, trace.context_names)
     _, model, trained = cached_model(trace, series, config_from_args(args))

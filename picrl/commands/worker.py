@@ -35,9 +35,6 @@ _FLAGS: dict[str, tuple[type, str]] = {
     "resources": (str, "decide these resources of each service together, comma separated, e.g. gpu_mem,gpu_compute: "
                        "usage records then carry a resources map (schema 2), a memory shortage censors compute too, "
                        "and each action carries a capacity per resource (default: one resource per service)"),
-    "hard_shortage": (str, "with --resources, what a shortage of a hard resource (gpu_mem) does: requests (default: the "
-                           "requests that do not fit fail and compute is read on the share served) or pod (the pod is "
-                           "OOM-killed: the tick's compute is unobserved, a lower bound that says nothing)"),
     "max_kl": (float, "policy guardrail: refuse versions whose KL to their parent exceeds this (default 0.5)"),
     "score_margin": (float, "policy guardrail: refuse versions scoring more than this below their parent (default 0.05)"),
     "c_under": (float, "cost of a unit short, for the replay rewards (default: the model's, 2)"),
@@ -64,6 +61,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                                                                 "outputs, table and offsets commit together)")
     parser.add_argument("--mode", choices=("enforce", "recommend"),
                         help="recommend: label every action advisory (default enforce)")
+    parser.add_argument("--hard-shortage", choices=("requests", "pod"),
+                        help="with --resources, what a shortage of a hard resource (gpu_mem) does: requests (default: "
+                             "the requests that do not fit fail and compute is read on the share served) or pod (the "
+                             "pod is OOM-killed: the tick's compute goes unobserved)")
     parser.add_argument("--scaling", choices=("window", "artifact"),
                         help="service ranges: from each service's first window (default) or the model's training range")
     for name, (kind, text) in _FLAGS.items():
@@ -90,7 +91,7 @@ def _ensure_topics_once_up(bootstrap: str, specs: list[TopicSpec], wait: float =
 
 def run(args: argparse.Namespace) -> int:
     torch.set_num_threads(1)
-    names = ("guarantee", "mode", "scaling", "log_format", *_FLAGS)
+    names = ("guarantee", "mode", "scaling", "hard_shortage", "log_format", *_FLAGS)
     settings = settings_from_args(args, **{name: getattr(args, name) for name in names})
     configure_logging(args.log_level, settings["log_format"])
     artifact = load_artifact(args.model)

@@ -126,6 +126,8 @@ class CellCache:
             digest.update(np.ascontiguousarray(trace.values).tobytes())
             if trace.context is not None:
                 digest.update(np.ascontiguousarray(trace.context).tobytes())
+            if trace.resources:  # the same columns under another observation rule are other cells
+                digest.update(json.dumps([trace.resources, trace.oom_kills]).encode())
             self._keys[name] = digest.hexdigest()[:16]
 
     def _stem(self, cell: Cell) -> Path:

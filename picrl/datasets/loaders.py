@@ -48,6 +48,8 @@ class Trace:
     oom_kills: bool = False  # a hard resource's shortage kills the pod (picrl_core.resources.Resource.kills)
 
     def __post_init__(self) -> None:
+        if self.oom_kills and not self.resources:
+            raise DatasetError(f"trace '{self.name}': oom_kills needs several resources (a hard one to kill the pod)")
         values = _frozen_copy(self.values)
         if values.ndim != 1 and not (values.ndim == 2 and self.context is None):
             raise DatasetError(f"trace '{self.name}': values must be 1-D (or 2-D for a fleet without context), "
@@ -226,7 +228,8 @@ def load_resource_csv(path: str | Path, columns: dict[str, str], time_column: st
     names, heads = list(columns), list(columns.values())
     read = load_csv(path, heads[0], time_column=time_column, context_columns=heads[1:])
     values = np.column_stack([read.values, read.context])  # type: ignore[list-item]
-    return Trace(name=f"{_stem(Path(path))}:{'+'.join(heads)}", values=values, context=None, context_names=(),
+    return Trace(name=f"{_stem(Path(path))}:{'+'.join(heads)}{'-oom' if oom_kills else ''}", values=values,
+                 context=None, context_names=(),
                  step_seconds=read.step_seconds, unit="", source=str(path), resources=tuple(names), oom_kills=oom_kills)
 
 
@@ -247,10 +250,9 @@ def prepare_trace(trace: Trace) -> "PreparedSeries":
 def trace_resources(trace: Trace) -> tuple[Resource, ...]:
     """The resources a multi-resource trace is provisioned on (``picrl_core.resources.KNOWN`` by name; with
     ``oom_kills``, a hard resource's shortage kills the pod)."""
-    from picrl_core.resources import KNOWN, killing
+    from picrl_core.resources import resources_named
 
-    resources = tuple(KNOWN[name] for name in trace.resources)
-    return killing(resources) if trace.oom_kills else resources
+    return resources_named(trace.resources, trace.oom_kills)
 
 
 def load_dataset(name: str) -> Trace:

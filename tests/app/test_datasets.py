@@ -178,3 +178,6 @@ def test_two_resource_fleets_say_what_a_memory_shortage_does(name: str, kills: b
     assert [(r.name, r.hard, r.kills) for r in series.resources] == [("gpu_mem", True, kills),
                                                                       ("gpu_compute", False, False)]
     assert series.services == trace.values.shape[1]
+    with pytest.raises(DatasetError, match="oom_kills needs several resources"):
+        Trace(name="one", values=trace.values[:, 0], context=None, context_names=(), step_seconds=60.0, unit="",
+              source="", oom_kills=True)

@@ -12,6 +12,8 @@ from picrl_core.methods.base import Provisioner
 from picrl_core.methods.coupled import resource_metrics, run_coupled_loop
 from picrl_core.methods import REGISTRY
 from picrl_core.methods.evaluation import run_on_test_split
+from picrl_core.policy import PolicyNetwork
+from picrl_core.predictor import GaussianLSTM
 from picrl_core.resources import GPU_POD, Resource, impute_served_share, killing, observe
 from picrl_core.series import prepare_resource_fleet
 from picrl_core.synthetic import diurnal
@@ -171,15 +173,19 @@ def test_the_imputed_share_follows_the_tobit_expectation_of_the_hard_demand() ->
     assert lifted[1] == pytest.approx(0.3 * expected / 0.4) and lifted[0] < lifted[1]
 
 
-def test_a_killed_ticks_compute_is_kept_as_the_forecast_and_moves_no_feedback(
-        tiny_predictor, tiny_policy, tiny_config: PicRLConfig) -> None:
+@pytest.mark.parametrize("compute_capacity", [0.6, 0.0])
+def test_a_killed_ticks_compute_is_kept_as_the_forecast_and_teaches_nothing_else(
+        tiny_predictor: GaussianLSTM, tiny_policy: PolicyNetwork, tiny_config: PicRLConfig,
+        compute_capacity: float) -> None:
     """``unobserved`` marks the soft rows of ticks a killing hard shortage took down; the controller's window keeps
-    its pending forecast there (uncensored), while the calibrator, reward and streaks read the lower bound of 0."""
+    its pending forecast there (uncensored), its calibrator, streaks and temperature hold (even at a capacity of
+    0, where the observed 0 reaches the capacity), and its reward is the forecast's expected cost."""
     from picrl_core.controller import PicRLController
     from picrl_core.resources import unobserved
+    from picrl_core.reward import expected_cost
 
     demand = np.array([[0.9, 0.3], [0.5, 0.5]])  # pod 0's memory short (killed), pod 1's fine
-    action = np.array([[0.6, 0.6], [0.6, 0.6]])
+    action = np.array([[0.6, 0.6], [compute_capacity, 0.6]])
     y, coupled, _, _ = observe(demand, action, killing(GPU_POD))
     missing = unobserved(y, coupled, action, killing(GPU_POD))
     assert missing.tolist() == [[False, False], [True, False]]
@@ -188,11 +194,15 @@ def test_a_killed_ticks_compute_is_kept_as_the_forecast_and_moves_no_feedback(
     window = tiny_config.predictor.window
     state = controller.initial_state(np.arange(4, dtype=np.uint64), np.full((4, window), 0.5))
     state.action = action.ravel().copy()
-    kept, _ = controller.step(state, y.ravel(), coupled.ravel(), None, missing.ravel())
+    state.censor_streak = np.array([0, 0, 2, 0])
+    kept, transition = controller.step(state, y.ravel(), coupled.ravel(), None, missing.ravel())
     plain, _ = controller.step(state, y.ravel(), coupled.ravel())
     assert kept.observations[2, -1] == np.float32(state.mu[2]) and not kept.censored[2, -1]
     assert plain.observations[2, -1] == 0.0 and plain.censored[2, -1]  # the lower bound, as observed
+    assert (kept.margin[2], kept.bias[2], kept.censor_streak[2], kept.temperature[2]) == \
+        (state.margin[2], state.bias[2], 2, state.temperature[2])
+    assert transition.reward[2] == -expected_cost(compute_capacity, state.mu[2], state.sigma[2], tiny_config.cost)
     others = [0, 1, 3]
     assert np.array_equal(kept.observations[others], plain.observations[others])
     for name in ("margin", "bias", "censor_streak", "temperature"):
-        assert np.array_equal(getattr(kept, name), getattr(plain, name)), name
+        assert np.array_equal(getattr(kept, name)[others], getattr(plain, name)[others]), name

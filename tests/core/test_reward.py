@@ -10,6 +10,7 @@ from scipy.stats import truncnorm
 from picrl_core.config import CostConfig, RewardConfig
 from picrl_core.reward import (
     RewardInputError,
+    expected_cost,
     expected_gap,
     pessimism_factor,
     step_reward,
@@ -46,6 +47,17 @@ def test_expected_gap_is_the_truncated_normal_excess() -> None:
     reference = truncnorm((a - mu) / sigma, np.inf, loc=mu, scale=sigma).mean() - a
     np.testing.assert_allclose(expected_gap(a, mu, sigma), reference, rtol=1e-8)
     assert expected_gap(mu, mu, sigma) == pytest.approx(sigma * LAMBDA_0, rel=1e-14)
+
+
+def test_expected_cost_is_the_asymmetric_cost_averaged_over_the_forecast() -> None:
+    """E[l(a, d)] for d ~ N(mu, sigma^2), against a quadrature on a fine grid (what a killed tick's row earns)."""
+    mu, sigma = 0.45, 0.12
+    d = np.linspace(mu - 12 * sigma, mu + 12 * sigma, 400_001)
+    weight = np.exp(-0.5 * ((d - mu) / sigma) ** 2)
+    weight /= weight.sum()
+    for a in (0.0, 0.3, mu, 0.6, 1.0):
+        reference = float(np.sum(weight * (COST.c_under * np.maximum(d - a, 0) + COST.c_over * np.maximum(a - d, 0))))
+        assert expected_cost(a, mu, sigma, COST) == pytest.approx(reference, rel=1e-6), a
 
 
 def test_expected_gap_stays_positive_far_above_the_mean() -> None:

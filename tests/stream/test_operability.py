@@ -46,6 +46,8 @@ def test_settings_come_from_file_then_environment_then_flags(tmp_path: Path) -> 
     assert [(r.name, r.kills) for r in pods.engine.resources] == [("gpu_mem", True), ("gpu_compute", False)]
     with pytest.raises(SettingsError, match="setting hard_shortage = 'oom'"):
         load_settings(None, environ={"PICRL_HARD_SHORTAGE": "oom"})
+    with pytest.raises(SettingsError, match="hard_shortage = pod .* needs resources"):
+        load_settings(None, environ={"PICRL_HARD_SHORTAGE": "pod"}).worker("h:9092")
 
 
 def test_config_show_prints_values_and_sources(tmp_path: Path, capsys: pytest.CaptureFixture[str],

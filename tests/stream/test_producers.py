@@ -113,3 +113,5 @@ def test_the_closed_loop_producer_plays_the_test_split_of_the_two_resource_pods(
     with pytest.raises(SettingsError, match="decided together"):
         workload_from_args(Namespace(resources=("gpu_mem",), services=2, ticks=None, part="test",
                                      hard_shortage="requests"))
+    with pytest.raises(SettingsError, match="needs --resources"):
+        workload_from_args(Namespace(resources=None, services=2, ticks=None, part="test", hard_shortage="pod"))

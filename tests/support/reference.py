@@ -114,7 +114,8 @@ def _advance(controller: PicRLController, state: ControllerState, observed: np.n
     transition's rewards."""
     new, transition = controller.step(state, observed, censored, context, missing)
     if range_growth > 1:
-        grow = outgrown(state.action, censored, new.censor_streak, grow_after)
+        grow = outgrown(state.action, censored if missing is None else censored & ~missing, new.censor_streak,
+                        grow_after)
         if grow.any():
             new_high = np.where(grow, grown_high(low, high, range_growth), high)
             new, high = rescale_state(new, low, high, low, new_high), new_high
