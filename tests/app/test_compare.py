@@ -141,7 +141,7 @@ def test_a_users_csv_of_one_pods_memory_and_compute_compares_coupled_and_per_res
                  "--time-column", "time", "--hard-shortage", "pod", "--quick", "--jobs", "1", "--methods",
                  "pic-rl-per-resource", "oracle", "--out", str(out), "--cache", str(tmp_path / "cache")]) == 0
     results = json.loads((out / "results.json").read_text())
-    assert results["datasets"]["pod:mem_bytes+duty_pct"]["services"] == 2  # one pod, two resource rows
+    assert results["datasets"]["pod:mem_bytes+duty_pct-oom"]["services"] == 2  # one pod, two resource rows
     assert "| PIC-RL per resource |" in (out / "resources.md").read_text()
     capsys.readouterr()
     with pytest.raises(SystemExit):  # argparse's usage error
