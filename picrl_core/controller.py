@@ -175,7 +175,7 @@ class PicRLController:
                        if self.scales_sigma else state.temperature)
         window_y, window_c = (impute_shortage(y, censored, shortage, state)
                               if cfg.estimator.impute_window else (y, censored))
-        if unseen is not None:
+        if unseen is not None:  # the temperature holds; the window takes the forecast (the E-step of a missing value)
             temperature = np.where(unseen, state.temperature, temperature)
             window_y, window_c = np.where(unseen, state.mu, window_y), window_c & ~unseen
         row_context = self._check_context(None if context is None else np.asarray(context)[:, None, :],

@@ -167,9 +167,8 @@ def impute_served_share(y: np.ndarray, censored: np.ndarray, action: np.ndarray,
                                        from_unit(expected, low[hard], high[hard]), from_unit(y, low, high))
     else:
         carried, observed = action[hard], y
-    kills = np.array([r.kills for r in resources if r.hard])[:, None]
     with np.errstate(divide="ignore", invalid="ignore"):
-        share = np.where(hard_short, np.where(kills, 0.0, carried / expected), 1.0).min(axis=0)
+        share = np.where(hard_short, np.where(_hard_kills(resources), 0.0, carried / expected), 1.0).min(axis=0)
     lifted = hard_short.any(axis=0)[None, :] & ~hard[:, None] & (share > MIN_SERVED_SHARE)[None, :]
     estimate = observed / np.maximum(share, MIN_SERVED_SHARE)[None, :]
     if ranges is not None:
@@ -177,6 +176,11 @@ def impute_served_share(y: np.ndarray, censored: np.ndarray, action: np.ndarray,
             estimate = (estimate - low) / (high - low)  # not to_unit: an estimate above the range must stay above it
     return (np.where(lifted, np.minimum(estimate, action), y),
             np.where(lifted, estimate > action + tolerance, censored))
+
+
+def _hard_kills(resources: Sequence[Resource]) -> np.ndarray:
+    """``(H, 1)``: whether each hard resource's shortage kills the service (rows as ``_hard_shortages``)."""
+    return np.array([r.kills for r in resources if r.hard])[:, None]
 
 
 def _hard_shortages(y: np.ndarray, censored: np.ndarray, action: np.ndarray, hard: np.ndarray,
@@ -191,8 +195,7 @@ def unobserved(y: np.ndarray, censored: np.ndarray, action: np.ndarray, resource
     went unobserved (nothing of the tick was served, :attr:`Resource.kills`). The controller keeps its forecast
     for them instead (``PicRLController.step``'s ``missing``)."""
     resources = check_resources(resources)
-    hard = np.array([r.hard for r in resources])
-    kills = np.array([r.kills for r in resources if r.hard])[:, None]
+    hard, kills = np.array([r.hard for r in resources]), _hard_kills(resources)
     y, action, censored = np.asarray(y, np.float64), np.asarray(action, np.float64), np.asarray(censored, bool)
     if not kills.any() or hard.all():
         return np.zeros(y.shape, dtype=bool)
