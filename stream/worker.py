@@ -23,6 +23,7 @@ worker whose transaction failed (fenced by another) rejoin its group instead of 
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import time
 from collections import OrderedDict, deque
@@ -128,6 +129,7 @@ class StreamWorker:
         self.app.timer(settings.commit_interval, name="commit")(self._commit_between_batches)
         self.app.on_rebalance_complete.connect(self._hold_records_until_seeked)
         self.app.on_rebalance_complete.connect(self._check_restored_state)
+        self.app.on_rebalance_complete.connect(self._freeze_heap)
         self.app.task(self.follower.run)
         if settings.web_port is not None:
             add_views(self)
@@ -174,6 +176,18 @@ class StreamWorker:
         for p in range(self.settings.partitions):
             self.metrics.state_missing.labels(str(p)).set(int(p in missing))
         consumer.hold(TP(self.topics.usage, p) for p in missing)
+
+    async def _freeze_heap(self, app: faust.App, **_: object) -> None:
+        """Take what the worker holds after a rebalance out of Python's full garbage collections.
+
+        A full collection walks every container object the process holds: here some 235,000 (Faust, aiokafka,
+        torch, the model), all alive for as long as the worker runs, and it took 120-160 ms, during which
+        nothing is decided (the p99 latency was these stalls). Frozen (``gc.freeze``), they are left out of
+        every later collection, which then walks what the decisions create (~6 ms). Each rebalance first
+        thaws and collects everything once, so cyclic garbage among what was frozen before is freed, not kept."""
+        gc.unfreeze()
+        gc.collect()
+        gc.freeze()
 
     async def _unrestored(self, assigned: set[int]) -> dict[int, tuple[int, int]]:
         """The partitions among ``assigned`` whose rows fall short of the group's committed offsets, each with
