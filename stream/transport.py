@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Coroutine, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
 from typing import Any, cast
 
 import faust
@@ -35,7 +35,7 @@ from aiokafka.errors import IllegalOperation, KafkaError, ProducerFenced
 from faust.exceptions import ProducerSendError
 from faust.transport.consumer import TransactionManager
 from faust.transport.drivers import aiokafka as driver
-from faust.types import TP, HeadersArg, RecordMetadata, TransportT
+from faust.types import TP, AppT, EventT, HeadersArg, Message, RecordMetadata, TransportT
 from faust.types.transports import TPorTopicSet
 from mode.services import WaitResults
 
@@ -256,6 +256,23 @@ class _Transport(driver.Transport):
     Consumer = HoldingConsumer
     Producer = _Producer
     TransactionManager = _FreshTransactions
+
+
+class RawRecords(faust.Schema):
+    """A topic whose records reach the agent as they came: key and value bytes, each record wrapped in a Faust
+    event. Faust's ``raw`` serializer returns the same bytes, after two registry lookups, a codec call and a
+    settings lookup per record (~7% of the worker's CPU); this decodes nothing and makes the same event."""
+
+    def __init__(self) -> None:
+        super().__init__(key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw")
+
+    def compile(self, app: AppT, *, on_key_decode_error: Any = None, on_value_decode_error: Any = None,
+                default_propagate: bool = False) -> Callable[..., Awaitable[EventT]]:
+        event = app.conf.Event
+
+        async def decode(message: Message, *, propagate: bool = default_propagate) -> EventT:
+            return cast(EventT, event(app, message.key, message.value, message.headers, message))
+        return decode
 
 
 class WorkerApp(faust.App):

@@ -26,7 +26,7 @@ import asyncio
 import gc
 import logging
 import time
-from collections import OrderedDict, deque
+from collections import Counter, OrderedDict, deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import cast
@@ -47,7 +47,7 @@ from stream.records import Action
 from stream.state_table import ServiceStateTable
 from stream.take import take_ready
 from stream.topics import TopicNames, committed_offsets
-from stream.transport import TRANSACTION_ERRORS, HoldingConsumer, WorkerApp
+from stream.transport import TRANSACTION_ERRORS, HoldingConsumer, RawRecords, WorkerApp
 from stream.views import add_views
 
 log = logging.getLogger("picrl.worker")
@@ -118,8 +118,7 @@ class StreamWorker:
             topic_replication_factor=1, broker_commit_interval=FAUST_COMMITS_OFF, broker_commit_every=FAUST_COMMITS_OFF,
             broker_session_timeout=settings.session_timeout, broker_heartbeat_interval=settings.session_timeout / 5,
             producer_max_request_size=8 << 20, producer_max_batch_size=OUTPUT_BATCH_BYTES, Table=ServiceStateTable, **web)
-        self.usage = self.app.topic(self.topics.usage, key_type=bytes, value_type=bytes, key_serializer="raw",
-                                    value_serializer="raw", partitions=settings.partitions)
+        self.usage = self.app.topic(self.topics.usage, schema=RawRecords(), partitions=settings.partitions)
         self.states = cast(ServiceStateTable, self.app.Table(  # bytes: raw serializer
             "service-state", key_type=bytes, value_type=bytes, partitions=settings.partitions, use_partitioner=True))
         self.app.agent(self.usage, name="decide")(self._decide)
@@ -318,10 +317,11 @@ class StreamWorker:
         partition_of = {item.service: item.partition for item in incoming}
         for action in outcome.actions:
             m.streaks.update(action.service, partition_of[action.service], action.censor_streak)
-            m.actions.labels(action.phase).inc()
             if action.source_produced_at > 0:
                 m.latency.observe(max(0.0, action.decided_at - action.source_produced_at))
             self._remember(action)
+        for phase, count in Counter(action.phase for action in outcome.actions).items():
+            m.actions.labels(phase).inc(count)
         for event in events[-1:]:
             tp = event.message.tp
             highwater = self.app.consumer.highwater(tp)
@@ -342,8 +342,11 @@ class StreamWorker:
                         dead.detail, extra=context)
 
     def _remember(self, action: Action) -> None:
-        history = self.recent.pop(action.service, None) or deque(maxlen=RECENT_DECISIONS)
+        history = self.recent.get(action.service)
+        if history is None:
+            history = self.recent[action.service] = deque(maxlen=RECENT_DECISIONS)
+            if len(self.recent) > RECENT_SERVICES:
+                self.recent.popitem(last=False)
+        else:
+            self.recent.move_to_end(action.service)
         history.append(action)
-        self.recent[action.service] = history
-        if len(self.recent) > RECENT_SERVICES:
-            self.recent.popitem(last=False)
