@@ -16,12 +16,12 @@ hand them over one by one, each with a trip through the event loop (``await slee
 its sensors: a third of the worker's CPU (docs/performance.md). What that iteration does for acknowledgements
 is done here per event: an event of a stale consumer generation or read while flow control is off (a
 rebalance under way) is dropped unacknowledged, as Faust's stream drops it; every other one is tracked as
-unacknowledged with the consumer (so a revocation waits for it) and acknowledged after its batch is handled
-(so its offset commits then, not before)."""
+unacknowledged with the consumer (so a revocation waits for it) until its batch is handled and the caller
+acknowledges it (:func:`acknowledge`; its offset commits then, not before)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Sequence
 from typing import Any
 
 from faust.types import EventT, StreamT
@@ -75,10 +75,19 @@ async def take_ready(stream: StreamT, max_: int, within: float) -> AsyncGenerato
                     break
         except StopAsyncIteration:  # the channel is closing: the agent stops (as Faust's stream ends its iteration)
             return
-        if not events:
-            continue
-        try:
+        if events:
             yield events
-        finally:
-            for event in events:
-                event.ack()
+
+
+def acknowledge(events: Sequence[EventT]) -> None:
+    """Mark a batch's events handled: their offsets commit with the next commit (Faust's ``Stream.ack``
+    without its sensors)."""
+    for event in events:
+        event.ack()
+
+
+def forget(consumer: Any, events: Sequence[EventT]) -> None:
+    """Stop tracking events that will not be handled (fetched before a rebalance that has completed since):
+    unacknowledged, so their offsets do not commit, and no longer waited for by the next revocation."""
+    for event in events:
+        consumer._unacked_messages.discard(event.message)

@@ -13,7 +13,9 @@ per usage partition: the batch's actions, transitions, dead letters and changelo
 pass and handed to the transactional producer of their source partition as one aiokafka record batch per
 topic partition (stream/outbox.py; Faust would send outputs outside any transaction: faust-streaming issue
 #177), and the commit, not the batch, waits for their delivery. Commits run between batches, never within
-one (a batch is decided while a commit may be under way, and sent only after it); after a rebalance the
+one: the agent decides batches while a commit may be under way and queues them (up to ``SEND_QUEUE``) for a
+sender task that hands each to the producers between commits and acknowledges its events (under
+``at_least_once``, once its records are delivered, while the next batches go on); after a rebalance the
 agent gets no record before Faust has seeked to the committed offsets (faust-streaming issue #596), and
 none of a partition whose restored rows fall short of its committed offsets (a watermark row per partition
 says how far they go). Faust's app here (stream/transport.py) restores tables up to the broker's end
@@ -45,7 +47,7 @@ from stream.policy_follower import PolicyFollower, PolicyGate
 from stream.intake import Letter, Raw, decide, decode_batch
 from stream.records import Action
 from stream.state_table import ServiceStateTable
-from stream.take import take_ready
+from stream.take import acknowledge, forget, take_ready
 from stream.topics import TopicNames, committed_offsets
 from stream.transport import TRANSACTION_ERRORS, HoldingConsumer, RawRecords, WorkerApp
 from stream.views import add_views
@@ -57,6 +59,7 @@ RECENT_DECISIONS = 10  # last decisions kept per service for /services/<id>
 RECENT_SERVICES = 10_000  # services whose recent decisions are kept (least recently seen dropped)
 OUTPUT_BATCH_BYTES = 512 << 10  # record batch size: a decision batch's records for one topic partition in one or a few
 FAUST_COMMITS_OFF = 1 << 30  # Faust's own periodic commits (seconds, events): the worker commits between batches
+SEND_QUEUE = 4  # decided batches that may wait for the sender (while a commit runs) before the agent waits too
 
 
 @dataclass(frozen=True)
@@ -124,8 +127,11 @@ class StreamWorker:
         self.app.agent(self.usage, name="decide")(self._decide)
         self._producer_for = ProducerFor(self.app, self.topics.usage)
         self._partitions: dict[str, int] = {}
-        self._batch = asyncio.Lock()  # held while a batch is decided and sent, and while offsets commit
+        self._batch = asyncio.Lock()  # held while a batch is sent, and while offsets commit
+        self._outgoing: asyncio.Queue[PreparedBatch] = asyncio.Queue(SEND_QUEUE)  # decided, in order, to be sent
+        self._delivering: set[asyncio.Task] = set()  # at_least_once: batches whose events are acked once delivered
         self.app.timer(settings.commit_interval, name="commit")(self._commit_between_batches)
+        self.app.task(self._send_decided)
         self.app.on_rebalance_complete.connect(self._hold_records_until_seeked)
         self.app.on_rebalance_complete.connect(self._check_restored_state)
         self.app.on_rebalance_complete.connect(self._freeze_heap)
@@ -216,18 +222,63 @@ class StreamWorker:
         self.metrics.adopted(version)
 
     async def _decide(self, stream: faust.StreamT) -> None:
+        """The agent: decide each batch as it comes and queue it for :meth:`_send_decided`, so that batches keep
+        being decided while a commit runs or deliveries are awaited (their ``decided_at`` does not wait)."""
         async for events in take_ready(stream, self.settings.batch_max, self.settings.batch_within):
             await self.follower.ready.wait()
             consumer = cast(HoldingConsumer, self.app.consumer)
             if consumer.failed is not None:  # a failed transaction's events, decided again after a rebalance
+                acknowledge(events)  # (and forgotten then: HoldingConsumer.recover)
                 continue
             try:
-                batch = await self.prepare(events)  # decided while the previous batches' commit may be under way
+                batch = await self.prepare(events)
+            except TRANSACTION_ERRORS as exc:  # the output topics' metadata could not be read
+                acknowledge(events)
+                consumer.transaction_failed(exc)
+                continue
+            await self._outgoing.put(batch)
+
+    async def _send_decided(self) -> None:
+        """Send the decided batches in the order they were decided, each between two commits, and acknowledge
+        their events (a commit covers acknowledged events only, and a revocation waits for them).
+
+        Under ``exactly_once`` the events are acknowledged once their batch is handed to the producers: the
+        commit of the transaction waits for the deliveries and fails with them. Under ``at_least_once`` they
+        are acknowledged once the batch is delivered (:meth:`_acknowledge_delivered`), without holding up the
+        next batch meanwhile. After a failed send the batches still queued are dropped, and so is a batch of events
+        fetched before a rebalance that has completed since (its partitions may be another worker's now): the
+        rows they set are read again from the changelog (:meth:`_check_restored_state`, their watermarks being
+        ahead of the committed offsets) and their events are decided again from the committed offsets."""
+        consumer = cast(HoldingConsumer, self.app.consumer)
+        while True:
+            batch = await self._outgoing.get()
+            if any(e.message.generation_id != self.app.consumer_generation_id for e in batch.events):
+                forget(consumer, batch.events)  # fetched before a rebalance: decided again from the committed offsets
+                continue
+            deliveries: list[asyncio.Future] = []
+            try:
                 async with self._batch:  # no commit while the batch is handed to the producers
                     if consumer.failed is None:
-                        await self.send(batch)
+                        deliveries = await self.send(batch)
             except TRANSACTION_ERRORS as exc:
                 consumer.transaction_failed(exc)
+            if self.app.in_transaction or not deliveries:
+                acknowledge(batch.events)
+            else:
+                task = asyncio.ensure_future(self._acknowledge_delivered(batch.events, deliveries))
+                self._delivering.add(task)
+                task.add_done_callback(self._delivering.discard)
+
+    async def _acknowledge_delivered(self, events: Sequence[EventT], deliveries: list[asyncio.Future]) -> None:
+        """``at_least_once``: acknowledge a batch's events once every record it sent is delivered; a failed
+        delivery makes the worker rejoin its group (and decide again from the committed offsets) first."""
+        consumer = cast(HoldingConsumer, self.app.consumer)
+        try:
+            await asyncio.gather(*deliveries)
+        except TRANSACTION_ERRORS as exc:
+            consumer.transaction_failed(exc)
+        finally:
+            acknowledge(events)
 
     async def _commit_between_batches(self) -> None:
         """Commit the offsets of the batches handled so far, never in the middle of one.
@@ -240,19 +291,14 @@ class StreamWorker:
         async with self._batch:
             await self.app.consumer.commit()  # a failed transaction rejoins the group (HoldingConsumer)
 
-    async def handle(self, events: Sequence[EventT]) -> None:
-        """Decode, decide, store and send one batch of usage events."""
-        await self.send(await self.prepare(events))
-
-    async def send(self, batch: PreparedBatch) -> None:
+    async def send(self, batch: PreparedBatch) -> list[asyncio.Future]:
         """Hand a prepared batch's records to the producer of each source partition, one record batch per topic
-        partition (stream/outbox.py). Under ``exactly_once`` the transaction commit (between batches) waits for
-        their delivery and makes them atomic with the input offsets, so the batch does not wait for it; under
-        ``at_least_once`` it waits, since its offsets commit once it is acknowledged."""
+        partition (stream/outbox.py); returns their deliveries. Under ``exactly_once`` the transaction commit
+        (between batches) waits for them and makes them atomic with the input offsets; under ``at_least_once``
+        the batch's events are acknowledged once they are done (:meth:`_send_decided`)."""
         deliveries = await send_outbox(batch.outbox, self._producer_for)
-        if not self.app.in_transaction:
-            await asyncio.gather(*deliveries)
         self._observe(batch.events, batch.incoming, batch.outcome, batch.letters)
+        return deliveries
 
     async def prepare(self, events: Sequence[EventT]) -> PreparedBatch:
         """Decode and decide one batch of usage events, set its rows and watermarks in memory and encode every

@@ -28,7 +28,7 @@ from stream.decisions import DecisionEngine, Incoming
 from stream.records import PolicyVersion, UsageEvent, decode_action, decode_dead_letter
 from stream.topics import TopicNames, committed_offsets, end_offsets, ensure_topics, topic_specs
 from tests.stream.conftest import WINDOW, two_resource_workload
-from tests.support.kafka import consume, produce, unique, usage_json, wait_until
+from tests.support.kafka import committed_everything, consume, produce, unique, usage_json, wait_until
 from tests.support.chaos import BROKER, FREEZE, Chaos, audit
 from tests.support.processes import picrl_process, spawn, stop, tail
 from tests.support.web import free_port, http_get, metric
@@ -172,31 +172,6 @@ def _open_loop_usage(workload: Workload, capacity: float, ticks: range) -> list[
             for t in ticks for j, s in enumerate(workload.services)]
 
 
-def _committed_everything(bootstrap: str, group: str, topic: str, partitions: int, worker: subprocess.Popen,
-                          log: Path, stall_after: float = 60.0) -> None:
-    """Wait until ``group`` has committed every record of ``topic``; fail (naming the partitions behind) when
-    no offset moves for ``stall_after`` seconds or the worker dies."""
-    async def wait() -> None:
-        end = await end_offsets(bootstrap, topic, partitions)
-        admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-        await admin.start()
-        try:
-            last, moved = None, time.monotonic()
-            while True:
-                assert worker.poll() is None, tail(log)
-                committed = await committed_offsets(admin, group, topic)
-                if all(committed.get(p, 0) >= offset for p, offset in end.items()):
-                    return
-                if committed != last:
-                    last, moved = committed, time.monotonic()
-                assert time.monotonic() - moved < stall_after, f"no commit for {stall_after:.0f} s; behind: " + str(
-                    {p: f"{committed.get(p, 0)}/{offset}" for p, offset in end.items() if committed.get(p, 0) < offset})
-                await asyncio.sleep(0.5)
-        finally:
-            await admin.close()
-    asyncio.run(wait())
-
-
 def test_a_worker_taking_over_a_backlog_decides_every_event_once(
         kafka_bootstrap: str, tiny_model_dir: Path, tiny_artifact: ModelArtifact, native_trace: Trace,
         tmp_path: Path) -> None:
@@ -216,11 +191,11 @@ def test_a_worker_taking_over_a_backlog_decides_every_event_once(
     group = f"{prefix}-worker"
     produce(kafka_bootstrap, topics.usage, messages[:first * services])
     with picrl_process(args, tmp_path / "a.log") as worker:
-        _committed_everything(kafka_bootstrap, group, topics.usage, partitions, worker, tmp_path / "a.log")
+        committed_everything(kafka_bootstrap, group, topics.usage, partitions, worker, tmp_path / "a.log")
     produce(kafka_bootstrap, topics.usage, messages[first * services:])
     started = time.monotonic()
     with picrl_process(args, tmp_path / "b.log") as worker:
-        _committed_everything(kafka_bootstrap, group, topics.usage, partitions, worker, tmp_path / "b.log")
+        committed_everything(kafka_bootstrap, group, topics.usage, partitions, worker, tmp_path / "b.log")
     took = time.monotonic() - started
 
     engine, rows = DecisionEngine(tiny_artifact), dict.fromkeys(workload.services)
@@ -297,7 +272,7 @@ def test_a_worker_that_cannot_restore_a_partitions_rows_refuses_to_decide_for_it
     args = _worker_args(tiny_model_dir, kafka_bootstrap, prefix, partitions=partitions)
     produce(kafka_bootstrap, topics.usage, messages[:first * services])
     with picrl_process(args, tmp_path / "a.log") as worker:
-        _committed_everything(kafka_bootstrap, group, topics.usage, partitions, worker, tmp_path / "a.log")
+        committed_everything(kafka_bootstrap, group, topics.usage, partitions, worker, tmp_path / "a.log")
     changelog = f"{group}-service-state-changelog"
     asyncio.run(_truncate(kafka_bootstrap, changelog, 0, asyncio.run(end_offsets(kafka_bootstrap, changelog, 2))[0]))
     produce(kafka_bootstrap, topics.usage, messages[first * services:])

@@ -18,7 +18,7 @@ from producers.workload import copies_of
 from stream.records import decode_policy, decode_transition
 from stream.topics import TopicNames, ensure_topics, topic_specs
 from tests.stream.conftest import WINDOW
-from tests.support.kafka import consume, unique
+from tests.support.kafka import committed_everything, consume, unique
 from tests.support.processes import picrl_process, tail
 from tests.support.reference import reference_run, tripled
 from tests.support.web import free_port
@@ -31,30 +31,33 @@ def _play(bootstrap: str, prefix: str, workload, timeout: float = 120.0) -> Clos
     return asyncio.run(ClosedLoopEnvironment(bootstrap, TopicNames(prefix), workload, action_timeout=timeout).run())
 
 
-def _worker_args(model: Path, bootstrap: str, prefix: str) -> list[str]:
+def _worker_args(model: Path, bootstrap: str, prefix: str, guarantee: str = "exactly_once") -> list[str]:
     return ["worker", "--model", str(model), "--bootstrap", bootstrap, "--prefix", prefix, "--partitions",
-            str(PARTITIONS), "--app-id", f"{prefix}-worker", "--log-level", "warning"]
+            str(PARTITIONS), "--app-id", f"{prefix}-worker", "--log-level", "warning", "--guarantee", guarantee]
 
 
-@pytest.fixture(scope="module")
-def fixed_policy_run(kafka_bootstrap: str, tiny_model_dir: Path, native_trace: Trace,
+@pytest.fixture(scope="module", params=["exactly_once", "at_least_once"])
+def fixed_policy_run(request: pytest.FixtureRequest, kafka_bootstrap: str, tiny_model_dir: Path, native_trace: Trace,
                      tmp_path_factory: pytest.TempPathFactory) -> tuple[ClosedLoopRecord, list]:
     """A worker without trainer (the artifact's policy throughout) driven by the closed loop, and the replay
-    transitions it wrote. They are read while the worker runs: the last tick's transitions ride in a
-    transaction the loop does not wait for, and a worker stopped before committing it aborts it (exactly
-    once: a restart would decide those events again)."""
+    transitions it wrote, under either processing guarantee (``at_least_once`` acknowledges a batch's events
+    once its records are delivered, while later batches go on). They are read while the worker runs: the
+    last tick's transitions ride in a transaction the loop does not wait for, and a worker stopped before
+    committing it aborts it (exactly once: a restart would decide those events again)."""
     prefix = unique("e2e")
     asyncio.run(ensure_topics(kafka_bootstrap, topic_specs(prefix, PARTITIONS)))
     log = tmp_path_factory.mktemp("logs") / "worker.log"
     workload = copies_of(native_trace, 3, WINDOW + 30, start=900, seed=7)
     expected = len(workload.services) * (workload.ticks - WINDOW)
-    with picrl_process(_worker_args(tiny_model_dir, kafka_bootstrap, prefix), log) as worker:
+    with picrl_process(_worker_args(tiny_model_dir, kafka_bootstrap, prefix, request.param), log) as worker:
         try:
             record = _play(kafka_bootstrap, prefix, workload)
         except Exception as exc:
             raise AssertionError(f"closed loop failed: {exc}\nworker log:\n{tail(log)}") from exc
         replay = asyncio.run(consume(kafka_bootstrap, TopicNames(prefix).replay, expected, timeout=30))
-        assert worker.poll() is None, f"the worker exited:\n{tail(log)}"
+        # every event acknowledged (at_least_once: once its batch was delivered) and its offset committed
+        committed_everything(kafka_bootstrap, f"{prefix}-worker", TopicNames(prefix).usage, PARTITIONS, worker, log,
+                             stall_after=30)
     return record, replay
 
 

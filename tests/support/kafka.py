@@ -3,12 +3,17 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+from stream.topics import committed_offsets, end_offsets
+from tests.support.processes import tail
 
 
 def unique(prefix: str) -> str:
@@ -71,3 +76,28 @@ def usage_json(service: str, tick: int, usage: object, capacity: float, censored
     obj = {"schema": 1, "type": "usage", "service": service, "tick": tick, "usage": usage, "censored": censored,
            "capacity": capacity, **changes}
     return json.dumps(obj).encode()
+
+
+def committed_everything(bootstrap: str, group: str, topic: str, partitions: int, worker: subprocess.Popen,
+                          log: Path, stall_after: float = 60.0) -> None:
+    """Wait until ``group`` has committed every record of ``topic``; fail (naming the partitions behind) when
+    no offset moves for ``stall_after`` seconds or the worker dies."""
+    async def wait() -> None:
+        end = await end_offsets(bootstrap, topic, partitions)
+        admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+        await admin.start()
+        try:
+            last, moved = None, time.monotonic()
+            while True:
+                assert worker.poll() is None, tail(log)
+                committed = await committed_offsets(admin, group, topic)
+                if all(committed.get(p, 0) >= offset for p, offset in end.items()):
+                    return
+                if committed != last:
+                    last, moved = committed, time.monotonic()
+                assert time.monotonic() - moved < stall_after, f"no commit for {stall_after:.0f} s; behind: " + str(
+                    {p: f"{committed.get(p, 0)}/{offset}" for p, offset in end.items() if committed.get(p, 0) < offset})
+                await asyncio.sleep(0.5)
+        finally:
+            await admin.close()
+    asyncio.run(wait())
