@@ -25,6 +25,7 @@ COMPONENTS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("encoding outputs (orjson records)", ("to_bytes (stream/records.py",)),
     ("metrics and recent decisions", ("_observe (stream/worker.py",)),
     ("table writes (changelog)", ("faust/tables/",)),
+    ("taking and acknowledging batches", ("stream/take.py",)),
     ("producer sends (aiokafka)", ("aiokafka/producer",)),
     ("consumer fetches (aiokafka)", ("aiokafka/consumer",)),
     ("Faust stream and transactions", ("faust/",)),
