@@ -129,7 +129,7 @@ class StreamWorker:
         self._partitions: dict[str, int] = {}
         self._batch = asyncio.Lock()  # held while a batch is sent, and while offsets commit
         self._outgoing: asyncio.Queue[PreparedBatch] = asyncio.Queue(SEND_QUEUE)  # decided, in order, to be sent
-        self._delivering: set[asyncio.Task] = set()  # at_least_once: batches whose events are acked once delivered
+        self._acknowledged: asyncio.Future | None = None  # at_least_once: the last batch's acknowledgement, once delivered
         self.app.timer(settings.commit_interval, name="commit")(self._commit_between_batches)
         self.app.task(self._send_decided)
         self.app.on_rebalance_complete.connect(self._hold_records_until_seeked)
@@ -156,11 +156,12 @@ class StreamWorker:
 
         Each batch sets its partitions' watermarks in the transaction that commits their offsets, so once the
         table is restored a partition's watermark must equal the offset the group committed there
-        (``exactly_once``; at least reach it under ``at_least_once``). Where it does not, the rows in memory
-        are not that state: they hold writes of a transaction that was then aborted (a fenced or restarted
-        producer), or they were not restored at all (Faust skipped whole partitions before
-        stream/transport.py, faust-streaming issue #158). Such a partition's rows are read again from the
-        changelog; if they still do not reach the committed offset the state is lost, and the partition is
+        (``exactly_once``; at least reach it under ``at_least_once``, whose rows may be delivered before their
+        offsets commit). Where it differs, the rows in memory may not be that state: they hold writes of a
+        transaction that was then aborted (a fenced or restarted producer) or of batches that were sent but not
+        delivered, or they were not restored at all (Faust skipped whole partitions before stream/transport.py,
+        faust-streaming issue #158). Such a partition's rows are read again from the changelog (what it holds
+        is what was delivered); if they still do not reach the committed offset the state is lost, and the partition is
         held (nothing fetched, decided or committed; logged and counted in ``picrl_partition_state_missing``)
         until a later rebalance restores it, rather than deciding for its services as if they were new."""
         assigned = self.usage_partitions()
@@ -203,10 +204,9 @@ class StreamWorker:
             committed = await committed_offsets(admin, self.settings.app_id, self.topics.usage)
         finally:
             await admin.close()
-        exact = self.settings.guarantee == "exactly_once"
         for p in sorted(assigned):
             mark, done = self.states.watermark(p), committed.get(p, 0)
-            if mark < done or (exact and mark != done):
+            if mark != done:  # behind: not restored; ahead: rows of batches sent but perhaps never delivered
                 log.warning("usage partition %d: rows hold events up to offset %d, the group committed %d; reading "
                             "its rows again from the changelog", p, mark, done, extra={"partition": p})
                 await self.states.reload(self.settings.bootstrap, p)
@@ -232,8 +232,11 @@ class StreamWorker:
                 continue
             try:
                 batch = await self.prepare(events)
-            except TRANSACTION_ERRORS as exc:  # the output topics' metadata could not be read
-                acknowledge(events)
+            except Exception as exc:  # the output topics' metadata could not be read, or a bug
+                if not isinstance(exc, TRANSACTION_ERRORS):
+                    log.exception("preparing a batch of %d events failed; deciding again from the committed offsets",
+                                  len(events))
+                acknowledge(events)  # forgotten after the rebalance, and the rows this batch set are read again
                 consumer.transaction_failed(exc)
                 continue
             await self._outgoing.put(batch)
@@ -262,23 +265,25 @@ class StreamWorker:
                         deliveries = await self.send(batch)
             except TRANSACTION_ERRORS as exc:
                 consumer.transaction_failed(exc)
-            if self.app.in_transaction or not deliveries:
+            if self.app.in_transaction:
                 acknowledge(batch.events)
             else:
-                task = asyncio.ensure_future(self._acknowledge_delivered(batch.events, deliveries))
-                self._delivering.add(task)
-                task.add_done_callback(self._delivering.discard)
+                self._acknowledged = asyncio.ensure_future(
+                    self._acknowledge_delivered(batch.events, deliveries, self._acknowledged))
 
-    async def _acknowledge_delivered(self, events: Sequence[EventT], deliveries: list[asyncio.Future]) -> None:
-        """``at_least_once``: acknowledge a batch's events once every record it sent is delivered; a failed
-        delivery makes the worker rejoin its group (and decide again from the committed offsets) first."""
-        consumer = cast(HoldingConsumer, self.app.consumer)
+    async def _acknowledge_delivered(self, events: Sequence[EventT], deliveries: list[asyncio.Future],
+                                     previous: asyncio.Future | None) -> None:
+        """``at_least_once``: acknowledge a batch's events once every record it sent is delivered and the batch
+        before it is acknowledged (in order: Faust commits past a lone unacknowledged offset at the head of a
+        partition). A failed delivery makes the worker rejoin its group first, so nothing commits before the
+        events are decided again from the committed offsets."""
         try:
             await asyncio.gather(*deliveries)
-        except TRANSACTION_ERRORS as exc:
-            consumer.transaction_failed(exc)
-        finally:
-            acknowledge(events)
+        except Exception as exc:
+            cast(HoldingConsumer, self.app.consumer).transaction_failed(exc)
+        if previous is not None:
+            await previous
+        acknowledge(events)
 
     async def _commit_between_batches(self) -> None:
         """Commit the offsets of the batches handled so far, never in the middle of one.
