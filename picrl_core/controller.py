@@ -272,13 +272,13 @@ class PicRLController:
             def forward(rows: np.ndarray) -> tuple[np.ndarray, ...]:
                 mean, std = self.policy(torch.from_numpy(rows))
                 return mean.numpy(), std.numpy()
-        else:  # nn.Linear/nn.Tanh's own functions, without the per-module call overhead (the same bits)
+        else:  # nn.Linear's own function, without the per-module call overhead (the same bits)
             def forward(rows: np.ndarray) -> tuple[np.ndarray]:
                 x = torch.from_numpy(rows)
                 for weight, bias, squashed in layers:
                     x = torch.nn.functional.linear(x, weight, bias)
-                    if squashed:
-                        x = torch.tanh(x)
+                    if squashed:  # numpy's float32 tanh in place: ~10x faster than torch's here, within an ulp
+                        np.tanh(x.numpy(), out=x.numpy())  # of it, and per element the same in any batch
                 return (x.numpy(),)
 
         with torch.inference_mode():

@@ -92,7 +92,7 @@ def advance_memory(model: GaussianLSTM, newest: np.ndarray, memory: np.ndarray,
         h, c = _split_memory(part[:, inputs:], cfg)
         layer_in, hs, cs = x, [], []
         for k, (w_ih, w_hh, b_ih, b_hh) in enumerate(weights):  # one cell step per layer (no nn.LSTM call overhead)
-            h_k, c_k = torch.lstm_cell(layer_in, (h[k], c[k]), w_ih, w_hh, b_ih, b_hh)
+            h_k, c_k = _cell_step(layer_in, h[k], c[k], w_ih, w_hh, b_ih, b_hh)
             hs.append(h_k)
             cs.append(c_k)
             layer_in = h_k
@@ -102,6 +102,20 @@ def advance_memory(model: GaussianLSTM, newest: np.ndarray, memory: np.ndarray,
     with torch.inference_mode():
         mu, sigma, new_memory = in_fixed_chunks(forward, rows, chunk)
     return mu.astype(np.float64), sigma.astype(np.float64), new_memory
+
+
+def _cell_step(x: torch.Tensor, h: torch.Tensor, c: torch.Tensor, w_ih: torch.Tensor, w_hh: torch.Tensor,
+               b_ih: torch.Tensor, b_hh: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """One LSTM cell step, ``torch.lstm_cell``'s arithmetic in its order (gates ``[i, f, g, o] = W_ih x + b_ih +
+    W_hh h + b_hh``; ``c' = f c + i g``, ``h' = o tanh(c')``), with numpy's float32 tanh: ~10x faster than torch's
+    on this CPU, within an ulp of it, and per element the same in any batch."""
+    gates = torch.nn.functional.linear(x, w_ih, b_ih) + torch.nn.functional.linear(h, w_hh, b_hh)
+    squashed = torch.sigmoid(gates).numpy()  # one call for i, f and o (g's sigmoid is unused)
+    hidden = h.shape[1]
+    ingate, forget, outgate = squashed[:, :hidden], squashed[:, hidden:2 * hidden], squashed[:, 3 * hidden:]
+    cell = np.tanh(gates.numpy()[:, 2 * hidden:3 * hidden])
+    c_new = forget * c.numpy() + ingate * cell
+    return torch.from_numpy(outgate * np.tanh(c_new)), torch.from_numpy(c_new)
 
 
 def _sequence_outputs(model: GaussianLSTM, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
