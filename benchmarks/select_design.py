@@ -16,8 +16,8 @@ The variants form a ladder from the paper's Phase 3 to the default, one change p
     +act-with-mean      the policy's mean acts, no exploration noise
     +online-scale       each service's sigma scaled by a temperature tracked online (Tobit EM step), its rate
                         chosen on the validation split among pipeline.SCALE_RATES
-    +incremental-predictor  the LSTM carries (h, c) per service and steps once per tick (predictor.kind; the
-                        default)
+    +incremental-predictor  the LSTM carries (h, c) per service and steps once per tick (predictor.kind)
+    +margin-step-1/4    the margin's step a quarter of +sigma-step's (delta_m = 0.025; the default)
 
 and options tried on top of the default and left off because they did not help here:
 
@@ -96,12 +96,17 @@ CHANGES: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
     ("+k-around-fractile", (("policy", "k_low"), ("policy", "k_high"), ("policy", "k_around_fractile"))),
     ("+act-with-mean", (("online", "explore"),)),
     ("+online-scale", (("calibrator", "online_scale"), ("calibrator", "select_scale_rate"))),
-    ("+incremental-predictor (default)", (("predictor", "kind"),)),
+    ("+incremental-predictor", (("predictor", "kind"),)),
+    ("+margin-step-1/4 (default)", (("calibrator", "delta_m"),)),
 )
+# A setting that two rungs change holds, between them, the value the first one gave it.
+INTERIM = {("calibrator", "delta_m"): 0.1}
 
 
-def _with_paper_values(settings: list[tuple[str, str]]) -> Variant:
-    """The config with ``settings`` set back to the paper preset's values."""
+def _with_paper_values(settings: list[tuple[str, str]],
+                       interim: dict[tuple[str, str], object] | None = None) -> Variant:
+    """The config with ``settings`` set back to the paper preset's values (to ``interim``'s where given)."""
+    interim = interim or {}
     preset = json.loads(PAPER_PRESET.read_text())
     covered = {(section, key) for _, changed in CHANGES for section, key in changed}
     missing = {(section, key) for section, values in preset.items() for key in values} - covered - {
@@ -111,17 +116,21 @@ def _with_paper_values(settings: list[tuple[str, str]]) -> Variant:
 
     def apply(config: PicRLConfig) -> PicRLConfig:
         for section, key in settings:
-            config = replace(config, **{section: replace(getattr(config, section), **{key: preset[section][key]})})
+            value = interim.get((section, key), preset[section][key])
+            config = replace(config, **{section: replace(getattr(config, section), **{key: value})})
         return config
     return apply
 
 
 def ladder() -> dict[str, Variant]:
-    """Rung ``i`` keeps the first ``i`` changes and the paper's values for the rest; then the default with
-    each option that was tried and left off."""
+    """Rung ``i`` keeps the first ``i`` changes and the paper's values for the rest (a setting an earlier rung
+    changed and a later one changes again: its :data:`INTERIM` value); then the default with each option that
+    was tried and left off."""
     rungs = {"paper": _with_paper_values([s for _, changed in CHANGES for s in changed])}
     for i, (name, _) in enumerate(CHANGES):
-        rungs[name] = _with_paper_values([s for _, changed in CHANGES[i + 1:] for s in changed])
+        kept = {s for _, changed in CHANGES[:i + 1] for s in changed}
+        rungs[name] = _with_paper_values([s for _, changed in CHANGES[i + 1:] for s in changed],
+                                         {s: INTERIM[s] for s in kept if s in INTERIM})
     rungs["+select-step"] = lambda c: replace(c, calibrator=replace(c.calibrator, select_on_validation=True))
     rungs["+escalation"] = lambda c: replace(c, calibrator=replace(c.calibrator, escalate=True))
     rungs["+forecast-censoring"] = lambda c: replace(c, predictor=replace(c.predictor, censor_at="forecast",
@@ -130,6 +139,8 @@ def ladder() -> dict[str, Variant]:
     rungs["+adaptive-step"] = lambda c: replace(c, calibrator=replace(c.calibrator, adaptive_step=True))
     rungs["+no-censored-reward"] = lambda c: replace(c, reward=replace(c.reward, use_censored_reward=False))
     rungs["+no-k-sigma"] = lambda c: replace(c, ablation=replace(c.ablation, use_k_sigma=False))
+    rungs["+margin-step-1/2"] = lambda c: replace(c, calibrator=replace(c.calibrator, delta_m=INTERIM[
+        ("calibrator", "delta_m")] / 2))  # the other candidate of the round that chose a quarter
     for label, rate in (("1/32", 1 / 32), ("1/8", 1 / 8), ("1/4", 1 / 4), ("1/2", 1 / 2)):
         rungs[f"+online-scale-{label}"] = lambda c, rate=rate: replace(c, calibrator=replace(
             c.calibrator, select_scale_rate=False, scale_rate=rate))

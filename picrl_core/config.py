@@ -82,7 +82,9 @@ class CalibratorConfig:
 
     rule: str = "pinball"  # "pinball": both step on the cost's subgradient; "paper": Eq. (12) as printed
     margin_in_sigma: bool = True  # the margin's step is delta_m * sigma_t (standardized units); paper: False
-    delta_m: float = 0.1  # margin step (fast variable), in units of sigma_t when margin_in_sigma; paper: 0.004
+    # margin step (fast variable), in units of sigma_t when margin_in_sigma; paper: 0.004; 0.1 until the development
+    # splits chose a quarter of it (benchmarks/select_design.py, rung +margin-step-1/4; docs/algorithm.md)
+    delta_m: float = 0.025
     delta_b: float = 0.0005  # bias step (slow drift-tracking variable)
     gamma: float = 0.5  # rule "paper" only: bias decrease ratio on over-provisioned steps
     margin_limit: float = 0.5  # |m| is clipped to this bound

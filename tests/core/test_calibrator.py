@@ -136,7 +136,7 @@ def test_adaptive_step_stills_a_sawtooth_on_flat_demand(tiny_config: PicRLConfig
     """A constant demand: with Rprop's rule the margin's steps shrink, without it they keep their size."""
     amplitude = {}
     for adaptive in (False, True):
-        config = replace(tiny_config, calibrator=replace(tiny_config.calibrator, adaptive_step=adaptive))
+        config = replace(tiny_config, calibrator=replace(tiny_config.calibrator, adaptive_step=adaptive, delta_m=0.1))
         margin, bias, scale = np.full(1, 0.0123), np.zeros(1), np.ones(1)  # starts off the demand
         was_short, was_over, actions = np.zeros(1, bool), np.zeros(1, bool), []
         for _ in range(200):
