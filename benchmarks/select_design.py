@@ -30,6 +30,7 @@ and options tried on top of the default and left off because they did not help h
     +impute-window      the LSTM's window keeps a shortage as its Tobit E-step E[d | d > a], uncensored
                         (estimator.impute_window)
     +online-scale-1/32 .. -1/2   the online temperature at one fixed rate (what the selection chooses among)
+    +margin-step-1/2    delta_m = 0.05, the other candidate of the round that chose 0.025
     +no-censored-reward, +no-k-sigma   ablations A2 and A4 of the default (they lowered the test regret on
                         GenAI in two rounds of tables: do the development splits say so too?)
 
