@@ -14,7 +14,6 @@ from picrl_core.config import PicRLConfig
 from picrl_core.costs import mean_service_metrics
 from picrl_core.methods.base import run_pic_loop
 from picrl_core.methods.conformal import fit_conformal
-from picrl_core.methods.pic_rl import PicRLProvisioner
 from picrl_core.pipeline import evaluation_inputs, phase1_predictor, train_offline
 from picrl_core.series import development_series, prepare_series
 from picrl_core.simulator import simulate
