@@ -122,7 +122,10 @@ class PicRLController:
         """Cold start from uncensored history ``(B, H)`` (H >= 1) and its context ``(B, H, C)``.
 
         The window takes the last W history values; a shorter history is padded on the left by
-        repeating its first value. Margin, bias and streaks start at zero (Algorithm 1, line 17).
+        repeating its first value. Bias and streaks start at zero (Algorithm 1, line 17); the margin at
+        ``calibrator.initial_margin`` times the first forecast's sigma and the temperature at
+        ``calibrator.initial_scale`` (the levels of the model's validation run, :func:`~picrl_core.pipeline.
+        validation_run`) with ``calibrator.start_from_validation``; else at 0 and 1, the paper's start.
         """
         history = np.asarray(history, dtype=np.float32)
         if history.ndim != 2 or history.shape[1] < 1:
@@ -131,12 +134,16 @@ class PicRLController:
         context = self._check_context(history_context, history.shape, "history_context")
         observations, context = _last_window(history, context, self.window)
         zeros = np.zeros(n)
+        calibrator = self.config.calibrator
+        warm = calibrator.start_from_validation
+        scale = calibrator.initial_scale if warm and self.scales_sigma else 1.0
         return self._decide(
             keys=np.asarray(keys, dtype=np.uint64).reshape(n),
             tick=np.broadcast_to(np.asarray(start_tick, dtype=np.int64), (n,)).copy(),
             observations=observations, censored=np.zeros_like(observations, dtype=bool), context=context,
             margin=zeros, bias=zeros.copy(), censor_streak=np.zeros(n, np.int64), over_streak=np.zeros(n, np.int64),
-            estimate_start=None, memory=None, step_scale=np.ones(n), temperature=np.ones(n),
+            estimate_start=None, memory=None, step_scale=np.ones(n), temperature=np.full(n, scale),
+            start_margin=calibrator.initial_margin if warm else 0.0,
         )
 
     def step(self, state: ControllerState, y: np.ndarray, censored: np.ndarray,
@@ -208,8 +215,10 @@ class PicRLController:
     def _decide(self, *, keys: np.ndarray, tick: np.ndarray, observations: np.ndarray, censored: np.ndarray,
                 context: np.ndarray, margin: np.ndarray, bias: np.ndarray, censor_streak: np.ndarray,
                 over_streak: np.ndarray, estimate_start: tuple[np.ndarray, np.ndarray] | None,
-                memory: np.ndarray | None, step_scale: np.ndarray, temperature: np.ndarray) -> ControllerState:
+                memory: np.ndarray | None, step_scale: np.ndarray, temperature: np.ndarray,
+                start_margin: float = 0.0) -> ControllerState:
         """Predict (mu, sigma), build s_t, plan (eta, k) and act: a = clip(mu + k*sigma + m + b, 0, 1).
+        A cold start adds ``start_margin`` sigma to the margin (:meth:`initial_state`).
 
         The censored-demand estimator starts from ``estimate_start`` (the previous tick's estimate, whose
         window differs by one point) where given, and from the window's sample moments otherwise. The
@@ -232,6 +241,8 @@ class PicRLController:
             sigma = np.full_like(sigma, float(self.predictor.head.residual_rms))
         if self.scales_sigma:  # the service's own temperature (track_temperature)
             sigma = sigma * temperature
+        if start_margin:
+            margin = margin + start_margin * sigma
         features = state_features(
             margin=margin, bias=bias, observations=observations[:, recent], censored=censored[:, recent],
             censor_streak=censor_streak, over_streak=over_streak, tick=tick, mu=mu, sigma=sigma,

@@ -21,7 +21,7 @@ from picrl_core.policy import N_FEATURES, PolicyNetwork, ValueNetwork, risk_cent
 from picrl_core.predictor import GaussianLSTM, PredictorReport, train_predictor
 from picrl_core.pretrain import pretrain_policy
 from picrl_core.series import PreparedSeries
-from picrl_core.simulator import Trajectory, simulate
+from picrl_core.simulator import StepHook, Trajectory, simulate
 from picrl_core.training_memo import memoized, series_fingerprint
 
 Progress = Callable[[dict[str, float]], None]
@@ -99,9 +99,16 @@ def train_offline(series: PreparedSeries, config: PicRLConfig, *, phase1_progres
     if config.calibrator.select_on_validation:
         artifact, selection = select_calibrator(artifact, series)
         artifact = replace(artifact, reports={**artifact.reports, "phase3_selection": selection})
+    levels = None
     if config.calibrator.online_scale and config.calibrator.select_scale_rate:
-        artifact, selection = select_scale_rate(artifact, series)
+        artifact, selection, levels = select_scale_rate(artifact, series)
         artifact = replace(artifact, reports={**artifact.reports, "phase3_scale_rate": selection})
+    if config.calibrator.start_from_validation:
+        levels = levels if levels is not None else validation_run(artifact, series)
+        calibrator = replace(artifact.config.calibrator, initial_margin=levels.margin, initial_scale=levels.scale)
+        artifact = replace(artifact, config=replace(artifact.config, calibrator=calibrator),
+                           reports={**artifact.reports, "phase3_start": {"margin_in_sigma": levels.margin,
+                                                                         "scale": levels.scale}})
     return artifact
 
 
@@ -153,18 +160,22 @@ def online_controller(predictor: torch.nn.Module, policy: PolicyNetwork, value: 
 def run_online(artifact: ModelArtifact, demand: np.ndarray, history: np.ndarray, *,
                context: np.ndarray | None = None, history_context: np.ndarray | None = None,
                keys: np.ndarray | None = None, config: PicRLConfig | None = None,
-               slow_updates: bool = True, progress: Callable[[int], None] | None = None) -> OnlineRun:
+               slow_updates: bool = True, progress: Callable[[int], None] | None = None,
+               on_step: StepHook | None = None) -> OnlineRun:
     """Phase 3 on ``demand`` ``(T, N)``: act with the pretrained policy, calibrate every tick and,
     when ``slow_updates``, refine the policy from replay every ``N_update`` transitions.
 
-    ``config`` overrides the artifact's Phase 3 settings (ablations A3-A6 switch here).
+    ``config`` overrides the artifact's Phase 3 settings (ablations A3-A6 switch here); ``on_step`` sees
+    every tick's new state and transition (:data:`~picrl_core.simulator.StepHook`).
     """
     config = config or artifact.config
     controller, slow = online_controller(artifact.predictor, artifact.policy, artifact.value, config, slow_updates)
 
-    def hook(t: int, _: ControllerState, transition: Transition) -> None:
+    def hook(t: int, state: ControllerState, transition: Transition) -> None:
         if slow is not None:
             slow.observe(transition)
+        if on_step is not None:
+            on_step(t, state, transition)
         if progress is not None:
             progress(t)
 
@@ -210,14 +221,42 @@ def evaluation_inputs(series: PreparedSeries, window: int, split: str = "test") 
 STEP_MULTIPLIERS = (0.25, 0.5, 1.0, 2.0, 4.0)
 
 
-def _lowest_validation_regret(artifact: ModelArtifact, series: PreparedSeries,
-                              candidates: dict[float, PicRLConfig]) -> tuple[float, dict[float, float]]:
-    """The key of the candidate config whose Phase 3 (:func:`run_online`) has the lowest regret on the
-    validation episode (``evaluation_inputs(..., "val")``), ties to the earlier key; and each key's regret."""
+@dataclass(frozen=True)
+class ValidationRun:
+    """Phase 3 (:func:`run_online`) on the validation episode (``evaluation_inputs(..., "val")``): its regret,
+    and the levels the fast variables settled at over the episode's second half, where a new service of this
+    model starts (``calibrator.start_from_validation``): each service's median margin in units of its sigma
+    and its median temperature, then the median over the services."""
+
+    regret: float
+    margin: float
+    scale: float
+
+
+def validation_run(artifact: ModelArtifact, series: PreparedSeries) -> ValidationRun:
+    """:class:`ValidationRun` of ``artifact`` (its config as it stands, from a cold start)."""
     inputs = evaluation_inputs(series, artifact.config.predictor.window, "val")
-    scores = {key: run_online(replace(artifact, config=candidate), **inputs).metrics.regret
-              for key, candidate in candidates.items()}
-    return min(scores, key=lambda key: scores[key]), scores
+    settled = inputs["demand"].shape[0] // 2
+    margins: list[np.ndarray] = []
+    scales: list[np.ndarray] = []
+
+    def record(t: int, state: ControllerState, _: Transition) -> None:
+        if t >= settled:
+            margins.append(state.margin / state.sigma)
+            scales.append(state.temperature)
+    run = run_online(artifact, **inputs, on_step=record)
+    scale = float(np.median(np.median(scales, axis=0)))
+    cfg = artifact.config.calibrator
+    return ValidationRun(run.metrics.regret, float(np.median(np.median(margins, axis=0))),
+                         min(max(scale, cfg.scale_min), cfg.scale_max))
+
+
+def _lowest_validation_regret(artifact: ModelArtifact, series: PreparedSeries,
+                              candidates: dict[float, PicRLConfig]) -> tuple[float, dict[float, ValidationRun]]:
+    """The key of the candidate config whose :func:`validation_run` has the lowest regret, ties to the earlier
+    key; and each key's run."""
+    runs = {key: validation_run(replace(artifact, config=candidate), series) for key, candidate in candidates.items()}
+    return min(runs, key=lambda key: runs[key].regret), runs
 
 
 def select_calibrator(artifact: ModelArtifact, series: PreparedSeries) -> tuple[ModelArtifact, dict[str, Any]]:
@@ -230,8 +269,8 @@ def select_calibrator(artifact: ModelArtifact, series: PreparedSeries) -> tuple[
         return replace(config, calibrator=replace(config.calibrator, delta_m=config.calibrator.delta_m * multiplier,
                                                   delta_b=config.calibrator.delta_b * multiplier))
     ordered = sorted(STEP_MULTIPLIERS, key=lambda m: abs(np.log(m)))
-    best, scores = _lowest_validation_regret(artifact, series, {m: scaled(m) for m in ordered})
-    report = {"multipliers": list(STEP_MULTIPLIERS), "validation_regret": [scores[m] for m in STEP_MULTIPLIERS],
+    best, runs = _lowest_validation_regret(artifact, series, {m: scaled(m) for m in ordered})
+    report = {"multipliers": list(STEP_MULTIPLIERS), "validation_regret": [runs[m].regret for m in STEP_MULTIPLIERS],
               "chosen": best}
     return replace(artifact, config=scaled(best)), report
 
@@ -241,7 +280,8 @@ def select_calibrator(artifact: ModelArtifact, series: PreparedSeries) -> tuple[
 SCALE_RATES = (1 / 32, 1 / 16, 1 / 8, 1 / 4, 1 / 2)
 
 
-def select_scale_rate(artifact: ModelArtifact, series: PreparedSeries) -> tuple[ModelArtifact, dict[str, Any]]:
+def select_scale_rate(artifact: ModelArtifact,
+                      series: PreparedSeries) -> tuple[ModelArtifact, dict[str, Any], ValidationRun]:
     """The online temperature's rate chosen on the validation split (``calibrator.select_scale_rate``): one
     validation run per rate of :data:`SCALE_RATES` and the artifact keeps the rate of lowest validation
     regret (ties: the slower). How fast a service's scale should follow its residuals is a property of
@@ -251,6 +291,7 @@ def select_scale_rate(artifact: ModelArtifact, series: PreparedSeries) -> tuple[
 
     def with_rate(rate: float) -> PicRLConfig:
         return replace(config, calibrator=replace(config.calibrator, scale_rate=rate))
-    best, scores = _lowest_validation_regret(artifact, series, {rate: with_rate(rate) for rate in SCALE_RATES})
+    best, runs = _lowest_validation_regret(artifact, series, {rate: with_rate(rate) for rate in SCALE_RATES})
     return (replace(artifact, config=with_rate(best)),
-            {"rates": list(SCALE_RATES), "validation_regret": [scores[r] for r in SCALE_RATES], "chosen": best})
+            {"rates": list(SCALE_RATES), "validation_regret": [runs[r].regret for r in SCALE_RATES], "chosen": best},
+            runs[best])

@@ -185,6 +185,24 @@ def test_imputed_window_holds_each_shortage_at_its_tobit_expectation_and_uncenso
     assert shortages >= 5
 
 
+def test_a_new_service_starts_at_the_validation_levels_or_at_the_papers_zero(
+        tiny_predictor: GaussianLSTM, tiny_policy: PolicyNetwork, tiny_config: PicRLConfig) -> None:
+    _, history = _many(tiny_config.predictor.window)
+    keys = np.arange(5, dtype=np.uint64)
+    levels = replace(tiny_config.calibrator, online_scale=True, start_from_validation=True, initial_margin=-0.6,
+                     initial_scale=0.8)
+    warm = PicRLController(tiny_predictor, tiny_policy, replace(tiny_config, calibrator=levels)).initial_state(
+        keys, history)
+    cold = PicRLController(tiny_predictor, tiny_policy, replace(tiny_config, calibrator=replace(
+        levels, start_from_validation=False))).initial_state(keys, history)
+    np.testing.assert_array_equal(cold.margin, 0.0)
+    np.testing.assert_array_equal(cold.temperature, 1.0)
+    np.testing.assert_array_equal(warm.temperature, 0.8)
+    np.testing.assert_allclose(warm.sigma, 0.8 * cold.sigma, rtol=1e-12)  # the forecast's std at its temperature
+    np.testing.assert_allclose(warm.margin, -0.6 * warm.sigma, rtol=1e-12)  # the margin in units of that std
+    np.testing.assert_allclose(warm.action, (warm.mu + warm.k * warm.sigma + warm.margin).clip(0, 1), rtol=1e-12)
+
+
 def _states_equal(a: ControllerState, b: ControllerState) -> None:
     for f in fields(ControllerState):
         np.testing.assert_array_equal(getattr(a, f.name), getattr(b, f.name), err_msg=f.name)

@@ -12,7 +12,7 @@ from picrl_core.artifact import ModelArtifact
 from picrl_core.config import PicRLConfig
 from picrl_core.costs import episode_metrics
 from picrl_core.pipeline import (SCALE_RATES, STEP_MULTIPLIERS, OnlineRun, config_for, evaluation_inputs, run_online,
-                                 select_calibrator, select_scale_rate, train_offline)
+                                 select_calibrator, select_scale_rate, train_offline, validation_run)
 from picrl_core.series import PreparedSeries, prepare_series
 from picrl_core.simulator import Trajectory
 from picrl_core.synthetic import diurnal
@@ -60,6 +60,7 @@ def test_train_offline_builds_a_complete_artifact(artifact: ModelArtifact, serie
     rate = artifact.reports["phase3_scale_rate"]["chosen"]  # the online temperature's rate, chosen on validation
     expected = config_for(series, tiny_config)
     assert artifact.config == replace(expected, calibrator=replace(expected.calibrator, scale_rate=rate))
+    assert "phase3_start" not in artifact.reports  # a new service starts at the paper's 0 and 1 unless asked
     assert "phase3_selection" not in artifact.reports  # the fast step is chosen on validation only when asked
     assert artifact.config.predictor.context_channels == 0
     assert artifact.scaling["series"] == series.scaler.to_dict() and artifact.scaling["context"] == []
@@ -87,11 +88,27 @@ def test_select_scale_rate_keeps_the_rate_of_lowest_validation_regret(artifact: 
     poisoned = replace(series, test=np.full_like(series.test, np.nan))  # the test split is never read
     online = replace(artifact, config=replace(artifact.config, calibrator=replace(
         artifact.config.calibrator, online_scale=True, select_scale_rate=True)))
-    chosen_artifact, selection = select_scale_rate(online, poisoned)
+    chosen_artifact, selection, run = select_scale_rate(online, poisoned)
     assert selection["rates"] == list(SCALE_RATES)
     assert selection["validation_regret"][SCALE_RATES.index(selection["chosen"])] == min(selection["validation_regret"])
+    assert run.regret == min(selection["validation_regret"])
     assert len(set(selection["validation_regret"])) > 1  # the rate matters on this series
     assert chosen_artifact.config.calibrator == replace(online.config.calibrator, scale_rate=selection["chosen"])
+
+
+def test_start_from_validation_keeps_the_levels_of_the_chosen_validation_run(series: PreparedSeries,
+                                                                             tiny_config: PicRLConfig) -> None:
+    poisoned = replace(series, test=np.full_like(series.test, np.nan))  # the test split is never read
+    warm = train_offline(poisoned, replace(tiny_config, calibrator=replace(tiny_config.calibrator,
+                                                                           start_from_validation=True)))
+    start, cal = warm.reports["phase3_start"], warm.config.calibrator
+    assert (cal.initial_margin, cal.initial_scale) == (start["margin_in_sigma"], start["scale"])
+    cold = replace(warm, config=replace(warm.config, calibrator=replace(cal, initial_margin=0.0, initial_scale=1.0)))
+    run = validation_run(cold, poisoned)  # the chosen rate's run, from the cold start every candidate had
+    assert run.regret == min(warm.reports["phase3_scale_rate"]["validation_regret"])
+    assert (run.margin, run.scale) == (cal.initial_margin, cal.initial_scale)
+    assert cal.initial_margin != 0.0 and cal.scale_min <= cal.initial_scale <= cal.scale_max
+    assert cal.initial_scale != 1.0
 
 
 def test_run_online_single_service(artifact: ModelArtifact, series: PreparedSeries) -> None:
