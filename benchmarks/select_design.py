@@ -33,6 +33,9 @@ and options tried on top of the default and left off because they did not help h
     +margin-step-1/2    delta_m = 0.05, the other candidate of the round that chose 0.025
     +validation-start   a new service starts its margin and temperature at the levels the model's own closed-loop
                         run on the validation split settled at, not at 0 and 1 (calibrator.start_from_validation)
+    +shortage-1/4, +shortage-1/6   the calibrator aims at a shortage rate below the critical fractile
+                        (calibrator.shortage_target): stocking above the myopic newsvendor buys uncensored observations
+    +select-shortage    that target chosen per model on the validation split (calibrator.select_shortage_target)
     +no-censored-reward, +no-k-sigma   ablations A2 and A4 of the default (they lowered the test regret on
                         GenAI in two rounds of tables: do the development splits say so too?)
 
@@ -143,6 +146,10 @@ def ladder() -> dict[str, Variant]:
     rungs["+no-censored-reward"] = lambda c: replace(c, reward=replace(c.reward, use_censored_reward=False))
     rungs["+no-k-sigma"] = lambda c: replace(c, ablation=replace(c.ablation, use_k_sigma=False))
     rungs["+validation-start"] = lambda c: replace(c, calibrator=replace(c.calibrator, start_from_validation=True))
+    for label, target in (("1/4", 1 / 4), ("1/6", 1 / 6)):
+        rungs[f"+shortage-{label}"] = lambda c, target=target: replace(c, calibrator=replace(
+            c.calibrator, shortage_target=target))
+    rungs["+select-shortage"] = lambda c: replace(c, calibrator=replace(c.calibrator, select_shortage_target=True))
     rungs["+margin-step-1/2"] = lambda c: replace(c, calibrator=replace(c.calibrator, delta_m=INTERIM[
         ("calibrator", "delta_m")] / 2))  # the other candidate of the round that chose a quarter
     for label, rate in (("1/32", 1 / 32), ("1/8", 1 / 8), ("1/4", 1 / 4), ("1/2", 1 / 2)):

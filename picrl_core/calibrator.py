@@ -35,11 +35,13 @@ def over_weights(cfg: CalibratorConfig, cost: CostConfig) -> tuple[float, float]
     ``"pinball"``: ``(c_over / c_under, c_over / c_under)``, the stochastic (sub)gradient of the
     asymmetric cost Eq. (1) in the action, which is computable under PIC because ``1[d > a]`` is the
     censoring flag (the censored newsvendor step of Huh & Rusmevichientong, Math. of OR 2009). Both
-    variables then settle at the shortage rate ``c_over / (c_under + c_over)``, the critical fractile.
+    variables then settle at the shortage rate ``c_over / (c_under + c_over)``, the critical fractile; with
+    ``shortage_target`` ``alpha`` at ``alpha`` (weights ``alpha / (1 - alpha)``).
     """
     if cfg.rule == "paper":
         return 1.0, cfg.gamma
-    ratio = cost.c_over / cost.c_under
+    target = cfg.shortage_target
+    ratio = target / (1.0 - target) if target else cost.c_over / cost.c_under
     return ratio, ratio
 
 
