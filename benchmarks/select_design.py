@@ -36,6 +36,8 @@ and options tried on top of the default and left off because they did not help h
     +shortage-1/4, +shortage-1/6   the calibrator aims at a shortage rate below the critical fractile
                         (calibrator.shortage_target): stocking above the myopic newsvendor buys uncensored observations
     +select-shortage    that target chosen per model on the validation split (calibrator.select_shortage_target)
+    +relative-censor-noise  Phase 1's synthetic threshold noise in units of each window's own one-step change
+                        (predictor.censor_noise)
     +no-censored-reward, +no-k-sigma   ablations A2 and A4 of the default (they lowered the test regret on
                         GenAI in two rounds of tables: do the development splits say so too?)
 
@@ -150,6 +152,7 @@ def ladder() -> dict[str, Variant]:
         rungs[f"+shortage-{label}"] = lambda c, target=target: replace(c, calibrator=replace(
             c.calibrator, shortage_target=target))
     rungs["+select-shortage"] = lambda c: replace(c, calibrator=replace(c.calibrator, select_shortage_target=True))
+    rungs["+relative-censor-noise"] = lambda c: replace(c, predictor=replace(c.predictor, censor_noise="relative"))
     rungs["+margin-step-1/2"] = lambda c: replace(c, calibrator=replace(c.calibrator, delta_m=INTERIM[
         ("calibrator", "delta_m")] / 2))  # the other candidate of the round that chose a quarter
     for label, rate in (("1/32", 1 / 32), ("1/8", 1 / 8), ("1/4", 1 / 4), ("1/2", 1 / 2)):

@@ -28,9 +28,8 @@ import torch
 from picrl_core.batching import INVARIANT_CHUNK, in_fixed_chunks
 from picrl_core.config import PredictorConfig
 from picrl_core.predictor import (GaussianLSTM, PredictorInputError, PredictorReport, _check_series,
-                                  gaussian_nll, gaussian_output)
+                                  censor_noise_std, gaussian_nll, gaussian_output)
 
-_CENSOR_NOISE_RANGE = (0.01, 0.1)  # as the windowed model's training windows
 _SEQUENCE_WINDOWS = 4  # a training sequence is this many windows long; the first one only warms the state up
 
 
@@ -138,15 +137,19 @@ def _inputs(d: np.ndarray, context: np.ndarray | None) -> np.ndarray:
 
 
 def _training_sequences(d: np.ndarray, context: np.ndarray | None, starts: np.ndarray, length: int, block: int,
-                        rng: np.random.Generator, censor_prob: float) -> tuple[np.ndarray, np.ndarray]:
+                        rng: np.random.Generator, censor_prob: float,
+                        relative_noise: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """Sequences ``X`` ``(N, length, 2 + C)`` starting at ``starts`` and their targets ``(N, length)`` (the
     demand one step later); blocks of ``block`` steps are censored with probability ``censor_prob`` under
-    a threshold ``clip(d + eps, 0, 1)``, ``eps ~ N(0, s)`` with ``s`` drawn per block."""
+    a threshold ``clip(d + eps, 0, 1)``, ``eps ~ N(0, s)`` with ``s`` drawn per block (:func:`~picrl_core.
+    predictor.censor_noise_std` of the block's demand)."""
     index = starts[:, None] + np.arange(length)[None, :]
     demand = d[index]
     n, blocks = len(starts), -(-length // block)
     censored_block = np.repeat(rng.random((n, blocks)) < censor_prob, block, axis=1)[:, :length]
-    noise = np.repeat(rng.uniform(*_CENSOR_NOISE_RANGE, size=(n, blocks)), block, axis=1)[:, :length]
+    padded = np.pad(demand, ((0, 0), (0, blocks * block - length)), mode="edge")  # the last block may be short
+    stds = censor_noise_std(padded.reshape(n, blocks, block), rng, relative_noise)
+    noise = np.repeat(stds, block, axis=1)[:, :length]
     threshold = np.clip(demand + rng.standard_normal((n, length)) * noise, 0.0, 1.0)
     cens = censored_block & (demand > threshold)
     channels = 0 if context is None else context.shape[1]
@@ -218,7 +221,8 @@ def train_incremental_predictor(
     best_nll, best_epoch, best_state = math.inf, 0, copy.deepcopy(model.state_dict())
     for epoch in range(1, cfg.epochs + 1):
         starts = every[rng.permutation(every.size)[:per_epoch]]
-        x_np, t_np = _training_sequences(train, train_context, starts, length, window, rng, cfg.censor_prob)
+        x_np, t_np = _training_sequences(train, train_context, starts, length, window, rng, cfg.censor_prob,
+                                         cfg.censor_noise == "relative")
         x, t = torch.from_numpy(x_np), torch.from_numpy(t_np)
         total, count = 0.0, 0
         for lo in range(0, per_epoch, batch):
