@@ -41,6 +41,8 @@ and options tried on top of the default and left off because they did not help h
     +no-censored-reward, +no-k-sigma   ablations A2 and A4 of the default (they lowered the test regret on
                         GenAI in two rounds of tables: do the development splits say so too?)
     +no-pessimism       ablation A3 (Psi = 1 in Eq. 9), which Phase 2's k ~0.9 against the fractile's 0.43 points at
+    +streak-pessimism   Eq. 9 with Psi(n - 1): a lone shortage weighs 1, a censoring streak more and more
+                        (reward.pessimism_after_first)
 
 next to the default's full-information reference (the same controller fed the demand) and the two
 strongest baselines on the same development split: conformal and the censored SGD residual tracker,
@@ -149,6 +151,7 @@ def ladder() -> dict[str, Variant]:
     rungs["+no-censored-reward"] = lambda c: replace(c, reward=replace(c.reward, use_censored_reward=False))
     rungs["+no-k-sigma"] = lambda c: replace(c, ablation=replace(c.ablation, use_k_sigma=False))
     rungs["+no-pessimism"] = lambda c: replace(c, reward=replace(c.reward, use_pessimism=False))
+    rungs["+streak-pessimism"] = lambda c: replace(c, reward=replace(c.reward, pessimism_after_first=True))
     rungs["+validation-start"] = lambda c: replace(c, calibrator=replace(c.calibrator, start_from_validation=True))
     for label, target in (("1/4", 1 / 4), ("1/6", 1 / 6)):
         rungs[f"+shortage-{label}"] = lambda c, target=target: replace(c, calibrator=replace(

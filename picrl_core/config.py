@@ -79,6 +79,9 @@ class RewardConfig:
     n_max: int = 10  # cap on the consecutive-censoring count inside Psi
     use_censored_reward: bool = True  # ablation A2 switches this off (censored steps get the naive cost)
     use_pessimism: bool = True  # ablation A3 switches this off (Psi = 1)
+    # Psi(n - 1) on the n-th censored step in a row: a lone shortage, which at the critical fractile comes every
+    # third tick by design, weighs 1; the pessimism grows over a streak (the paper: Psi(n), 1 + beta on the first)
+    pessimism_after_first: bool = False
 
 
 @dataclass(frozen=True)
