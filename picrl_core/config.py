@@ -36,7 +36,8 @@ class PredictorConfig:
     # tried and left off (benchmarks/results/design/imputation)
     censor_at: str = "noise"
     # the noise of a "noise" threshold: "absolute", its std drawn from [0.01, 0.1] in scaled units (the paper's); or
-    # "relative", from [0.25, 2.5] times the window's RMS one-step change (predictor.censor_noise_std)
+    # "relative", from [0.25, 2.5] times the window's RMS one-step change (predictor.censor_noise_std); tried and left
+    # off (benchmarks/results/design/relative-censor-noise)
     censor_noise: str = "absolute"
     max_train_windows: int = 20_000  # windows sampled per epoch (bounded epoch time on long traces)
     calibrate_sigma: bool = True  # temperature of sigma fitted on the validation split by NLL; paper: False
@@ -80,7 +81,8 @@ class RewardConfig:
     use_censored_reward: bool = True  # ablation A2 switches this off (censored steps get the naive cost)
     use_pessimism: bool = True  # ablation A3 switches this off (Psi = 1)
     # Psi(n - 1) on the n-th censored step in a row: a lone shortage, which at the critical fractile comes every
-    # third tick by design, weighs 1; the pessimism grows over a streak (the paper: Psi(n), 1 + beta on the first)
+    # third tick by design, weighs 1; the pessimism grows over a streak (the paper: Psi(n), 1 + beta on the first).
+    # Tried and left off (benchmarks/results/design/streak-pessimism)
     pessimism_after_first: bool = False
 
 
@@ -99,7 +101,9 @@ class CalibratorConfig:
     # c_over / (c_under + c_over). Below it, the controller buys uncensored observations (the censored newsvendor's
     # value of information: Ding, Puterman & Bisi, Oper. Res. 2002)
     shortage_target: float = 0.0
-    select_shortage_target: bool = False  # pick shortage_target among pipeline.SHORTAGE_TARGETS on the validation split
+    # pick shortage_target among pipeline.SHORTAGE_TARGETS on the validation split; both tried and left off: within
+    # noise on the development splits (benchmarks/results/design/shortage-target)
+    select_shortage_target: bool = False
     margin_limit: float = 0.5  # |m| is clipped to this bound
     bias_limit: float = 0.5  # |b| is clipped to this bound
     escalate: bool = False  # the n-th censored tick in a row steps the margin Psi(n - 1) times (Eq. 9)

@@ -316,8 +316,9 @@ def select_shortage_target(artifact: ModelArtifact, series: PreparedSeries, frac
     The critical fractile is the myopic newsvendor's answer. Under censoring a shortage also hides the demand the
     next forecasts read, so provisioning above it buys information (the censored newsvendor, Ding, Puterman & Bisi,
     Oper. Res. 2002). How much that is worth depends on the series: on the development splits a fixed 1/6 lowered
-    the 91-pod fleet's regret by 13-17% and raised single pods' and GenAI's by 5-90%
-    (``benchmarks/results/design/shortage-target``), so it is fitted per model like the temperature's rate."""
+    the 91-pod fleet's regret by 13-17% and raised single pods' and GenAI's by 5-93%, so this option fits it per
+    model like the temperature's rate. Within noise of the fractile on those splits, so off by default
+    (``benchmarks/results/design/shortage-target``)."""
     config = artifact.config
 
     def with_target(target: float) -> PicRLConfig:

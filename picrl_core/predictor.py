@@ -154,7 +154,9 @@ def censor_noise_std(demand: np.ndarray, rng: np.random.Generator, relative: boo
     ``_RELATIVE_NOISE_RANGE`` times the row's RMS one-step change (at least ``_NOISE_FLOOR``). Online, the
     controller provisions within a few residual stds of the demand, so a shortage hides an excess of that order:
     relative noise makes a flag in training mean what it means online on a flat pod and on a volatile one alike
-    (a fleet scaled by one scaler has pods whose whole variability is below the absolute range's bottom)."""
+    (a fleet scaled by one scaler has pods whose whole variability is below the absolute range's bottom). An option,
+    off by default: on the development splits it was worse on that fleet (``benchmarks/results/design/
+    relative-censor-noise``)."""
     rows = demand.shape[:-1]
     if not relative:
         return rng.uniform(*_CENSOR_NOISE_RANGE, size=rows)
