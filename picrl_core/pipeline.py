@@ -247,11 +247,9 @@ def validation_run(artifact: ModelArtifact, series: PreparedSeries) -> Validatio
         if t >= settled:
             margins.append(state.margin / state.sigma)
             scales.append(state.temperature)
-    run = run_online(artifact, **inputs, on_step=record)
-    scale = float(np.median(np.median(scales, axis=0)))
-    cfg = artifact.config.calibrator
+    run = run_online(artifact, **inputs, on_step=record)  # temperatures stay in [scale_min, scale_max], so do medians
     return ValidationRun(run.metrics.regret, float(np.median(np.median(margins, axis=0))),
-                         min(max(scale, cfg.scale_min), cfg.scale_max))
+                         float(np.median(np.median(scales, axis=0))))
 
 
 def _lowest_validation_regret(artifact: ModelArtifact, series: PreparedSeries, candidates: dict[float, PicRLConfig],
