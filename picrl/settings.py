@@ -101,7 +101,7 @@ SPECS: dict[str, Spec] = {
     "policy_name": Spec(str, "default", "policy followed on <prefix>.policy"),
     "batch_max": Spec(_positive_int, 1_000, "most events decided in one batch"),
     "batch_within": Spec(_non_negative, 0.005, "seconds to wait for more events before deciding"),
-    "commit_interval": Spec(_non_negative, 0.1, "seconds between commits (transactions)"),
+    "commit_interval": Spec(_non_negative, 0.05, "seconds between commits (transactions)"),
     "session_timeout": Spec(_non_negative, 10.0, "seconds after which a silent worker's partitions move"),
     "scaling": Spec(_choice("window", "artifact"), "window", "service ranges from the first window or the model"),
     "headroom": Spec(_non_negative, 0.5, "window scaling: spans added on each side of the first window's range"),

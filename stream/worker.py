@@ -74,7 +74,7 @@ class WorkerSettings:
     policy_name: str = "default"
     batch_max: int = 1_000
     batch_within: float = 0.005  # seconds to wait for more events before deciding on a batch
-    commit_interval: float = 0.1  # seconds between commits (= transactions under exactly_once)
+    commit_interval: float = 0.05  # seconds between commits (= transactions under exactly_once)
     session_timeout: float = 10.0  # a worker silent this long (killed) loses its partitions to the others
     web_port: int | None = None  # web server: /metrics, /healthz, /services/<id> (None: off)
     max_policy_kl: float = 0.5  # guardrail: refuse versions further than this from their parent

@@ -28,7 +28,7 @@ _FLAGS: dict[str, tuple[type, str]] = {
     "grow_after": (int, "short ticks in a row, the last at the top of the range, before it grows (default 3)"),
     "batch_max": (int, "most events decided in one batch (default 1000)"),
     "batch_within": (float, "seconds to wait for more events before deciding (default 0.005)"),
-    "commit_interval": (float, "seconds between commits, transactions under exactly_once (default 0.1)"),
+    "commit_interval": (float, "seconds between commits, transactions under exactly_once (default 0.05)"),
     "session_timeout": (float, "seconds of silence after which a crashed worker's partitions move (default 10)"),
     "max_services": (int, "refuse usage of new services beyond this many (dead letter service_limit)"),
     "max_tick_gap": (int, "refuse ticks further than this from a service's expected tick (default 1000)"),
