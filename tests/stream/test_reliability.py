@@ -151,6 +151,10 @@ def test_a_stopped_worker_hands_its_partitions_and_state_to_the_other(
             stop(workers[1])
 
     try:
+        # Both in the group before the loop starts: with commits every 50 ms the first WINDOW + 10 ticks can be
+        # decided before the later of two workers importing torch at once has joined.
+        assert asyncio.run(wait_until(lambda: all(http_get(port, "/healthz/")[1]["partitions"] for port in ports),
+                                      timeout=120, interval=0.5)), "the two workers did not both get partitions"
         record = _play(kafka_bootstrap, prefix, workload, on_tick)
         partitions["after"] = http_get(ports[0], "/healthz/")[1]["partitions"]
     finally:
