@@ -72,10 +72,10 @@ def _join_waiting(producer: AIOKafkaProducer, topic: str, partition: int, record
     waiting = accumulator._batches.get(TopicPartition(topic, partition))
     if not waiting or accumulator._exception is not None or accumulator._closed:
         return None, records
-    batch = waiting[-1]
+    batch = waiting[-1]  # a batch put back for a retry is built already: its builder is closed and takes nothing
     for i, (key, value) in enumerate(records):
-        if batch._builder.append(timestamp=None, key=key, value=value, headers=[]) is None:  # full
-            return asyncio.shield(batch.future), records[i:]
+        if batch._builder.append(timestamp=None, key=key, value=value, headers=[]) is None:  # full or closed
+            return (asyncio.shield(batch.future) if i else None), records[i:]
     return asyncio.shield(batch.future), []
 
 

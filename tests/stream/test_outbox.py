@@ -34,6 +34,10 @@ def test_records_join_the_waiting_batch_in_order_and_what_does_not_fit_is_left()
         assert delivery is not None and 0 < len(left) < 100
         assert left == _records(100, size=100)[100 - len(left):]  # the first ones joined, the rest keep their order
         delivery.cancel()
+
+        # once full, a batch is closed, as is one the sender built and put back for a retry: it takes nothing
+        waiting._build()
+        assert _join_waiting(producer, "actions", 3, _records(2)) == (None, _records(2))
     asyncio.run(run())
 
 
