@@ -76,6 +76,7 @@ from producers.workload import Workload, copies_of
 from stream.decisions import DecisionEngine, Incoming
 from stream.records import UsageEvent, decode_action
 from stream.topics import TopicNames, committed_offsets, end_offsets, ensure_topics, topic_specs
+from stream.worker import WorkerSettings
 
 REPO = Path(__file__).resolve().parents[1]
 POLL_SECONDS = 0.05  # committed-offset polling period (the resolution of the measured window's ends)
@@ -674,7 +675,8 @@ def main() -> None:
     parser.add_argument("--batch-max", type=int, default=1000, help="worker --batch-max and raw pipe batch (default 1000)")
     parser.add_argument("--batch-within", type=float, default=0.005,
                         help="worker --batch-within: seconds it waits for more events before deciding (default 0.005)")
-    parser.add_argument("--commit-interval", type=float, default=0.05, help="seconds between commits (default 0.05, the worker's)")
+    parser.add_argument("--commit-interval", type=float, default=WorkerSettings.commit_interval,
+                        help=f"seconds between commits (default {WorkerSettings.commit_interval:g}, the worker's)")
     parser.add_argument("--dataset", default="genai-mem", help="trace the services are copies of (default genai-mem)")
     parser.add_argument("--capacity-headroom", type=float, default=0.9,
                         help="static capacity as a multiple of each service's peak (below 1: some censoring)")
