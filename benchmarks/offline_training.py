@@ -5,6 +5,7 @@ Run on demand (not part of the test suite):
 
     python benchmarks/offline_training.py --out benchmarks/results [--datasets dlrm genai-mem genai-ctx]
         [--seeds 0 1] [--threads 1] [--quick] [--segments N] [--name offline_training]
+        [--budget compare] [--chunks N] [--model lstm|tft|informer|autoformer]
 
 Prints a table and writes ``<name>.json`` (per dataset and seed: training windows, epochs run, seconds
 of each phase (and Phase 2's process CPU seconds, less sensitive to a busy host), validation MAE, the Phase-2 value loss (first, last, mean of the last 10 iterations)
@@ -13,7 +14,10 @@ service, slow loop on) on the validation episode (the last 2,000 ticks of the va
 knobs are chosen on; the test split is never read), with the regret of the Phase-1 forecast ``mu``
 acted on directly for scale), and the predictor's validation NLL and 1/2-sigma coverage (``--predictor
 incremental``: the carried LSTM, scored as it runs: one stream over the split). ``--segments`` overrides ``pretrain.segments`` (1: Phase 2's original
-rollouts, fresh 128-step chunks every iteration).
+rollouts, fresh 128-step chunks every iteration). ``--budget compare`` trains with ``picrl compare``'s full budget
+instead of ``picrl train``'s, ``--chunks`` overrides Phase 2's rollout chunks per iteration, and ``--model`` trains
+one of the comparison's transformer substitutions in place of the LSTM (with the windowed config they read
+windows with): what sizing the comparison's Phase 2 was measured with (``docs/performance.md``, section 3).
 """
 from __future__ import annotations
 
@@ -29,22 +33,28 @@ import torch
 from host import StealMeter, describe
 
 from picrl.commands.source import quick_budget
+from picrl.comparison.runner import FULL
 from picrl.datasets import DATASETS, load_dataset
 from picrl_core.artifact import ModelArtifact
 from picrl_core.config import PicRLConfig
 from picrl_core.costs import episode_metrics
-from picrl_core.pipeline import config_for, evaluation_inputs, run_online, train_phase1
+from picrl_core.methods.predictors import GaussianAutoformer, GaussianInformer, GaussianTFT
+from picrl_core.pipeline import config_for, evaluation_inputs, run_online, train_phase1, with_windowed_predictor
+from picrl_core.predictor import GaussianLSTM
 from picrl_core.pretrain import pretrain_policy
+
+# Phase-1 models: PIC-RL's LSTM, or one of picrl compare's substitutions (which read windows: the windowed config)
+MODELS = {"lstm": GaussianLSTM, "tft": GaussianTFT, "informer": GaussianInformer, "autoformer": GaussianAutoformer}
 from picrl_core.series import prepare_series
 
 
-def measure(name: str, config: PicRLConfig) -> dict:
+def measure(name: str, config: PicRLConfig, model: str = "lstm") -> dict:
     trace = load_dataset(name)
     series = prepare_series(trace.values, trace.name, trace.context, trace.context_names)
-    config = config_for(series, config)
+    config = config_for(series, config if model == "lstm" else with_windowed_predictor(config))
     steal = StealMeter()
     started = time.perf_counter()
-    predictor, report = train_phase1(series, config)
+    predictor, report = train_phase1(series, config, model_factory=MODELS[model])
     phase1 = time.perf_counter() - started
     extra = {"services": series.services} if "services" in inspect.signature(pretrain_policy).parameters else {}
     started, cpu = time.perf_counter(), time.process_time()
@@ -59,7 +69,8 @@ def measure(name: str, config: PicRLConfig) -> dict:
     run = run_online(artifact, inputs["demand"], inputs["history"], context=inputs["context"],
                      history_context=inputs["history_context"])
     forecast = episode_metrics(np.clip(run.trajectory.mu, 0.0, 1.0), run.trajectory.demand, config.cost)
-    return {"dataset": name, "seed": config.seed, "train_steps": int(series.train.size), "phase1_seconds": phase1,
+    return {"dataset": name, "seed": config.seed, "model": model, "phase2_chunks": config.pretrain.chunks,
+            "train_steps": int(series.train.size), "phase1_seconds": phase1,
             "phase1_epochs": report.epochs_run, "phase1_seconds_per_epoch": phase1 / report.epochs_run,
             "predictor": getattr(config.predictor, "kind", "windowed"), "val_nll": report.val_nll,
             "val_coverage_1sigma": report.coverage_1sigma, "val_coverage_2sigma": report.coverage_2sigma,
@@ -79,6 +90,12 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1, as picrl train)")
     parser.add_argument("--quick", action="store_true", help="picrl train --quick budgets (6 epochs, 20 iterations)")
+    parser.add_argument("--budget", choices=["train", "compare"], default="train",
+                        help="train: picrl train's budgets (default); compare: picrl compare's full budget "
+                             "(40 epochs of 8,000 windows, 30 Phase-2 iterations)")
+    parser.add_argument("--chunks", type=int, default=None, help="override pretrain.chunks (rollout chunks per iteration)")
+    parser.add_argument("--model", choices=list(MODELS), default="lstm",
+                        help="Phase-1 model: PIC-RL's LSTM (default) or a transformer substitution of picrl compare")
     parser.add_argument("--segments", type=int, default=None, help="override pretrain.segments")
     parser.add_argument("--predictor", choices=["windowed", "incremental"], default=None,
                         help="override predictor.kind (default: the config's, incremental)")
@@ -87,6 +104,10 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     config = quick_budget(PicRLConfig()) if args.quick else PicRLConfig()
+    if args.budget == "compare":
+        config = FULL.apply(config)
+    if args.chunks is not None:
+        config = replace(config, pretrain=replace(config.pretrain, chunks=args.chunks))
     if args.segments is not None:
         config = replace(config, pretrain=replace(config.pretrain, segments=args.segments))
     if args.predictor is not None:
@@ -97,7 +118,7 @@ def main() -> None:
     rows = []
     for name in args.datasets:
         for seed in args.seeds:
-            rows.append(measure(name, replace(config, seed=seed)))
+            rows.append(measure(name, replace(config, seed=seed), args.model))
             r = rows[-1]
             print(f"{name:<11}{seed:>5}{r['train_steps']:>12,}{r['phase1_seconds']:>11.1f}{r['phase1_epochs']:>8}"
                   f"{r['val_nll']:>9.3f}{r['val_coverage_1sigma']:>6.2f}"
@@ -105,6 +126,7 @@ def main() -> None:
                   f"{r['phase2_seconds_per_iteration']:>8.2f}{r['value_loss_last10'] or 0:>9.4f}{r['val_regret']:>12.2f}"
                   f"{r['cpu_steal_share']:>7.0%}", flush=True)
     result = {"benchmark": "offline_training", "machine": describe(), "threads": args.threads, "quick": args.quick,
+              "budget": args.budget, "model": args.model,
               "config": {"predictor": config.to_dict()["predictor"], "pretrain": config.to_dict()["pretrain"]},
               "rows": rows}
     args.out.mkdir(parents=True, exist_ok=True)

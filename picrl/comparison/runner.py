@@ -59,12 +59,14 @@ class Budget:
                        online=replace(config.online, inference_chunk=self.inference_chunk))
 
 
-# The full run, sized so 5 seeds of every method on the three datasets fit in an hour on 2 cores: the
-# default predictor (40 epochs at most, early stopping) on 8,000 training windows per epoch (all of GenAI's
-# 833; a sample of DLRM's 26,752 each epoch, against 20,000 for `picrl train`), and Phase 2 with 128 rollout
-# chunks per iteration (one full network chunk, picrl_core.batching) for 30 iterations: 3,840 chunks,
-# 40% of the 150 x 64 of `picrl train`. The transformer predictors make Phase 2 3-6x dearer per step.
-FULL = Budget("full", predictor_epochs=40, predictor_windows=8_000, pretrain_iterations=30, pretrain_chunks=128,
+# The full run: the default predictor (40 epochs at most, early stopping) on 8,000 training windows per epoch (all
+# of GenAI's 833; a sample of DLRM's 26,752 each epoch, against 20,000 for `picrl train`), and Phase 2 with 32
+# rollout chunks per iteration for 30 iterations (256 episodes of 128 steps side by side, 4,096 transitions per
+# actor-critic step). 32 chunks, not the 128 of the runs until 25 Nov: the transformer substitutions roll their
+# predictor out over every episode of every step, so Phase 2 was 70-80% of the comparison's time; at 32 chunks it
+# costs a quarter, and the validation regret of the trained controllers was the same within seed noise
+# (benchmarks/offline_training.py --budget compare --chunks 32 / 128; docs/performance.md, section 3).
+FULL = Budget("full", predictor_epochs=40, predictor_windows=8_000, pretrain_iterations=30, pretrain_chunks=32,
               test_ticks=None)
 # A look in under 3 minutes: a few epochs, the first 300 test ticks, Phase 2 as 2 iterations of 128 chunks
 # (one full network chunk; 8 x 32 chunks rolled out as many chunks but padded each step to 128 rows: 2.3x slower),
