@@ -318,7 +318,8 @@ class SeriesDecomposition(nn.Module):
         self.register_buffer("average", average, persistent=False)
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        trend = self.average @ x
+        # x^T A^T: one matrix product over all rows; ``A @ x`` would first copy A once per row (broadcast)
+        trend = torch.matmul(x.transpose(1, 2), self.average.T).transpose(1, 2)
         return x - trend, trend
 
 
@@ -326,24 +327,29 @@ class AutoCorrelation(nn.Module):
     """Autoformer's auto-correlation: period-based dependencies ``R(tau) = IFFT(FFT(Q) conj(FFT(K)))``
     (Wiener-Khinchin), the top ``c ln L`` delays per series (averaged over heads and channels) are
     softmax-weighted and the values rolled by each delay are aggregated. Delays are chosen per
-    series, as in the reference's inference path, for training too (batch invariance)."""
+    series, as in the reference's inference path, for training too (batch invariance).
+
+    Computed on the ``(B, L, H e)`` rows the heads are a view of: the mean over heads and channels is taken
+    of the cross-spectrum, before the one inverse transform (the transform is linear), and one aggregation
+    matrix per series serves every head and channel."""
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         """``q`` ``(B, H, L, e)``, ``k``/``v`` ``(B, H, S, e)`` -> ``(B, H, L, e)``."""
-        length = q.shape[2]
-        if k.shape[2] < length:  # pad (or cut) keys and values to the query length
-            pad = length - k.shape[2]
+        rows, heads, length, channels = q.shape
+        q, k, v = (x.transpose(1, 2).flatten(2) for x in (q, k, v))  # (B, L or S, H e)
+        if k.shape[1] < length:  # pad (or cut) keys and values to the query length
+            pad = length - k.shape[1]
             k, v = F.pad(k, (0, 0, 0, pad)), F.pad(v, (0, 0, 0, pad))
-        k, v = k[:, :, :length], v[:, :, :length]
-        spectrum = torch.fft.rfft(q, dim=2) * torch.conj(torch.fft.rfft(k, dim=2))
-        correlation = torch.fft.irfft(spectrum, n=length, dim=2).mean(dim=(1, 3))  # (B, L)
+        k, v = k[:, :length], v[:, :length]
+        spectrum = (torch.fft.rfft(q, dim=1) * torch.conj(torch.fft.rfft(k, dim=1))).mean(dim=2)
+        correlation = torch.fft.irfft(spectrum, n=length, dim=1)  # (B, L)
         top_k = max(1, int(AUTOFORMER_FACTOR * math.log(length)))
         weights, delays = correlation.topk(top_k, dim=-1)
         # sum_i w_i roll(V, -tau_i) as one matrix per series: row t holds w_i at column (t + tau_i) mod L
         index = (torch.arange(length)[None, :, None] + delays[:, None, :]) % length  # (B, L, top_k)
         weights = torch.softmax(weights, dim=-1)[:, None, :].expand(-1, length, -1)
-        aggregate = torch.zeros(q.shape[0], length, length, dtype=v.dtype).scatter_add_(2, index, weights)
-        return aggregate[:, None] @ v
+        aggregate = torch.zeros(rows, length, length, dtype=v.dtype).scatter_add_(2, index, weights)
+        return (aggregate @ v).view(rows, length, heads, channels).transpose(1, 2)
 
 
 class AutoformerEncoderLayer(nn.Module):
