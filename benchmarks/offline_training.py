@@ -33,28 +33,41 @@ import torch
 from host import StealMeter, describe
 
 from picrl.commands.source import quick_budget
-from picrl.comparison.runner import FULL
 from picrl.datasets import DATASETS, load_dataset
 from picrl_core.artifact import ModelArtifact
 from picrl_core.config import PicRLConfig
 from picrl_core.costs import episode_metrics
-from picrl_core.methods.predictors import GaussianAutoformer, GaussianInformer, GaussianTFT
-from picrl_core.pipeline import config_for, evaluation_inputs, run_online, train_phase1, with_windowed_predictor
+from picrl_core.pipeline import config_for, evaluation_inputs, run_online, train_phase1
 from picrl_core.predictor import GaussianLSTM
 from picrl_core.pretrain import pretrain_policy
 
-# Phase-1 models: PIC-RL's LSTM, or one of picrl compare's substitutions (which read windows: the windowed config)
-MODELS = {"lstm": GaussianLSTM, "tft": GaussianTFT, "informer": GaussianInformer, "autoformer": GaussianAutoformer}
+# Phase-1 models: PIC-RL's LSTM, or one of picrl compare's substitutions (picrl_core.methods.predictors). Those, the
+# comparison's budget and the windowed config are imported where used, so the script still runs against older code
+# (PYTHONPATH=<checkout>) for the LSTM at picrl train's budget.
+MODELS = ("lstm", "tft", "informer", "autoformer")
+
+
+def phase1_model(model: str, config: PicRLConfig) -> tuple[type[torch.nn.Module], PicRLConfig]:
+    """The model class and the config it trains with (a transformer reads windows: the windowed predictor)."""
+    if model == "lstm":
+        return GaussianLSTM, config
+    from picrl_core.methods import predictors
+    from picrl_core.pipeline import with_windowed_predictor
+    classes = {"tft": predictors.GaussianTFT, "informer": predictors.GaussianInformer,
+               "autoformer": predictors.GaussianAutoformer}
+    return classes[model], with_windowed_predictor(config)
 from picrl_core.series import prepare_series
 
 
 def measure(name: str, config: PicRLConfig, model: str = "lstm") -> dict:
     trace = load_dataset(name)
     series = prepare_series(trace.values, trace.name, trace.context, trace.context_names)
-    config = config_for(series, config if model == "lstm" else with_windowed_predictor(config))
+    model_class, config = phase1_model(model, config)
+    config = config_for(series, config)
     steal = StealMeter()
     started = time.perf_counter()
-    predictor, report = train_phase1(series, config, model_factory=MODELS[model])
+    predictor, report = (train_phase1(series, config) if model == "lstm" else
+                         train_phase1(series, config, model_factory=model_class))
     phase1 = time.perf_counter() - started
     extra = {"services": series.services} if "services" in inspect.signature(pretrain_policy).parameters else {}
     started, cpu = time.perf_counter(), time.process_time()
@@ -94,7 +107,7 @@ def main() -> None:
                         help="train: picrl train's budgets (default); compare: picrl compare's full budget "
                              "(40 epochs of 8,000 windows, 30 Phase-2 iterations)")
     parser.add_argument("--chunks", type=int, default=None, help="override pretrain.chunks (rollout chunks per iteration)")
-    parser.add_argument("--model", choices=list(MODELS), default="lstm",
+    parser.add_argument("--model", choices=MODELS, default="lstm",
                         help="Phase-1 model: PIC-RL's LSTM (default) or a transformer substitution of picrl compare")
     parser.add_argument("--segments", type=int, default=None, help="override pretrain.segments")
     parser.add_argument("--predictor", choices=["windowed", "incremental"], default=None,
@@ -105,6 +118,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     config = quick_budget(PicRLConfig()) if args.quick else PicRLConfig()
     if args.budget == "compare":
+        from picrl.comparison.runner import FULL
         config = FULL.apply(config)
     if args.chunks is not None:
         config = replace(config, pretrain=replace(config.pretrain, chunks=args.chunks))
