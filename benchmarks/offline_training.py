@@ -40,6 +40,7 @@ from picrl_core.costs import episode_metrics
 from picrl_core.pipeline import config_for, evaluation_inputs, run_online, train_phase1
 from picrl_core.predictor import GaussianLSTM
 from picrl_core.pretrain import pretrain_policy
+from picrl_core.series import prepare_series
 
 # Phase-1 models: PIC-RL's LSTM, or one of picrl compare's substitutions (picrl_core.methods.predictors). Those, the
 # comparison's budget and the windowed config are imported where used, so the script still runs against older code
@@ -56,7 +57,6 @@ def phase1_model(model: str, config: PicRLConfig) -> tuple[type[torch.nn.Module]
     classes = {"tft": predictors.GaussianTFT, "informer": predictors.GaussianInformer,
                "autoformer": predictors.GaussianAutoformer}
     return classes[model], with_windowed_predictor(config)
-from picrl_core.series import prepare_series
 
 
 def measure(name: str, config: PicRLConfig, model: str = "lstm") -> dict:
