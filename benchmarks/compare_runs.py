@@ -15,36 +15,32 @@ import argparse
 import csv
 import json
 import math
-import statistics
-from collections import defaultdict
 from pathlib import Path
 
+from picrl.comparison.runner import Cell, CellResult
+from picrl.comparison.tables import METRICS, Summary, summarise
 
-def per_cell(path: Path, metric: str) -> tuple[dict, dict[tuple[str, str], list[float]]]:
-    """The run's ``results.json`` and each (dataset, method)'s metric over its seeds (failed cells left out)."""
+
+def summaries(path: Path) -> tuple[dict, dict[tuple[str, str], Summary]]:
+    """The run's ``results.json`` and its (method, dataset) summaries over seeds, as its tables were made."""
     run = json.loads(path.read_text())
-    values: dict[tuple[str, str], list[float]] = defaultdict(list)
-    for cell in run["cells"]:
-        if cell["error"] is None:
-            values[(cell["dataset"], cell["method"])].append(float(cell["metrics"][metric]))
-    return run, values
+    results = [CellResult(Cell(c["dataset"], c["seed"], c["method"]), c["metrics"] if c["error"] is None else None,
+                          c["seconds"], c["cached"], error=c["error"]) for c in run["cells"]]
+    return run, summarise(results)
 
 
-def std(values: list[float]) -> float:
-    return statistics.stdev(values) if len(values) > 1 else 0.0
-
-
-def compare(before: dict[tuple[str, str], list[float]],
-            after: dict[tuple[str, str], list[float]]) -> list[dict]:
-    """One row per (dataset, method) present in both runs."""
+def compare(before: dict[tuple[str, str], Summary], after: dict[tuple[str, str], Summary], metric: str) -> list[dict]:
+    """One row per (dataset, method) that finished in both runs."""
     rows = []
-    for key in sorted(set(before) & set(after)):
-        b, a = before[key], after[key]
-        pooled = math.sqrt((std(b) ** 2 + std(a) ** 2) / 2)
-        change = statistics.mean(a) - statistics.mean(b)
+    for method, dataset in sorted(set(before) & set(after), key=lambda key: (key[1], key[0])):
+        b, a = before[(method, dataset)], after[(method, dataset)]
+        if not (b.n and a.n):
+            continue
+        pooled = math.sqrt((b.std[metric] ** 2 + a.std[metric] ** 2) / 2)
+        change = a.mean[metric] - b.mean[metric]
         in_std = change / pooled if pooled > 0 else (0.0 if change == 0 else math.copysign(math.inf, change))
-        rows.append({"dataset": key[0], "method": key[1], "before_mean": statistics.mean(b), "before_std": std(b),
-                     "after_mean": statistics.mean(a), "after_std": std(a), "change": change,
+        rows.append({"dataset": dataset, "method": method, "before_mean": b.mean[metric], "before_std": b.std[metric],
+                     "after_mean": a.mean[metric], "after_std": a.std[metric], "change": change,
                      "change_in_pooled_std": in_std, "within_noise": abs(in_std) <= 1.0})
     return rows
 
@@ -53,15 +49,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("before", type=Path, help="results.json of the earlier run")
     parser.add_argument("after", type=Path, help="results.json of the later run")
-    parser.add_argument("--metric", default="regret", help="a key of each cell's metrics (default regret)")
+    parser.add_argument("--metric", default="regret", choices=METRICS, help="the metric compared (default regret)")
     parser.add_argument("--out", type=Path, required=True, help="folder for compare_runs.csv and compare_runs.json")
     args = parser.parse_args()
     for path in (args.before, args.after):
         if not path.is_file():
             parser.error(f"{path} is not a file (give the results.json that picrl compare wrote)")
-    run_b, before = per_cell(args.before, args.metric)
-    run_a, after = per_cell(args.after, args.metric)
-    rows = compare(before, after)
+    run_b, before = summaries(args.before)
+    run_a, after = summaries(args.after)
+    rows = compare(before, after, args.metric)
     if not rows:
         parser.error("the two runs have no (dataset, method) in common")
     print(f"wall: {run_b.get('wall_seconds', float('nan')):.0f} s -> {run_a.get('wall_seconds', float('nan')):.0f} s")

@@ -38,7 +38,6 @@ from picrl_core.artifact import ModelArtifact
 from picrl_core.config import PicRLConfig
 from picrl_core.costs import episode_metrics
 from picrl_core.pipeline import config_for, evaluation_inputs, run_online, train_phase1
-from picrl_core.predictor import GaussianLSTM
 from picrl_core.pretrain import pretrain_policy
 from picrl_core.series import prepare_series
 
@@ -48,26 +47,26 @@ from picrl_core.series import prepare_series
 MODELS = ("lstm", "tft", "informer", "autoformer")
 
 
-def phase1_model(model: str, config: PicRLConfig) -> tuple[type[torch.nn.Module], PicRLConfig]:
-    """The model class and the config it trains with (a transformer reads windows: the windowed predictor)."""
+def phase1_model(model: str, config: PicRLConfig) -> tuple[dict, PicRLConfig]:
+    """``train_phase1``'s model argument (none for the LSTM, which older code's ``train_phase1`` takes no argument
+    for) and the config the model trains with (a transformer reads windows: the windowed predictor)."""
     if model == "lstm":
-        return GaussianLSTM, config
+        return {}, config
     from picrl_core.methods import predictors
     from picrl_core.pipeline import with_windowed_predictor
     classes = {"tft": predictors.GaussianTFT, "informer": predictors.GaussianInformer,
                "autoformer": predictors.GaussianAutoformer}
-    return classes[model], with_windowed_predictor(config)
+    return {"model_factory": classes[model]}, with_windowed_predictor(config)
 
 
 def measure(name: str, config: PicRLConfig, model: str = "lstm") -> dict:
     trace = load_dataset(name)
     series = prepare_series(trace.values, trace.name, trace.context, trace.context_names)
-    model_class, config = phase1_model(model, config)
+    factory, config = phase1_model(model, config)
     config = config_for(series, config)
     steal = StealMeter()
     started = time.perf_counter()
-    predictor, report = (train_phase1(series, config) if model == "lstm" else
-                         train_phase1(series, config, model_factory=model_class))
+    predictor, report = train_phase1(series, config, **factory)
     phase1 = time.perf_counter() - started
     extra = {"services": series.services} if "services" in inspect.signature(pretrain_policy).parameters else {}
     started, cpu = time.perf_counter(), time.process_time()
