@@ -17,7 +17,10 @@ The variants form a ladder from the paper's Phase 3 to the default, one change p
     +online-scale       each service's sigma scaled by a temperature tracked online (Tobit EM step), its rate
                         chosen on the validation split among pipeline.SCALE_RATES
     +incremental-predictor  the LSTM carries (h, c) per service and steps once per tick (predictor.kind)
-    +margin-step-1/4    the margin's step a quarter of +sigma-step's (delta_m = 0.025; the default)
+    +margin-step-1/4    the margin's step a quarter of +sigma-step's (delta_m = 0.025)
+    +escape             from the second shortage in a row the action rises by one margin step, then 2, 4, 8, ... (an
+                        exponential search for the level the censoring hides), halving back once the demand is seen
+                        (calibrator.escape; the default)
 
 and options tried on top of the default and left off because they did not help here:
 
@@ -29,6 +32,8 @@ and options tried on top of the default and left off because they did not help h
                         windowed LSTM's, measured when it was the default)
     +impute-window      the LSTM's window keeps a shortage as its Tobit E-step E[d | d > a], uncensored
                         (estimator.impute_window)
+    +impute-first-shortage  the same for the first shortage of a censoring streak only; from the second on the window
+                        keeps the bound and its flag (estimator.impute_streak = 1)
     +online-scale-1/32 .. -1/2   the online temperature at one fixed rate (what the selection chooses among)
     +margin-step-1/2    delta_m = 0.05, the other candidate of the round that chose 0.025
     +validation-start   a new service starts its margin and temperature at the levels the model's own closed-loop
@@ -108,7 +113,8 @@ CHANGES: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
     ("+act-with-mean", (("online", "explore"),)),
     ("+online-scale", (("calibrator", "online_scale"), ("calibrator", "select_scale_rate"))),
     ("+incremental-predictor", (("predictor", "kind"),)),
-    ("+margin-step-1/4 (default)", (("calibrator", "delta_m"),)),
+    ("+margin-step-1/4", (("calibrator", "delta_m"),)),
+    ("+escape (default)", (("calibrator", "escape"),)),
 )
 # A setting that two rungs change holds, between them, the value the first one gave it.
 INTERIM = {("calibrator", "delta_m"): 0.1}
@@ -147,6 +153,8 @@ def ladder() -> dict[str, Variant]:
     rungs["+forecast-censoring"] = lambda c: replace(c, predictor=replace(c.predictor, censor_at="forecast",
                                                                            kind="windowed"))
     rungs["+impute-window"] = lambda c: replace(c, estimator=replace(c.estimator, impute_window=True))
+    rungs["+impute-first-shortage"] = lambda c: replace(c, estimator=replace(c.estimator, impute_window=True,
+                                                                              impute_streak=1))
     rungs["+adaptive-step"] = lambda c: replace(c, calibrator=replace(c.calibrator, adaptive_step=True))
     rungs["+no-censored-reward"] = lambda c: replace(c, reward=replace(c.reward, use_censored_reward=False))
     rungs["+no-k-sigma"] = lambda c: replace(c, ablation=replace(c.ablation, use_k_sigma=False))

@@ -70,6 +70,15 @@ class EstimatorConfig:
     # the window keeps a shortage tick as its Tobit E-step E[d | d > a] under that tick's forecast, uncensored, instead
     # of the bound a with its flag (controller.impute_shortage); tried and left off (benchmarks/results/design/imputation)
     impute_window: bool = False
+    # with impute_window, only the first `impute_streak` shortages of a censoring streak take the E-step; from the next
+    # one on the window keeps the bound and its flag (0: every shortage). A lone shortage is the calibrator's designed
+    # 1-in-3 event, which the forecast's E-step describes; a streak says the forecast itself is off (at the critical
+    # fractile two in a row have probability 1/9), and its E-step would hide how far
+    impute_streak: int = 0
+
+    def __post_init__(self) -> None:
+        if self.impute_streak < 0:
+            raise ValueError(f"estimator.impute_streak must be >= 0; got {self.impute_streak}")
 
 
 @dataclass(frozen=True)
@@ -125,6 +134,11 @@ class CalibratorConfig:
     start_from_validation: bool = False
     initial_margin: float = 0.0  # in units of sigma_0, the service's first forecast std (after its temperature)
     initial_scale: float = 1.0  # the temperature a new service starts at (online_scale)
+    # the censoring-streak escape (calibrator.escape_step): from the second shortage in a row the action rises by one
+    # margin step, then 2, 4, 8, ... (an exponential search), and halves back once the demand is seen; paper: False.
+    # Better beyond the noise on the development splits (benchmarks/results/design/escape)
+    escape: bool = True
+    escape_limit: float = 1.0  # the escape's cap, in scaled units (1: the whole range)
 
     def __post_init__(self) -> None:
         if self.rule not in ("pinball", "paper"):
@@ -134,6 +148,8 @@ class CalibratorConfig:
         if not (0.0 < self.scale_rate <= 1.0 and 0.0 < self.scale_min <= 1.0 <= self.scale_max):
             raise ValueError("calibrator.scale_rate must be in (0, 1] and scale_min <= 1 <= scale_max (both > 0); "
                              f"got {self.scale_rate}, [{self.scale_min}, {self.scale_max}]")
+        if not self.escape_limit > 0.0:
+            raise ValueError(f"calibrator.escape_limit must be > 0; got {self.escape_limit}")
         if not self.scale_min <= self.initial_scale <= self.scale_max:
             raise ValueError(f"calibrator.initial_scale must lie in [scale_min, scale_max]; got {self.initial_scale}")
 

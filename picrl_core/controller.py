@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from picrl_core.batching import in_fixed_chunks
-from picrl_core.calibrator import adapt_step, feedback, reactive_step, track_temperature
+from picrl_core.calibrator import adapt_step, escape_step, feedback, reactive_step, track_temperature
 from picrl_core.censored_estimator import ROWS_PER_THREAD, CensoredDemandEstimate, estimate_censored_demand
 from picrl_core.config import PicRLConfig
 from picrl_core.features import state_features
@@ -58,6 +58,7 @@ class ControllerState:
     memory: np.ndarray  # (B, M) float32 the incremental predictor's (h, c) after this window (M = 0 when windowed)
     step_scale: np.ndarray  # (B,) float64 multiplier of the margin's step (calibrator.adaptive_step; else 1)
     temperature: np.ndarray  # (B,) float64 the service's online scale of sigma (calibrator.online_scale; else 1)
+    escape: np.ndarray  # (B,) float64 the censoring-streak escape e_t added to the action (calibrator.escape; else 0)
 
     def __len__(self) -> int:
         return int(self.keys.shape[0])
@@ -142,7 +143,7 @@ class PicRLController:
             tick=np.broadcast_to(np.asarray(start_tick, dtype=np.int64), (n,)).copy(),
             observations=observations, censored=np.zeros_like(observations, dtype=bool), context=context,
             margin=zeros, bias=zeros.copy(), censor_streak=np.zeros(n, np.int64), over_streak=np.zeros(n, np.int64),
-            estimate_start=None, memory=None, step_scale=np.ones(n), temperature=np.full(n, scale),
+            estimate_start=None, memory=None, step_scale=np.ones(n), temperature=np.full(n, scale), escape=zeros.copy(),
             start_margin=calibrator.initial_margin if warm else 0.0,
         )
 
@@ -180,10 +181,13 @@ class PicRLController:
                       if cfg.calibrator.adaptive_step else state.step_scale)
         temperature = (track_temperature(state.temperature, y, state.mu, state.sigma, censored, cfg.calibrator)
                        if self.scales_sigma else state.temperature)
-        window_y, window_c = (impute_shortage(y, censored, shortage, state)
+        window_y, window_c = (impute_shortage(y, censored, shortage, state, censor_streak, cfg.estimator.impute_streak)
                               if cfg.estimator.impute_window else (y, censored))
+        escape = (escape_step(state.escape, shortage, ~shortage & ~censored, censor_streak, state.sigma, cfg.calibrator)
+                  if cfg.calibrator.escape else state.escape)
         if unseen is not None:  # the temperature holds; the window takes the forecast (the E-step of a missing value)
             temperature = np.where(unseen, state.temperature, temperature)
+            escape = np.where(unseen, state.escape, escape)
             window_y, window_c = np.where(unseen, state.mu, window_y), window_c & ~unseen
         row_context = self._check_context(None if context is None else np.asarray(context)[:, None, :],
                                           (len(state), 1), "context")
@@ -194,7 +198,7 @@ class PicRLController:
             context=_shift(state.context, row_context[:, 0, :]),
             margin=margin, bias=bias, censor_streak=censor_streak, over_streak=over_streak,
             estimate_start=(state.est_mean, state.est_std) if self.config.estimator.warm_start else None,
-            memory=state.memory, step_scale=step_scale, temperature=temperature,
+            memory=state.memory, step_scale=step_scale, temperature=temperature, escape=escape,
         )
         transition = Transition(features=state.features, pre=state.pre, log_prob=state.log_prob, reward=reward,
                                 next_features=new.features, censored=censored, action=a)
@@ -215,9 +219,10 @@ class PicRLController:
     def _decide(self, *, keys: np.ndarray, tick: np.ndarray, observations: np.ndarray, censored: np.ndarray,
                 context: np.ndarray, margin: np.ndarray, bias: np.ndarray, censor_streak: np.ndarray,
                 over_streak: np.ndarray, estimate_start: tuple[np.ndarray, np.ndarray] | None,
-                memory: np.ndarray | None, step_scale: np.ndarray, temperature: np.ndarray,
+                memory: np.ndarray | None, step_scale: np.ndarray, temperature: np.ndarray, escape: np.ndarray,
                 start_margin: float = 0.0) -> ControllerState:
-        """Predict (mu, sigma), build s_t, plan (eta, k) and act: a = clip(mu + k*sigma + m + b, 0, 1).
+        """Predict (mu, sigma), build s_t, plan (eta, k) and act: a = clip(mu + k*sigma + m + b + e, 0, 1), with ``e``
+        the censoring-streak escape (0 unless ``calibrator.escape``; :func:`~picrl_core.calibrator.escape_step`).
         A cold start adds ``start_margin`` sigma to the margin (:meth:`initial_state`).
 
         The censored-demand estimator starts from ``estimate_start`` (the previous tick's estimate, whose
@@ -251,13 +256,13 @@ class PicRLController:
         pre, log_prob = self._plan(features, keys, tick)
         eta, k = squash(pre, cfg.policy, self.risk_centre)
         buffer = k * sigma if cfg.ablation.use_k_sigma else 0.0
-        action = (mu + buffer + margin + bias).clip(0.0, 1.0)  # the method: np.clip without its wrapper
+        action = (mu + buffer + margin + bias + escape).clip(0.0, 1.0)  # the method: np.clip without its wrapper
         return ControllerState(
             keys=keys, tick=tick, observations=observations, censored=censored, context=context,
             margin=margin, bias=bias, censor_streak=censor_streak, over_streak=over_streak,
             action=action, mu=mu, sigma=sigma, eta=eta, k=k, pre=pre, log_prob=log_prob, features=features,
             est_mean=censored_demand.mean, est_std=censored_demand.std, memory=memory, step_scale=step_scale,
-            temperature=temperature,
+            temperature=temperature, escape=escape,
         )
 
     def _predict(self, observations: np.ndarray, censored: np.ndarray, context: np.ndarray,
@@ -333,13 +338,17 @@ def _plain_mlp(body: torch.nn.Module) -> list[tuple[torch.Tensor, torch.Tensor |
     return layers
 
 
-def impute_shortage(y: np.ndarray, censored: np.ndarray, shortage: np.ndarray,
-                    pending: ControllerState) -> tuple[np.ndarray, np.ndarray]:
+def impute_shortage(y: np.ndarray, censored: np.ndarray, shortage: np.ndarray, pending: ControllerState,
+                    censor_streak: np.ndarray, streak_limit: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """What the window keeps of a tick with ``estimator.impute_window``: a shortage (``d > a``, seen as ``y = a``)
     as its Tobit E-step ``E[d | d > a]`` under the forecast ``N(mu, sigma^2)`` its action was planned with, and
     uncensored (the E-step of data augmentation for censored time series, Park, Genton & Ghosh, Can. J. Stat.
-    2007); every other tick as it came. The reward, the calibrator and the temperature still read ``(y, c)``."""
+    2007); every other tick as it came. With ``streak_limit`` ``n > 0`` only the first ``n`` shortages of a
+    censoring streak (``censor_streak``, this tick included) are imputed; later ones keep the bound and flag.
+    The reward, the calibrator and the temperature still read ``(y, c)``."""
     imputed = shortage & censored
+    if streak_limit:
+        imputed &= censor_streak <= streak_limit
     return (np.where(imputed, mean_above(pending.mu, pending.sigma, pending.action), y), censored & ~imputed)
 
 

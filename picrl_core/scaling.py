@@ -66,7 +66,7 @@ def grown_high(low: np.ndarray, high: np.ndarray, factor: float) -> np.ndarray:
 # (standard deviations, calibrator offsets) scale with the span, the rest does not depend on it (the
 # features and the policy sample stay as the decision saw them: the replay transition is built from them).
 LEVEL_FIELDS = ("observations", "action", "mu", "est_mean")
-SPREAD_FIELDS = ("sigma", "margin", "bias", "est_std")
+SPREAD_FIELDS = ("sigma", "margin", "bias", "est_std", "escape")
 _UNCLIPPED_LEVELS = ("mu", "est_mean")  # estimates may lie outside [0, 1]; observations and actions may not
 UNIT_FREE_FIELDS = ("keys", "tick", "censored", "context", "censor_streak", "over_streak", "eta", "k", "pre",
                     "log_prob", "features", "memory", "step_scale",

@@ -23,6 +23,10 @@ def censor(demand: np.ndarray, action: np.ndarray) -> tuple[np.ndarray, np.ndarr
     return np.minimum(demand, action), demand > action
 
 
+# The fields of a pending decision that a trajectory records at every tick (the action and its breakdown, Eq. 11)
+DECISION_FIELDS = ("action", "mu", "sigma", "k", "eta", "margin", "bias", "escape")
+
+
 @dataclass
 class Trajectory:
     """What happened at every tick of a closed-loop run, each field ``(T, N)``."""
@@ -37,6 +41,7 @@ class Trajectory:
     eta: np.ndarray
     margin: np.ndarray
     bias: np.ndarray
+    escape: np.ndarray
     reward: np.ndarray
 
     def column(self, service: int) -> "Trajectory":
@@ -65,7 +70,7 @@ def simulate(controller: PicRLController, demand: np.ndarray, history: np.ndarra
     for t in range(steps):
         action = state.action
         observed, censored = censor(demand[t], action)
-        for name in ("action", "mu", "sigma", "k", "eta", "margin", "bias"):
+        for name in DECISION_FIELDS:
             record[name][t] = getattr(state, name)
         record["observed"][t] = observed
         record["censored"][t] = censored

@@ -384,7 +384,8 @@ class DecisionEngine:
             first = next(iter(parts.values()))
             outcome.actions.append(ResourceAction(
                 service, tick, {name: ResourceDecision(a.capacity, a.capacity_norm, a.mu, a.sigma, a.k, a.eta,
-                                                       a.margin, a.bias, a.censor_streak, a.k_sigma, a.clipped)
+                                                       a.margin, a.bias, a.censor_streak, a.k_sigma, a.clipped,
+                                                       a.escape)
                                 for name, a in sorted(parts.items(), key=lambda kv: names.index(kv[0]))},
                 first.policy_version, first.advisory, first.decided_at, first.source_produced_at, first.phase))
         return outcome
@@ -448,7 +449,7 @@ class DecisionEngine:
             service, tick + 1, float(row["capacity"][0]), float(core["action"]), float(core["mu"]), sigma, k,
             float(core["eta"]), float(core["margin"]), float(core["bias"]), int(row["policy_version"][0]),
             int(core["censor_streak"]), self.settings.advisory, now, produced_at, phase="hold",
-            k_sigma=k * sigma if self.config.ablation.use_k_sigma else 0.0))
+            k_sigma=k * sigma if self.config.ablation.use_k_sigma else 0.0, escape=float(core["escape"])))
 
     def _context_vector(self, event: UsageEvent) -> np.ndarray:
         context = event.context or {}
@@ -567,7 +568,8 @@ class DecisionEngine:
                items: list[Incoming]) -> np.ndarray:
         """Write the new states into ``sub``; returns a per-service clipping label for the actions."""
         cfg = self.config
-        raw = state.mu + (state.k * state.sigma if cfg.ablation.use_k_sigma else 0.0) + state.margin + state.bias
+        raw = (state.mu + (state.k * state.sigma if cfg.ablation.use_k_sigma else 0.0) + state.margin + state.bias
+               + state.escape)
         clipped = np.where(raw < 0.0, "low", np.where(raw > 1.0, "high", "none")).astype(object)
         capacity = from_unit(state.action, low, high)
         for j, item in enumerate(items):
@@ -590,11 +592,12 @@ class DecisionEngine:
         k_sigma = state.k * state.sigma if self.config.ablation.use_k_sigma else np.zeros_like(state.k)
         columns = zip(state.tick.tolist(), capacity.tolist(), state.action.tolist(), state.mu.tolist(),
                       state.sigma.tolist(), state.k.tolist(), state.eta.tolist(), state.margin.tolist(),
-                      state.bias.tolist(), state.censor_streak.tolist(), k_sigma.tolist(), clipped.tolist())
-        for item, (tick, cap, norm, mu, sigma, k, eta, margin, bias, streak, ks, clip) in zip(items, columns):
+                      state.bias.tolist(), state.censor_streak.tolist(), k_sigma.tolist(), clipped.tolist(),
+                      state.escape.tolist())
+        for item, (tick, cap, norm, mu, sigma, k, eta, margin, bias, streak, ks, clip, esc) in zip(items, columns):
             outcome.actions.append(Action(item.event.service, tick, cap, norm, mu, sigma, k, eta, margin, bias,
                                           self.policy_version, streak, advisory, now, item.event.produced_at,
-                                          k_sigma=ks, clipped=clip))
+                                          k_sigma=ks, clipped=clip, escape=esc))
 
     def _emit_transitions(self, outcome: BatchOutcome, items: list[Incoming], before: ControllerState,
                           after: ControllerState, transition: Transition, y: np.ndarray,

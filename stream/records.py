@@ -481,7 +481,8 @@ class Action(_Record):
     holds the capacity in force, raising it after a shortage), ``"control"`` once PIC-RL decides, and
     ``"hold"`` when the tick's usage record was refused for its value (dead-lettered): the capacity in
     force is kept, with the breakdown of the decision that set it.
-    ``k_sigma`` is the risk buffer ``k * sigma``; ``clipped`` says whether ``mu + k*sigma + margin + bias``
+    ``k_sigma`` is the risk buffer ``k * sigma``; ``escape`` the censoring-streak escape (0 unless the model has
+    ``calibrator.escape``); ``clipped`` says whether ``mu + k*sigma + margin + bias + escape``
     was cut to the range (``"low"``/``"high"``) or replaced by an operator's override (``"override"``).
     ``censor_streak`` counts the consecutive censored ticks up to the decision (0: the last tick was not short)."""
 
@@ -503,6 +504,7 @@ class Action(_Record):
     phase: str = "control"
     k_sigma: float = 0.0
     clipped: str = "none"
+    escape: float = 0.0
 
     _TYPE: ClassVar[str] = "action"
     _FIELDS: ClassVar[dict[str, _Field]] = {
@@ -510,7 +512,7 @@ class Action(_Record):
         "mu": _FINITE, "sigma": _NON_NEGATIVE, "k": _FINITE, "eta": _FINITE, "margin": _FINITE,
         "bias": _FINITE, "policy_version": _COUNT, "censor_streak": _COUNT, "advisory": _FLAG,
         "decided_at": _TIMESTAMP, "source_produced_at": _TIMESTAMP, "phase": _choice("warmup", "control", "hold"),
-        "k_sigma": _FINITE, "clipped": _choice("none", "low", "high", "override"),
+        "k_sigma": _FINITE, "clipped": _choice("none", "low", "high", "override"), "escape": _NON_NEGATIVE,
     }
 
 
@@ -572,10 +574,11 @@ class ResourceDecision:
     censor_streak: int
     k_sigma: float = 0.0
     clipped: str = "none"
+    escape: float = 0.0
 
 
 _DECISION_FIELDS = ("capacity", "capacity_norm", "mu", "sigma", "k", "eta", "margin", "bias", "censor_streak",
-                    "k_sigma", "clipped")
+                    "k_sigma", "clipped", "escape")
 
 
 @dataclass(frozen=True, slots=True)

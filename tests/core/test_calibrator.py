@@ -6,7 +6,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from picrl_core.calibrator import (SHORTAGE_TOLERANCE, STEP_SCALE_MIN, adapt_step, calibrate, feedback,
+from picrl_core.calibrator import (SHORTAGE_TOLERANCE, STEP_SCALE_MIN, adapt_step, calibrate, escape_step, feedback,
                                   over_weights, reactive_step, track_temperature)
 from picrl_core.config import CalibratorConfig, CostConfig, PicRLConfig
 
@@ -196,3 +196,47 @@ def test_online_temperature_stays_in_its_range() -> None:
     assert (low[0], high[0]) == (0.1, 2.0)
     with pytest.raises(ValueError, match="scale_rate"):
         CalibratorConfig(scale_rate=0.0)
+
+
+ESCAPE = CalibratorConfig(delta_m=0.025, margin_in_sigma=True, escape=True, escape_limit=1.0)
+
+
+def _escape_over(flags: list[str], sigma: float = 0.01, cfg: CalibratorConfig = ESCAPE) -> list[float]:
+    """The escape after each tick of ``flags``: "s" short, "o" seen (uncensored, not short), "b" a censored bound
+    below the action (neither)."""
+    escape, streak, out = np.zeros(1), 0, []
+    for flag in flags:
+        streak = streak + 1 if flag in "sb" else 0
+        escape = escape_step(escape, np.array([flag == "s"]), np.array([flag == "o"]), np.array([streak]),
+                             np.array([sigma]), cfg)
+        out.append(float(escape[0]))
+    return out
+
+
+def test_a_lone_shortage_does_not_escape_and_a_streak_doubles_from_the_margins_step() -> None:
+    unit = 0.025 * 0.01
+    assert _escape_over(["s", "o", "s", "o"]) == [0.0] * 4
+    np.testing.assert_allclose(_escape_over(["s"] * 6), [0.0, unit, 3 * unit, 7 * unit, 15 * unit, 31 * unit],
+                               rtol=1e-12)
+
+
+def test_the_escape_reaches_a_gap_in_logarithmic_ticks_and_halves_once_the_demand_is_seen() -> None:
+    gap, sigma = 0.4, 0.005  # a flat service's spread, and a jump of 0.4 above it
+    path = _escape_over(["s"] * 40, sigma)
+    ticks = next(t for t, e in enumerate(path, 1) if e >= gap)
+    assert ticks <= 2 + np.ceil(np.log2(gap / (0.025 * sigma)))  # against gap / (0.025 sigma) = 3,200 margin steps
+    after = _escape_over(["s"] * ticks + ["o"] * 3, sigma)
+    assert after[-3:] == pytest.approx([after[ticks - 1] / 2, after[ticks - 1] / 4, after[ticks - 1] / 8])
+
+
+def test_a_bound_below_the_action_holds_the_escape_and_the_limit_caps_it() -> None:
+    held = _escape_over(["s", "s", "s", "b", "b"])
+    assert held[3] == held[4] == held[2] > 0
+    capped = _escape_over(["s"] * 80, sigma=0.5, cfg=replace(ESCAPE, escape_limit=0.3))
+    assert max(capped) == capped[-1] == 0.3 and np.isfinite(capped).all()
+
+
+def test_an_escape_limit_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="escape_limit"):
+        CalibratorConfig(escape_limit=0.0)
+

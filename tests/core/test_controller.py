@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from picrl_core.censored_estimator import ROWS_PER_THREAD
-from picrl_core.config import PicRLConfig
+from picrl_core.config import EstimatorConfig, PicRLConfig
 from picrl_core.controller import ControllerState, PicRLController
 from picrl_core.costs import asymmetric_cost
 from picrl_core.mills import mean_above
@@ -45,7 +45,7 @@ def _run(predictor: GaussianLSTM, policy: PolicyNetwork, config: PicRLConfig, de
 def test_action_formula_and_parameter_ranges(tiny_predictor: GaussianLSTM, tiny_policy: PolicyNetwork,
                                              tiny_config: PicRLConfig, diurnal_series: np.ndarray) -> None:
     traj = _run(tiny_predictor, tiny_policy, tiny_config, *_segment(diurnal_series, tiny_config.predictor.window))
-    expected = np.clip(traj.mu + traj.k * traj.sigma + traj.margin + traj.bias, 0.0, 1.0)
+    expected = np.clip(traj.mu + traj.k * traj.sigma + traj.margin + traj.bias + traj.escape, 0.0, 1.0)
     np.testing.assert_allclose(traj.action, expected, rtol=0, atol=1e-12)
     assert np.all((traj.eta >= 0.5) & (traj.eta <= 3.0))
     centre = risk_centre(tiny_config)
@@ -133,7 +133,8 @@ def test_ablation_without_k_sigma_drops_the_buffer(tiny_predictor: GaussianLSTM,
                                                    tiny_config: PicRLConfig, diurnal_series: np.ndarray) -> None:
     config = replace(tiny_config, ablation=replace(tiny_config.ablation, use_k_sigma=False))
     traj = _run(tiny_predictor, tiny_policy, config, *_segment(diurnal_series, config.predictor.window))
-    np.testing.assert_allclose(traj.action, np.clip(traj.mu + traj.margin + traj.bias, 0.0, 1.0), rtol=0, atol=1e-12)
+    np.testing.assert_allclose(traj.action, np.clip(traj.mu + traj.margin + traj.bias + traj.escape, 0.0, 1.0), rtol=0,
+                               atol=1e-12)
     assert np.mean(np.abs(traj.k * traj.sigma) > 1e-4) > 0.9  # the buffer it dropped was not zero anyway
 
 
@@ -183,6 +184,33 @@ def test_imputed_window_holds_each_shortage_at_its_tobit_expectation_and_uncenso
             shortages += 1
         state = new
     assert shortages >= 5
+
+
+def test_a_streak_limit_imputes_only_the_first_shortages_of_a_censoring_streak(
+        tiny_predictor: GaussianLSTM, tiny_policy: PolicyNetwork, tiny_config: PicRLConfig,
+        diurnal_series: np.ndarray) -> None:
+    config = replace(tiny_config, estimator=replace(tiny_config.estimator, impute_window=True, impute_streak=1))
+    demand, history = _segment(diurnal_series, config.predictor.window)
+    controller = PicRLController(tiny_predictor, tiny_policy, config)
+    state = controller.initial_state(np.zeros(1, np.uint64), history)
+    seen = {"imputed": 0, "kept": 0}
+    for t in range(T):
+        y, c = censor(demand[t], state.action)
+        new, _ = controller.step(state, y, c)
+        if c[0] and new.censor_streak[0] == 1:  # the first of a streak: the E-step, uncensored
+            assert new.observations[0, -1] == np.float32(mean_above(state.mu, state.sigma, state.action)[0])
+            assert not new.censored[0, -1]
+            seen["imputed"] += 1
+        elif c[0]:  # later in the streak: the bound it showed, with its flag
+            assert new.observations[0, -1] == np.float32(y[0]) and new.censored[0, -1]
+            seen["kept"] += 1
+        state = new
+    assert seen["imputed"] >= 3 and seen["kept"] >= 1
+
+
+def test_a_negative_streak_limit_is_refused() -> None:
+    with pytest.raises(ValueError, match="impute_streak"):
+        EstimatorConfig(impute_streak=-1)
 
 
 def test_a_new_service_starts_at_the_validation_levels_or_at_the_papers_zero(

@@ -72,6 +72,7 @@ def test_decisions_equal_the_simulator_whatever_the_batching(tiny_artifact: Mode
     assert np.array_equal(loop.normalised("capacity_norm"), reference.action)
     assert np.array_equal(loop.normalised("mu"), reference.mu)
     assert np.array_equal(loop.normalised("margin"), reference.margin)
+    assert np.array_equal(loop.normalised("escape"), reference.escape) and (reference.escape > 0).any()
     # the replay transitions carry Eq. 9/10 rewards, equal to the simulator's
     rewards = {(tr.service, tr.tick): tr for tr in loop.transitions}
     for j, service in enumerate(workload.services):

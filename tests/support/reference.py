@@ -12,7 +12,7 @@ from picrl_core.noise import service_key
 from picrl_core.resources import coupled_flags, impute_served_share, observe, unobserved
 from picrl_core.scaling import from_unit, grown_high, outgrown, rescale_state, to_unit, window_range
 from picrl_core.series import MinMaxScaler
-from picrl_core.simulator import Trajectory, censor
+from picrl_core.simulator import DECISION_FIELDS, Trajectory, censor
 from producers.workload import Workload
 
 
@@ -52,7 +52,7 @@ def reference_run(artifact: ModelArtifact, demand: np.ndarray, services: tuple[s
     for t in range(ticks):
         unit = _unit(demand[window + t], low, high)
         observed, censored = censor(unit, state.action)
-        for name in ("action", "mu", "sigma", "k", "eta", "margin", "bias"):
+        for name in DECISION_FIELDS:
             record[name][t] = getattr(state, name)
         record["demand"][t], record["observed"][t], record["censored"][t] = unit, observed, censored
         lows[t], highs[t], capacity[t] = low, high, from_unit(state.action, low, high)
@@ -97,7 +97,7 @@ def coupled_reference_run(artifact: ModelArtifact, workload: Workload, headroom:
         missing = unobserved(y.reshape(shape), flags, state.action.reshape(shape), resources).ravel() if coupled \
             else None
         observed, censored = (lifted.ravel(), censored.ravel()) if coupled else (y, own)
-        for name in ("action", "mu", "sigma", "k", "eta", "margin", "bias"):
+        for name in DECISION_FIELDS:
             record[name][t] = getattr(state, name)
         record["demand"][t], record["observed"][t], record["censored"][t] = _unit(flat[window + t], low, high), \
             observed, censored
