@@ -128,9 +128,9 @@ def escape_step(escape: np.ndarray, shortage: np.ndarray, seen: np.ndarray, cens
     """The censoring-streak escape ``e_t``, added to the action of Eq. (11): an exponential search for a demand level
     the censoring hides (the unbounded search of Bentley & Yao, Inf. Process. Lett. 1976):
 
-        e_{t+1} = min(e_t + delta_m sigma_t 2^(n_t - 2), escape_limit)   a shortage, the n-th censored tick in a row, n >= 2
-        e_{t+1} = e_t / 2                                        the demand was seen (uncensored, not short)
-        e_{t+1} = e_t                                            otherwise (a lower bound below the action)
+        e_{t+1} = min(e_t + delta_m sigma_t 2^(n_t - 2), escape_limit)   a shortage, the n-th in a row, n >= 2
+        e_{t+1} = e_t / 2                                              the demand was seen (uncensored, not short)
+        e_{t+1} = e_t                                                  otherwise (a lower bound below the action)
 
     A lone shortage is the calibrator's designed one-in-three event, and the margin answers it; ``n`` in a row have
     probability ``(1/3)^n`` under a calibrated forecast, so a streak says the forecast is off by an unknown amount.
@@ -145,4 +145,3 @@ def escape_step(escape: np.ndarray, shortage: np.ndarray, seen: np.ndarray, cens
     unit = cfg.delta_m * (sigma if cfg.margin_in_sigma else 1.0)
     grown = np.minimum(escape + unit * np.exp2(n - 2.0), cfg.escape_limit)
     return np.where(shortage & (censor_streak >= 2), grown, np.where(seen, 0.5 * escape, escape))
-

@@ -143,7 +143,8 @@ class PicRLController:
             tick=np.broadcast_to(np.asarray(start_tick, dtype=np.int64), (n,)).copy(),
             observations=observations, censored=np.zeros_like(observations, dtype=bool), context=context,
             margin=zeros, bias=zeros.copy(), censor_streak=np.zeros(n, np.int64), over_streak=np.zeros(n, np.int64),
-            estimate_start=None, memory=None, step_scale=np.ones(n), temperature=np.full(n, scale), escape=zeros.copy(),
+            estimate_start=None, memory=None, step_scale=np.ones(n), temperature=np.full(n, scale),
+            escape=zeros.copy(),
             start_margin=calibrator.initial_margin if warm else 0.0,
         )
 

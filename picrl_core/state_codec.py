@@ -3,7 +3,8 @@
 A stream worker keeps each service's state in a changelog-backed table; packing a batch into a
 structured array (and back) is one ``tobytes``/``frombuffer`` per batch instead of a Python object
 per field. The row layout depends only on the window ``W``, the context channels ``C`` and the
-feature count ``F``; its size is :attr:`StateCodec.row_bytes` (356 bytes for W=32, C=0; 612 with the incremental predictor's memory).
+feature count ``F``; its size is :attr:`StateCodec.row_bytes` (356 bytes for W=32, C=0; 612 with the
+incremental predictor's memory).
 """
 from __future__ import annotations
 

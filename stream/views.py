@@ -53,7 +53,8 @@ def _row_view(row: Any, window: int) -> dict[str, Any]:
             "range": [float(row["low"]), float(row["high"])], "capacity_norm": float(core["action"]),
             "mu": float(core["mu"]), "sigma": float(core["sigma"]), "k": float(core["k"]), "eta": float(core["eta"]),
             "k_sigma": float(core["k"] * core["sigma"]), "margin": float(core["margin"]), "bias": float(core["bias"]),
-            "escape": float(core["escape"]), "censor_streak": int(core["censor_streak"]), "over_streak": int(core["over_streak"]),
+            "escape": float(core["escape"]), "censor_streak": int(core["censor_streak"]),
+            "over_streak": int(core["over_streak"]),
             "in_censoring_streak": int(core["censor_streak"]) >= IN_STREAK,
         })
     return state

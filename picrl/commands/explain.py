@@ -48,7 +48,8 @@ def run(args: argparse.Namespace) -> int:
         low, high = body["range"]
         print(f"  range [{low:.6g}, {high:.6g}]; normalised capacity {body['capacity_norm']:.4f} = "
               f"mu {body['mu']:.4f} + k*sigma {body['k_sigma']:.4f} (k {body['k']:.3f}, sigma {body['sigma']:.4f}) "
-              f"+ margin {body['margin']:+.4f} + bias {body['bias']:+.4f} + escape {body['escape']:.4f}, clipped to [0, 1]")
+              f"+ margin {body['margin']:+.4f} + bias {body['bias']:+.4f} + escape {body['escape']:.4f}, "
+              "clipped to [0, 1]")
         streak = body["censor_streak"]
         print(f"  censoring streak: {streak} tick(s)" + (" (in a censoring streak)" if body["in_censoring_streak"] else ""))
     print("  last decisions (tick: capacity, mu, k*sigma, margin, bias, clipped, version):")
