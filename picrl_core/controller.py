@@ -256,8 +256,8 @@ class PicRLController:
         )
         pre, log_prob = self._plan(features, keys, tick)
         eta, k = squash(pre, cfg.policy, self.risk_centre)
-        buffer = k * sigma if cfg.ablation.use_k_sigma else 0.0
-        action = (mu + buffer + margin + bias + escape).clip(0.0, 1.0)  # the method: np.clip without its wrapper
+        # the method: np.clip without its wrapper
+        action = unclipped_action(mu, k, sigma, margin, bias, escape, cfg.ablation.use_k_sigma).clip(0.0, 1.0)
         return ControllerState(
             keys=keys, tick=tick, observations=observations, censored=censored, context=context,
             margin=margin, bias=bias, censor_streak=censor_streak, over_streak=over_streak,
@@ -337,6 +337,14 @@ def _plain_mlp(body: torch.nn.Module) -> list[tuple[torch.Tensor, torch.Tensor |
         else:
             return None
     return layers
+
+
+def unclipped_action(mu: np.ndarray, k: np.ndarray, sigma: np.ndarray, margin: np.ndarray, bias: np.ndarray,
+                     escape: np.ndarray, use_k_sigma: bool = True) -> np.ndarray:
+    """Eq. (11) before its clip to ``[0, 1]``: ``mu + k sigma + m + b + e`` (``k sigma`` dropped by ablation A4), the
+    one sum the controller acts on and a stream worker reads to say whether the range cut it."""
+    buffer = k * sigma if use_k_sigma else 0.0
+    return mu + buffer + margin + bias + escape
 
 
 def impute_shortage(y: np.ndarray, censored: np.ndarray, shortage: np.ndarray, pending: ControllerState,
