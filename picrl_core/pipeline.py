@@ -79,11 +79,27 @@ def train_offline(series: PreparedSeries, config: PicRLConfig, *, phase1_progres
     :func:`~picrl_core.training_memo.shared_training` identical phases are trained once; Phase 2
     never reads ``config.online``, so configs differing only there share it. With
     ``config.calibrator.select_on_validation`` the fast step is then chosen on the validation split
-    (:func:`select_calibrator`; the report is under ``reports["phase3_selection"]``), and with
-    ``select_scale_rate`` the online temperature's rate (:func:`select_scale_rate`, ``"phase3_scale_rate"``)."""
+    (:func:`select_calibrator`; the report is under ``reports["phase3_selection"]``), with
+    ``select_scale_rate`` the online temperature's rate (:func:`select_scale_rate`, ``"phase3_scale_rate"``), and
+    with ``reward.select_pessimism`` whether Eq. (9)'s pessimism is used at all (:func:`select_pessimism`,
+    ``"phase2_pessimism"``)."""
     config = config_for(series, config)
     predictor, predictor_report = train_phase1(series, config, model_factory=model_factory,
                                                progress=phase1_progress)
+
+    def trained(candidate: PicRLConfig, progress: Progress | None) -> tuple[ModelArtifact, ValidationRun | None]:
+        return _phases_2_and_3(series, candidate, predictor, predictor_report.to_dict(), model_factory, pretrainer,
+                               progress)
+    if phase2_trainings(config) > 1:
+        return select_pessimism(series, config, trained, phase2_progress)
+    return trained(config, phase2_progress)[0]
+
+
+def _phases_2_and_3(series: PreparedSeries, config: PicRLConfig, predictor: torch.nn.Module, predictor_report: dict,
+                    model_factory: Callable[[PredictorConfig], torch.nn.Module], pretrainer: Pretrainer,
+                    phase2_progress: Progress | None) -> tuple[ModelArtifact, ValidationRun | None]:
+    """Phase 2 on ``predictor`` and the Phase-3 settings chosen on the validation split (:func:`train_offline`);
+    with the validation run of the artifact as returned, when a selection made one."""
     offline_config = replace(config, online=OnlineConfig())
     policy, value, pretrain_report = memoized(
         ("phase2", series_fingerprint(series), offline_config, model_factory, pretrainer),
@@ -93,13 +109,13 @@ def train_offline(series: PreparedSeries, config: PicRLConfig, *, phase1_progres
         config=config, predictor=predictor, policy=policy, value=value,
         scaling={"series": series.scaler.to_dict(), "context": [s.to_dict() for s in series.context_scalers],
                  "context_names": list(series.context_names)},
-        reports={"series": series.name, "notes": list(series.notes), "phase1": predictor_report.to_dict(),
+        reports={"series": series.name, "notes": list(series.notes), "phase1": predictor_report,
                  "phase2": pretrain_report.to_dict()},
     )
+    levels = None
     if config.calibrator.select_on_validation:
         artifact, selection = select_calibrator(artifact, series)
         artifact = replace(artifact, reports={**artifact.reports, "phase3_selection": selection})
-    levels = None
     if config.calibrator.online_scale and config.calibrator.select_scale_rate:
         artifact, selection, levels = select_scale_rate(artifact, series)
         artifact = replace(artifact, reports={**artifact.reports, "phase3_scale_rate": selection})
@@ -112,7 +128,8 @@ def train_offline(series: PreparedSeries, config: PicRLConfig, *, phase1_progres
         artifact = replace(artifact, config=replace(artifact.config, calibrator=calibrator),
                            reports={**artifact.reports, "phase3_start": {"margin_in_sigma": levels.margin,
                                                                          "scale": levels.scale}})
-    return artifact
+        levels = None  # the run was from the cold start the artifact no longer makes
+    return artifact, levels
 
 
 @dataclass
@@ -188,6 +205,12 @@ def run_online(artifact: ModelArtifact, demand: np.ndarray, history: np.ndarray,
                      [] if slow is None else slow.updates)
 
 
+def history_ticks(config: PicRLConfig) -> int:
+    """Ticks of uncensored history PIC-RL's first decision reads: the predictor's window and the burn-in
+    (``online.burn_in``, :meth:`~picrl_core.controller.PicRLController.initial_state`)."""
+    return config.predictor.window + config.online.burn_in
+
+
 # The validation episode knobs are chosen on: the last this-many ticks of the validation split (all of
 # GenAI's 288; 33 hours of DLRM's 8,928), so choosing stays cheap on long traces.
 VALIDATION_EPISODE = 2_000
@@ -238,7 +261,7 @@ class ValidationRun:
 
 def validation_run(artifact: ModelArtifact, series: PreparedSeries) -> ValidationRun:
     """:class:`ValidationRun` of ``artifact`` (its config as it stands, from a cold start)."""
-    inputs = evaluation_inputs(series, artifact.config.predictor.window, "val")
+    inputs = evaluation_inputs(series, history_ticks(artifact.config), "val")
     settled = inputs["demand"].shape[0] // 2
     margins: list[np.ndarray] = []
     scales: list[np.ndarray] = []
@@ -327,3 +350,36 @@ def select_shortage_target(artifact: ModelArtifact, series: PreparedSeries, frac
     return (replace(artifact, config=with_target(best)),
             {"targets": list(SHORTAGE_TARGETS), "validation_regret": [runs[t].regret for t in SHORTAGE_TARGETS],
              "chosen": best}, runs[best])
+
+
+# Eq. (9)'s pessimism on and off (ablation A3), the paper's first: ties keep it.
+PESSIMISM_CANDIDATES = (True, False)
+
+
+def phase2_trainings(config: PicRLConfig) -> int:
+    """How many Phase-2 trainings :func:`train_offline` runs for ``config`` (the candidates of
+    :func:`select_pessimism`, or one)."""
+    return len(PESSIMISM_CANDIDATES) if config.reward.select_pessimism and config.reward.use_pessimism else 1
+
+
+def select_pessimism(series: PreparedSeries, config: PicRLConfig,
+                     trained: Callable[[PicRLConfig, Progress | None], tuple[ModelArtifact, ValidationRun | None]],
+                     progress: Progress | None = None) -> ModelArtifact:
+    """Eq. (9)'s pessimism kept or dropped per model on the validation split (``reward.select_pessimism``): Phase 2
+    (and the slow loop, which shares its reward) trained once with ``Psi(n) = 1 + beta min(n, N_max)`` and once with
+    ``Psi = 1`` (ablation A3), each through its own Phase-3 selections (``trained``), and the artifact of lower
+    validation regret is kept (ties: the paper's pessimism). The pessimism hedges against Proposition 1's trap by
+    charging a censoring streak more than its naive cost; how much that hedge is worth is a property of the series (on
+    the development splits it halves a spiky pod's regret and costs a smooth aggregate 1-2%), so it is measured in the
+    true cost of the split that follows training, like the temperature's rate. The report is under
+    ``reports["phase2_pessimism"]``."""
+    runs: dict[bool, tuple[ModelArtifact, ValidationRun]] = {}
+    for pessimism in PESSIMISM_CANDIDATES:
+        candidate = replace(config, reward=replace(config.reward, use_pessimism=pessimism))
+        artifact, run = trained(candidate, progress)
+        runs[pessimism] = artifact, run if run is not None else validation_run(artifact, series)
+    kept = min(PESSIMISM_CANDIDATES, key=lambda pessimism: runs[pessimism][1].regret)
+    artifact = runs[kept][0]
+    report = {"validation_regret": {"pessimism": runs[True][1].regret, "none": runs[False][1].regret},
+              "chosen": "pessimism" if kept else "none"}
+    return replace(artifact, reports={**artifact.reports, "phase2_pessimism": report})
