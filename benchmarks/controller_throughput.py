@@ -53,7 +53,7 @@ from picrl_core.config import PicRLConfig  # noqa: E402
 from picrl_core.controller import ControllerState, PicRLController  # noqa: E402
 from picrl_core.policy import PolicyNetwork, ValueNetwork  # noqa: E402
 from picrl_core.predictor import GaussianLSTM  # noqa: E402
-from picrl_core.calibrator import censor  # noqa: E402
+from picrl_core.simulator import censor  # noqa: E402
 from picrl_core.state_codec import StateCodec  # noqa: E402
 from stream.decisions import DecisionEngine  # noqa: E402
 

@@ -47,12 +47,6 @@ and options tried on top of the default and left off because they did not help h
                         GenAI in two rounds of tables: do the development splits say so too?)
     +no-pessimism       ablation A3 (Psi = 1 in Eq. 9), which Phase 2's k ~0.9 against the fractile's 0.43 points at
     +pessimism-1/4      Eq. 9 with half the paper's growth, beta = 0.25
-    +step-warmup-4, -8  the margin's step starts 4 or 8 times larger and anneals as 1 / sqrt(t) to delta_m over a
-                        service's first calibrator updates (calibrator.step_warmup)
-    +burn-in            a service starts from its history's last 256 ticks before the window (as many as conformal's
-                        calibration pool), stepped through with the demand in view (online.burn_in)
-    +burn-in-censored   the same burn-in seeing its history censored at its own actions, as it will see the demand
-                        (online.burn_in_censored)
     +select-pessimism   Eq. 9's pessimism kept or dropped per model, by the validation regret (reward.select_pessimism)
     +streak-pessimism   Eq. 9 with Psi(n - 1): a lone shortage weighs 1, a censoring streak more and more
                         (reward.pessimism_after_first)
@@ -104,7 +98,7 @@ from picrl_core.config import PicRLConfig  # noqa: E402
 from picrl_core.costs import mean_service_metrics  # noqa: E402
 from picrl_core.methods.base import Provisioner, run_pic_loop  # noqa: E402
 from picrl_core.methods.censored_sgd import fit_censored_sgd_residual  # noqa: E402
-from picrl_core.methods.conformal import CONFORMAL_WINDOW, fit_conformal  # noqa: E402
+from picrl_core.methods.conformal import fit_conformal  # noqa: E402
 from picrl_core.methods.pic_rl import PicRLProvisioner  # noqa: E402
 from picrl_core.pipeline import evaluation_inputs, phase1_predictor, train_offline  # noqa: E402
 from picrl_core.series import PreparedSeries, development_series, prepare_fleet, prepare_series  # noqa: E402
@@ -169,12 +163,6 @@ def ladder() -> dict[str, Variant]:
     rungs["+no-pessimism"] = lambda c: replace(c, reward=replace(c.reward, use_pessimism=False))
     rungs["+streak-pessimism"] = lambda c: replace(c, reward=replace(c.reward, pessimism_after_first=True))
     rungs["+pessimism-1/4"] = lambda c: replace(c, reward=replace(c.reward, beta=c.reward.beta / 2))
-    for label, start in (("4", 4.0), ("8", 8.0)):
-        rungs[f"+step-warmup-{label}"] = lambda c, start=start: replace(c, calibrator=replace(c.calibrator,
-                                                                                          step_warmup=start))
-    rungs["+burn-in"] = lambda c: replace(c, online=replace(c.online, burn_in=CONFORMAL_WINDOW))
-    rungs["+burn-in-censored"] = lambda c: replace(c, online=replace(c.online, burn_in=CONFORMAL_WINDOW,
-                                                                      burn_in_censored=True))
     rungs["+select-pessimism"] = lambda c: replace(c, reward=replace(c.reward, select_pessimism=True))
     rungs["+validation-start"] = lambda c: replace(c, calibrator=replace(c.calibrator, start_from_validation=True))
     for label, target in (("1/4", 1 / 4), ("1/6", 1 / 6)):
@@ -209,7 +197,7 @@ def traces(pods: int) -> dict[str, tuple[np.ndarray, np.ndarray | None, tuple[st
 
 
 def regret(provisioner: Provisioner, series: PreparedSeries, config: PicRLConfig, censoring: bool = True) -> dict:
-    inputs = evaluation_inputs(series, provisioner.history_ticks or config.predictor.window)
+    inputs = evaluation_inputs(series, config.predictor.window)
     loop = run_pic_loop(provisioner, inputs["demand"], inputs["history"], context=inputs["context"],
                         history_context=inputs["history_context"], censoring=censoring)
     return mean_service_metrics(loop.actions, inputs["demand"], config.cost).to_dict()

@@ -71,7 +71,7 @@ from host import describe, steal_seconds
 from picrl.datasets import load_dataset
 from picrl.kafka import LocalKafka
 from picrl_core.artifact import load_artifact
-from picrl_core.calibrator import censor
+from picrl_core.simulator import censor
 from producers.workload import Workload, copies_of
 from stream.decisions import DecisionEngine, Incoming
 from stream.records import UsageEvent, decode_action

@@ -14,13 +14,6 @@ from picrl_core.reward import pessimism_factor
 SHORTAGE_TOLERANCE = 1e-6
 
 
-def censor(demand: np.ndarray, action: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Action-as-threshold observation: ``(y, c) = (min(d, a), 1[d > a])``."""
-    demand = np.asarray(demand, dtype=np.float64)
-    action = np.asarray(action, dtype=np.float64)
-    return np.minimum(demand, action), demand > action
-
-
 def feedback(y: np.ndarray, action: np.ndarray, censored: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``(short, over)`` of the action in force from its feedback: ``short = 1[d > a]`` is the censoring flag
     under PIC (a censored observation sits at the capacity), and ``y > a`` under full information (the
@@ -92,21 +85,6 @@ def adapt_step(scale: np.ndarray, was_short: np.ndarray, was_over: np.ndarray, s
     flip = (short & was_over) | (over & was_short)
     factor = np.where(same, STEP_GROWTH, np.where(flip, STEP_SHRINK, 1.0))
     return np.clip(scale * factor, STEP_SCALE_MIN, 1.0)
-
-
-def anneal_step(scale: np.ndarray, updated: np.ndarray, start: float) -> np.ndarray:
-    """The warm-up of each service's margin step (``calibrator.step_warmup``): a new service starts at ``start``
-    times the step and every calibrator update ``t`` (a shortage or an over-provisioned tick) brings it to
-
-        s_t = max(1, start / sqrt(1 + t)),   i.e. 1 / s_{t+1}^2 = 1 / s_t^2 + 1 / start^2 while s > 1,
-
-    the ``1 / sqrt(t)`` steps of projected stochastic gradient on the pinball loss (the censored newsvendor learner
-    of Huh & Rusmevichientong, Math. of OR 2009), floored at the constant step that tracks drift afterwards. The
-    margin starts at 0 with Phase 2's ``k`` around it, not at the level the service needs; with the constant step
-    alone reaching it takes on the order of 50 ticks of over-provisioning (``T`` updates move it
-    ``sum_t s_t = O(start sqrt(T))`` steps, here ``~2 start sqrt(T)`` instead of ``T``)."""
-    annealed = 1.0 / np.sqrt(1.0 / (scale * scale) + 1.0 / (start * start))
-    return np.where(updated, np.maximum(annealed, 1.0), scale)
 
 
 def track_temperature(temperature: np.ndarray, y: np.ndarray, mu: np.ndarray, sigma: np.ndarray,

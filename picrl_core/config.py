@@ -122,9 +122,6 @@ class CalibratorConfig:
     # per-service multiplier of the margin's step, Rprop's sign rule (Riedmiller & Braun 1993): x1.2 when the
     # feedback repeats its sign (short after short, over after over), x0.5 when it flips, within [1/64, 1]
     adaptive_step: bool = False
-    # the margin's step starts at step_warmup times delta_m and anneals as 1 / sqrt(t) over the service's first
-    # calibrator updates down to delta_m (calibrator.anneal_step); 0: off (a constant step from the first tick)
-    step_warmup: float = 0.0
     # per-service temperature of sigma learned online from the feedback (calibrator.track_temperature): an EM step
     # of the Tobit likelihood, E[z^2] for an uncensored residual and E[z^2 | z > z_c] for a censored one
     online_scale: bool = True  # paper: False
@@ -154,9 +151,6 @@ class CalibratorConfig:
         if not (0.0 < self.scale_rate <= 1.0 and 0.0 < self.scale_min <= 1.0 <= self.scale_max):
             raise ValueError("calibrator.scale_rate must be in (0, 1] and scale_min <= 1 <= scale_max (both > 0); "
                              f"got {self.scale_rate}, [{self.scale_min}, {self.scale_max}]")
-        if self.step_warmup and (self.step_warmup < 1.0 or self.adaptive_step):
-            raise ValueError("calibrator.step_warmup must be 0 (off) or >= 1, and not combined with adaptive_step "
-                             f"(both set the margin's step multiplier); got {self.step_warmup}")
         if not self.escape_limit > 0.0:
             raise ValueError(f"calibrator.escape_limit must be > 0; got {self.escape_limit}")
         if not self.scale_min <= self.initial_scale <= self.scale_max:
@@ -218,11 +212,6 @@ class OnlineConfig:
     # threads the censored-demand estimator splits a batch's services over (numpy releases the GIL; the same bits
     # for any count). Pays at 10,000+ services with torch itself on one thread (torch.set_num_threads(1)).
     estimator_threads: int = 1
-    # ticks of a new service's uncensored history, beyond the window, its fast state steps through with the demand in
-    # view before the first decision (controller.initial_state): 0, Algorithm 1's cold start
-    burn_in: int = 0
-    # the burn-in sees its history as the service will see demand: censored at its own actions, (min(d, a), 1[d > a])
-    burn_in_censored: bool = False
 
 
 @dataclass(frozen=True)

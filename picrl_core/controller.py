@@ -16,8 +16,7 @@ import numpy as np
 import torch
 
 from picrl_core.batching import in_fixed_chunks
-from picrl_core.calibrator import (adapt_step, anneal_step, censor, escape_step, feedback, reactive_step,
-                                  track_temperature)
+from picrl_core.calibrator import adapt_step, escape_step, feedback, reactive_step, track_temperature
 from picrl_core.censored_estimator import ROWS_PER_THREAD, CensoredDemandEstimate, estimate_censored_demand
 from picrl_core.config import PicRLConfig
 from picrl_core.features import state_features
@@ -57,7 +56,7 @@ class ControllerState:
     est_mean: np.ndarray  # (B,) float64 censored-demand estimate (mean) of this window: the next tick's warm start
     est_std: np.ndarray  # (B,) float64 censored-demand estimate (std), likewise
     memory: np.ndarray  # (B, M) float32 the incremental predictor's (h, c) after this window (M = 0 when windowed)
-    step_scale: np.ndarray  # (B,) float64 the margin's step multiplier (calibrator.adaptive_step, step_warmup; else 1)
+    step_scale: np.ndarray  # (B,) float64 multiplier of the margin's step (calibrator.adaptive_step; else 1)
     temperature: np.ndarray  # (B,) float64 the service's online scale of sigma (calibrator.online_scale; else 1)
     escape: np.ndarray  # (B,) float64 the censoring-streak escape e_t added to the action (calibrator.escape; else 0)
 
@@ -128,32 +127,12 @@ class PicRLController:
         ``calibrator.initial_margin`` times the first forecast's sigma and the temperature at
         ``calibrator.initial_scale`` (the levels of the model's validation run, :func:`~picrl_core.pipeline.
         validation_run`) with ``calibrator.start_from_validation``; else at 0 and 1, the paper's start.
-
-        With ``online.burn_in`` ``n``, a history longer than the window is not wasted: the service starts from the
-        window that ends ``min(n, H - W)`` ticks earlier and steps through those last ticks with their demand in view
-        (``y = d``, no censoring: offline logs are uncensored), as the full-information reference acts. Its margin,
-        bias, temperature and predictor state then begin the first censored decision where running on that history
-        left them, not at Algorithm 1's zeros (the slow loop sees none of it: its policy is Phase 2's). A history of
-        at most W ticks (a stream's warm-up, Phase 2's rollouts) starts cold, as before.
         """
-        demand = np.asarray(history, dtype=np.float64)  # the burn-in's feedback, at the precision it came in
-        if demand.ndim != 2 or demand.shape[1] < 1:
-            raise ValueError(f"history must have shape (services, steps >= 1); got {demand.shape}")
-        context = self._check_context(history_context, demand.shape, "history_context")
-        burn = min(self.config.online.burn_in, max(demand.shape[1] - self.window, 0))
-        cut = demand.shape[1] - burn
-        state = self._cold_state(keys, demand[:, :cut].astype(np.float32), context[:, :cut],
-                                 np.asarray(start_tick) - burn)
-        for t in range(cut, demand.shape[1]):
-            y, censored = (censor(demand[:, t], state.action) if self.config.online.burn_in_censored
-                           else (demand[:, t], np.zeros(len(state), dtype=bool)))
-            state, _ = self.step(state, y, censored, context[:, t])
-        return state
-
-    def _cold_state(self, keys: np.ndarray, history: np.ndarray, context: np.ndarray,
-                    start_tick: int | np.ndarray) -> ControllerState:
-        """:meth:`initial_state` without the burn-in: Algorithm 1's start from the last W ticks of ``history``."""
+        history = np.asarray(history, dtype=np.float32)
+        if history.ndim != 2 or history.shape[1] < 1:
+            raise ValueError(f"history must have shape (services, steps >= 1); got {history.shape}")
         n = history.shape[0]
+        context = self._check_context(history_context, history.shape, "history_context")
         observations, context = _last_window(history, context, self.window)
         zeros = np.zeros(n)
         calibrator = self.config.calibrator
@@ -164,8 +143,7 @@ class PicRLController:
             tick=np.broadcast_to(np.asarray(start_tick, dtype=np.int64), (n,)).copy(),
             observations=observations, censored=np.zeros_like(observations, dtype=bool), context=context,
             margin=zeros, bias=zeros.copy(), censor_streak=np.zeros(n, np.int64), over_streak=np.zeros(n, np.int64),
-            estimate_start=None, memory=None, step_scale=np.full(n, max(calibrator.step_warmup, 1.0)),
-            temperature=np.full(n, scale),
+            estimate_start=None, memory=None, step_scale=np.ones(n), temperature=np.full(n, scale),
             escape=zeros.copy(),
             start_margin=calibrator.initial_margin if warm else 0.0,
         )
@@ -201,9 +179,7 @@ class PicRLController:
         margin, bias = reactive_step(state.margin, state.bias, state.eta, shortage, over, censor_streak, state.sigma,
                                      cfg, state.step_scale)
         step_scale = (adapt_step(state.step_scale, state.censor_streak > 0, state.over_streak > 0, shortage, over)
-                      if cfg.calibrator.adaptive_step else
-                      anneal_step(state.step_scale, shortage | over, cfg.calibrator.step_warmup)
-                      if cfg.calibrator.step_warmup else state.step_scale)
+                      if cfg.calibrator.adaptive_step else state.step_scale)
         temperature = (track_temperature(state.temperature, y, state.mu, state.sigma, censored, cfg.calibrator)
                        if self.scales_sigma else state.temperature)
         window_y, window_c = (impute_shortage(y, censored, shortage, state, censor_streak, cfg.estimator.impute_streak)

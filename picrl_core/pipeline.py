@@ -205,12 +205,6 @@ def run_online(artifact: ModelArtifact, demand: np.ndarray, history: np.ndarray,
                      [] if slow is None else slow.updates)
 
 
-def history_ticks(config: PicRLConfig) -> int:
-    """Ticks of uncensored history PIC-RL's first decision reads: the predictor's window and the burn-in
-    (``online.burn_in``, :meth:`~picrl_core.controller.PicRLController.initial_state`)."""
-    return config.predictor.window + config.online.burn_in
-
-
 # The validation episode knobs are chosen on: the last this-many ticks of the validation split (all of
 # GenAI's 288; 33 hours of DLRM's 8,928), so choosing stays cheap on long traces.
 VALIDATION_EPISODE = 2_000
@@ -261,7 +255,7 @@ class ValidationRun:
 
 def validation_run(artifact: ModelArtifact, series: PreparedSeries) -> ValidationRun:
     """:class:`ValidationRun` of ``artifact`` (its config as it stands, from a cold start)."""
-    inputs = evaluation_inputs(series, history_ticks(artifact.config), "val")
+    inputs = evaluation_inputs(series, artifact.config.predictor.window, "val")
     settled = inputs["demand"].shape[0] // 2
     margins: list[np.ndarray] = []
     scales: list[np.ndarray] = []

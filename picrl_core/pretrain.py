@@ -19,12 +19,12 @@ from typing import Callable
 import numpy as np
 import torch
 
-from picrl_core.calibrator import censor
 from picrl_core.config import PicRLConfig
 from picrl_core.controller import ControllerState, PicRLController, Transition
 from picrl_core.policy import PolicyNetwork, ValueNetwork, gaussian_log_prob
 from picrl_core.predictor import GaussianLSTM
 from picrl_core.series import segment_starts
+from picrl_core.simulator import censor
 
 
 @dataclass(frozen=True)

@@ -11,10 +11,16 @@ from typing import Callable
 
 import numpy as np
 
-from picrl_core.calibrator import censor
 from picrl_core.controller import ControllerState, PicRLController, Transition
 
 StepHook = Callable[[int, ControllerState, Transition], None]
+
+
+def censor(demand: np.ndarray, action: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Action-as-threshold observation: ``(y, c) = (min(d, a), 1[d > a])``."""
+    demand = np.asarray(demand, dtype=np.float64)
+    action = np.asarray(action, dtype=np.float64)
+    return np.minimum(demand, action), demand > action
 
 
 # The fields of a pending decision that a trajectory records at every tick (the action and its breakdown, Eq. 11)

@@ -12,7 +12,7 @@ from picrl.commands.source import add_trace_arguments, cached_model, config_from
 from picrl.progress import progress_bar
 from picrl.reports.figures import plot_phase3, plot_training
 from picrl_core.artifact import load_artifact
-from picrl_core.pipeline import evaluation_inputs, history_ticks, run_online
+from picrl_core.pipeline import evaluation_inputs, run_online
 
 _COLUMNS = ("mae", "regret", "shortage_rate", "under_mass", "over_mass", "action_variance")
 
@@ -45,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"the model expects {artifact.config.predictor.context_channels} context channel(s) "
                          f"but the trace has {channels}")
     args.out.mkdir(parents=True, exist_ok=True)
-    inputs = evaluation_inputs(series, history_ticks(artifact.config))
+    inputs = evaluation_inputs(series, artifact.config.predictor.window)
     started = time.monotonic()
     with progress_bar(series.test.shape[0], "phase 3: online", "tick") as bar:
         result = run_online(artifact, **inputs, slow_updates=not args.no_slow_updates, progress=lambda _: bar.update(1))

@@ -14,16 +14,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from picrl_core.calibrator import censor
 from picrl_core.config import PicRLConfig
 from picrl_core.series import PreparedSeries
+from picrl_core.simulator import censor
 
 
 class Provisioner(ABC):
     """One method acting online for N services at once; every action lies in ``[0, 1]``."""
-
-    # ticks of uncensored history :meth:`start` reads; None: the predictor's window (``config.predictor.window``)
-    history_ticks: int | None = None
 
     @abstractmethod
     def start(self, history: np.ndarray, history_context: np.ndarray | None) -> np.ndarray:

@@ -40,7 +40,7 @@ def run_on_test_split(method: Method, series: PreparedSeries, config: PicRLConfi
     multi-resource fleet runs in :func:`~picrl_core.methods.coupled.run_coupled_loop`, reading the coupled
     flags when ``method.coupled``."""
     provisioner = method.fitted(series, config, step_seconds)
-    inputs = evaluation_inputs(series, provisioner.history_ticks or config.predictor.window)
+    inputs = evaluation_inputs(series, config.predictor.window)
     if series.resources:
         loop: LoopResult = run_coupled_loop(provisioner, inputs["demand"], inputs["history"], series.resources,
                                             coupled=method.coupled, censoring=method.censoring)

@@ -18,7 +18,7 @@ from picrl_core.artifact import ModelArtifact
 from picrl_core.config import PicRLConfig
 from picrl_core.controller import ControllerState, PicRLController
 from picrl_core.methods.base import Provisioner
-from picrl_core.pipeline import SlowLoop, history_ticks, online_controller, train_offline
+from picrl_core.pipeline import SlowLoop, online_controller, train_offline
 from picrl_core.policy import PolicyNetwork, ValueNetwork
 from picrl_core.resources import Resource, impute_served_share, unobserved
 from picrl_core.series import PreparedSeries
@@ -50,10 +50,6 @@ class PicRLProvisioner(Provisioner):
                       resources: tuple[Resource, ...] = ()) -> "PicRLProvisioner":
         return cls(artifact.predictor, artifact.policy, artifact.value, artifact.config, slow_updates=slow_updates,
                    resources=resources)
-
-    @property
-    def history_ticks(self) -> int:  # type: ignore[override]
-        return history_ticks(self.config)
 
     def start(self, history: np.ndarray, history_context: np.ndarray | None) -> np.ndarray:
         self.controller, self.slow = online_controller(self.predictor, self.policy, self.value, self.config,

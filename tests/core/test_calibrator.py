@@ -6,8 +6,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from picrl_core.calibrator import (SHORTAGE_TOLERANCE, STEP_SCALE_MIN, adapt_step, anneal_step, calibrate, escape_step,
-                                  feedback, over_weights, reactive_step, track_temperature)
+from picrl_core.calibrator import (SHORTAGE_TOLERANCE, STEP_SCALE_MIN, adapt_step, calibrate, escape_step, feedback,
+                                  over_weights, reactive_step, track_temperature)
 from picrl_core.config import CalibratorConfig, CostConfig, PicRLConfig
 
 PAPER = CalibratorConfig(rule="paper", margin_in_sigma=False, delta_m=0.01, delta_b=0.002, gamma=0.5,
@@ -240,28 +240,3 @@ def test_an_escape_limit_must_be_positive() -> None:
     with pytest.raises(ValueError, match="escape_limit"):
         CalibratorConfig(escape_limit=0.0)
 
-
-
-def test_anneal_step_follows_one_over_sqrt_t_down_to_the_constant_step() -> None:
-    start = 8.0
-    scale = np.full(1, start)
-    seen = []
-    for _ in range(100):
-        seen.append(float(scale[0]))
-        scale = anneal_step(scale, np.ones(1, bool), start)
-    t = np.arange(100)
-    np.testing.assert_allclose(seen, np.maximum(start / np.sqrt(1.0 + t), 1.0), rtol=1e-12)
-    assert seen[63] == pytest.approx(1.0) and seen[62] > 1.0  # start^2 - 1 updates to the constant step
-
-
-def test_anneal_step_holds_on_a_tick_that_updates_nothing() -> None:
-    scale = np.array([8.0, 8.0, 1.0])
-    np.testing.assert_array_equal(anneal_step(scale, np.array([True, False, True]), 8.0),
-                                  [8.0 / np.sqrt(2.0), 8.0, 1.0])
-
-
-def test_step_warmup_rejects_a_start_below_one_and_adaptive_step() -> None:
-    with pytest.raises(ValueError, match="step_warmup"):
-        CalibratorConfig(step_warmup=0.5)
-    with pytest.raises(ValueError, match="step_warmup"):
-        CalibratorConfig(step_warmup=4.0, adaptive_step=True)

@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 import torch
 
-from picrl_core.calibrator import censor
 from picrl_core.censored_estimator import ROWS_PER_THREAD
 from picrl_core.config import EstimatorConfig, PicRLConfig
 from picrl_core.controller import ControllerState, PicRLController
@@ -17,7 +16,7 @@ from picrl_core.mills import mean_above
 from picrl_core.policy import PolicyNetwork, risk_centre
 from picrl_core.predictor import GaussianLSTM
 from picrl_core.reward import surrogate_reward
-from picrl_core.simulator import Trajectory, simulate
+from picrl_core.simulator import Trajectory, censor, simulate
 from picrl_core.synthetic import diurnal
 
 T = 80  # closed-loop ticks per test run
@@ -236,26 +235,6 @@ def _states_equal(a: ControllerState, b: ControllerState) -> None:
     for f in fields(ControllerState):
         np.testing.assert_array_equal(getattr(a, f.name), getattr(b, f.name), err_msg=f.name)
         assert getattr(a, f.name).dtype == getattr(b, f.name).dtype, f.name
-
-
-def test_burn_in_steps_through_the_history_before_the_window_with_the_demand_in_view(
-        tiny_predictor: GaussianLSTM, tiny_policy: PolicyNetwork, tiny_config: PicRLConfig) -> None:
-    window, burn = tiny_config.predictor.window, 12
-    demand, _ = _many(window + burn)
-    history = demand[:window + burn].T.copy()  # (5, W + burn): uncensored logs longer than the window
-    keys = np.arange(5, dtype=np.uint64)
-    config = replace(tiny_config, online=replace(tiny_config.online, burn_in=burn))
-    burnt = PicRLController(tiny_predictor, tiny_policy, config).initial_state(keys, history, start_tick=7)
-    cold = PicRLController(tiny_predictor, tiny_policy, tiny_config)
-    state = cold.initial_state(keys, history[:, :window], start_tick=7 - burn)
-    for t in range(window, window + burn):  # what the full-information reference does on those ticks
-        state, _ = cold.step(state, history[:, t], np.zeros(5, dtype=bool))
-    _states_equal(burnt, state)
-    np.testing.assert_array_equal(burnt.tick, 7)
-    assert np.any(burnt.margin != 0.0)  # the calibrator has moved off Algorithm 1's zero
-    # a history no longer than the window leaves nothing to burn in: Algorithm 1's cold start
-    _states_equal(PicRLController(tiny_predictor, tiny_policy, config).initial_state(keys, history[:, -window:]),
-                  cold.initial_state(keys, history[:, -window:]))
 
 
 def test_state_take_and_concat_round_trip(tiny_predictor: GaussianLSTM, tiny_policy: PolicyNetwork,

@@ -15,13 +15,13 @@ import pytest
 import torch
 
 from picrl.datasets import DATASETS, load_dataset
-from picrl_core.calibrator import censor
 from picrl_core.censored_estimator import estimate_censored_demand
 from picrl_core.config import PicRLConfig
 from picrl_core.controller import PicRLController
 from picrl_core.policy import PolicyNetwork
 from picrl_core.predictor import GaussianLSTM
 from picrl_core.series import prepare_series
+from picrl_core.simulator import censor
 
 # absolute, on values of order 0.01-1 (demand scaled to [0, 1]); measured: < 4e-11 (means, stds, actions), 5.6e-9 (the
 # standard error, read at the iterate before Newton's last unevaluated step), 9.3e-10 (k: a float32 policy output)
