@@ -7,7 +7,6 @@ import collections
 import dataclasses
 import json
 import signal
-import subprocess
 import time
 from pathlib import Path
 
