@@ -37,10 +37,17 @@ def run(args: argparse.Namespace) -> int:
         "phase1": {k: p1[k] for k in ("epochs_run", "best_epoch", "val_nll", "val_mae", "coverage_1sigma", "coverage_2sigma")},
         "phase2_value_loss_first_last": [p2["value_loss"][0], p2["value_loss"][-1]] if p2["value_loss"] else [],
     }
+    pessimism = artifact.reports.get("phase2_pessimism")
+    if pessimism is not None:
+        summary["phase2_pessimism"] = pessimism
     (args.out / "training.json").write_text(json.dumps(summary, indent=2) + "\n")
     print(f"phase 1: validation MAE {p1['val_mae']:.4f}, NLL {p1['val_nll']:.3f}, coverage "
           f"mu+-sigma {p1['coverage_1sigma']:.0%}, mu+-2sigma {p1['coverage_2sigma']:.0%} (epochs {p1['epochs_run']})")
     if p2["value_loss"]:
         print(f"phase 2: value loss {p2['value_loss'][0]:.4f} -> {p2['value_loss'][-1]:.4f} over {p2['iterations']} iterations")
+    if pessimism is not None:  # reward.select_pessimism: which of the two Phase 2s was kept, and why
+        regret = pessimism["validation_regret"]
+        print(f"phase 2: Eq. 9's pessimism {'kept' if pessimism['chosen'] == 'pessimism' else 'dropped'} "
+              f"(validation regret {regret['pessimism']:.2f} with it, {regret['none']:.2f} without)")
     print(f"model written to {args.out} in {seconds:.0f} s")
     return 0
