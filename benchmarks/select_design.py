@@ -36,6 +36,7 @@ and options tried on top of the default and left off because they did not help h
                         keeps the bound and its flag (estimator.impute_streak = 1)
     +online-scale-1/32 .. -1/2   the online temperature at one fixed rate (what the selection chooses among)
     +margin-step-1/2    delta_m = 0.05, the other candidate of the round that chose 0.025
+    +margin-step-1/8    delta_m = 0.0125, the next halving, asked once the escape answered censoring streaks
     +validation-start   a new service starts its margin and temperature at the levels the model's own closed-loop
                         run on the validation split settled at, not at 0 and 1 (calibrator.start_from_validation)
     +shortage-1/4, +shortage-1/6   the calibrator aims at a shortage rate below the critical fractile
@@ -172,6 +173,8 @@ def ladder() -> dict[str, Variant]:
     rungs["+relative-censor-noise"] = lambda c: replace(c, predictor=replace(c.predictor, censor_noise="relative"))
     rungs["+margin-step-1/2"] = lambda c: replace(c, calibrator=replace(c.calibrator, delta_m=INTERIM[
         ("calibrator", "delta_m")] / 2))  # the other candidate of the round that chose a quarter
+    rungs["+margin-step-1/8"] = lambda c: replace(c, calibrator=replace(c.calibrator, delta_m=INTERIM[
+        ("calibrator", "delta_m")] / 8))  # the next halving, now that the escape answers censoring streaks
     for label, rate in (("1/32", 1 / 32), ("1/8", 1 / 8), ("1/4", 1 / 4), ("1/2", 1 / 2)):
         rungs[f"+online-scale-{label}"] = lambda c, rate=rate: replace(c, calibrator=replace(
             c.calibrator, select_scale_rate=False, scale_rate=rate))
