@@ -86,10 +86,10 @@ def train_offline(series: PreparedSeries, config: PicRLConfig, *, phase1_progres
     config = config_for(series, config)
     predictor, predictor_report = train_phase1(series, config, model_factory=model_factory,
                                                progress=phase1_progress)
+    phase1_report = predictor_report.to_dict()  # one report for every Phase-2 candidate
 
     def trained(candidate: PicRLConfig, progress: Progress | None) -> tuple[ModelArtifact, ValidationRun | None]:
-        return _phases_2_and_3(series, candidate, predictor, predictor_report.to_dict(), model_factory, pretrainer,
-                               progress)
+        return _phases_2_and_3(series, candidate, predictor, phase1_report, model_factory, pretrainer, progress)
     if phase2_trainings(config) > 1:
         return select_pessimism(series, config, trained, phase2_progress)
     return trained(config, phase2_progress)[0]
