@@ -20,7 +20,11 @@ The variants form a ladder from the paper's Phase 3 to the default, one change p
     +margin-step-1/4    the margin's step a quarter of +sigma-step's (delta_m = 0.025)
     +escape             from the second shortage in a row the action rises by one margin step, then 2, 4, 8, ... (an
                         exponential search for the level the censoring hides), halving back once the demand is seen
-                        (calibrator.escape; the default)
+                        (calibrator.escape)
+    +impute-window      the LSTM's window keeps a shortage as its Tobit E-step E[d | d > a], uncensored
+                        (estimator.impute_window)
+    +no-pessimism       Eq. 9's Psi = 1 (reward.use_pessimism off): with the window's E-step in place the hedge only
+                        over-provisions; the two were chosen together (the default)
 
 and options tried on top of the default and left off because they did not help here:
 
@@ -30,9 +34,7 @@ and options tried on top of the default and left off because they did not help h
     +forecast-censoring Phase 1's re-censored windows censored at the model's own forecast quantile mu + k sigma,
                         where the controller provisions, not at demand + noise (predictor.censor_at; the
                         windowed LSTM's, measured when it was the default)
-    +impute-window      the LSTM's window keeps a shortage as its Tobit E-step E[d | d > a], uncensored
-                        (estimator.impute_window)
-    +impute-first-shortage  the same for the first shortage of a censoring streak only; from the second on the window
+    +impute-first-shortage  the window's E-step for the first shortage of a censoring streak only; from the second on the window
                         keeps the bound and its flag (estimator.impute_streak = 1)
     +online-scale-1/32 .. -1/2   the online temperature at one fixed rate (what the selection chooses among)
     +margin-step-1/2    delta_m = 0.05, the other candidate of the round that chose 0.025
@@ -46,11 +48,8 @@ and options tried on top of the default and left off because they did not help h
                         (predictor.censor_noise)
     +no-censored-reward, +no-k-sigma   ablations A2 and A4 of the default (they lowered the test regret on
                         GenAI in two rounds of tables: do the development splits say so too?)
-    +no-pessimism       ablation A3 (Psi = 1 in Eq. 9), which Phase 2's k ~0.9 against the fractile's 0.43 points at
-    +pessimism-1/4      Eq. 9 with half the paper's growth, beta = 0.25
+    +pessimism          Eq. 9's Psi back on top of the window's E-step (the paper's hedge and the default's, both)
     +select-pessimism   Eq. 9's pessimism kept or dropped per model, by the validation regret (reward.select_pessimism)
-    +streak-pessimism   Eq. 9 with Psi(n - 1): a lone shortage weighs 1, a censoring streak more and more
-                        (reward.pessimism_after_first)
 
 next to the default's full-information reference (the same controller fed the demand) and the two
 strongest baselines on the same development split: conformal and the censored SGD residual tracker,
@@ -117,7 +116,9 @@ CHANGES: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
     ("+online-scale", (("calibrator", "online_scale"), ("calibrator", "select_scale_rate"))),
     ("+incremental-predictor", (("predictor", "kind"),)),
     ("+margin-step-1/4", (("calibrator", "delta_m"),)),
-    ("+escape (default)", (("calibrator", "escape"),)),
+    ("+escape", (("calibrator", "escape"),)),
+    ("+impute-window", (("estimator", "impute_window"),)),
+    ("+no-pessimism (default)", (("reward", "use_pessimism"),)),
 )
 # A setting that two rungs change holds, between them, the value the first one gave it.
 INTERIM = {("calibrator", "delta_m"): 0.1}
@@ -155,16 +156,13 @@ def ladder() -> dict[str, Variant]:
     rungs["+escalation"] = lambda c: replace(c, calibrator=replace(c.calibrator, escalate=True))
     rungs["+forecast-censoring"] = lambda c: replace(c, predictor=replace(c.predictor, censor_at="forecast",
                                                                            kind="windowed"))
-    rungs["+impute-window"] = lambda c: replace(c, estimator=replace(c.estimator, impute_window=True))
-    rungs["+impute-first-shortage"] = lambda c: replace(c, estimator=replace(c.estimator, impute_window=True,
-                                                                              impute_streak=1))
+    rungs["+impute-first-shortage"] = lambda c: replace(c, estimator=replace(c.estimator, impute_streak=1))
+    rungs["+pessimism"] = lambda c: replace(c, reward=replace(c.reward, use_pessimism=True))  # Eq. 9 back
+    rungs["+select-pessimism"] = lambda c: replace(c, reward=replace(c.reward, use_pessimism=True,
+                                                                     select_pessimism=True))
     rungs["+adaptive-step"] = lambda c: replace(c, calibrator=replace(c.calibrator, adaptive_step=True))
     rungs["+no-censored-reward"] = lambda c: replace(c, reward=replace(c.reward, use_censored_reward=False))
     rungs["+no-k-sigma"] = lambda c: replace(c, ablation=replace(c.ablation, use_k_sigma=False))
-    rungs["+no-pessimism"] = lambda c: replace(c, reward=replace(c.reward, use_pessimism=False))
-    rungs["+streak-pessimism"] = lambda c: replace(c, reward=replace(c.reward, pessimism_after_first=True))
-    rungs["+pessimism-1/4"] = lambda c: replace(c, reward=replace(c.reward, beta=c.reward.beta / 2))
-    rungs["+select-pessimism"] = lambda c: replace(c, reward=replace(c.reward, select_pessimism=True))
     rungs["+validation-start"] = lambda c: replace(c, calibrator=replace(c.calibrator, start_from_validation=True))
     for label, target in (("1/4", 1 / 4), ("1/6", 1 / 6)):
         rungs[f"+shortage-{label}"] = lambda c, target=target: replace(c, calibrator=replace(

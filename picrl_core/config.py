@@ -68,8 +68,10 @@ class EstimatorConfig:
     sigma_floor: float = 1e-3  # lower bound on the estimated std
     warm_start: bool = True  # Newton starts from the previous tick's estimate (kept in the state row), not cold
     # the window keeps a shortage tick as its Tobit E-step E[d | d > a] under that tick's forecast, uncensored, instead
-    # of the bound a with its flag (controller.impute_shortage); tried and left off (benchmarks/results/design/imputation)
-    impute_window: bool = False
+    # of the bound a with its flag (controller.impute_shortage). The default's censoring hedge, in place of Eq. 9's
+    # pessimism (reward.use_pessimism): chosen together on the development splits
+    # (benchmarks/results/design/impute-without-pessimism); paper: False
+    impute_window: bool = True
     # with impute_window, only the first `impute_streak` shortages of a censoring streak take the E-step; from the next
     # one on the window keeps the bound and its flag (0: every shortage). A lone shortage is the calibrator's designed
     # 1-in-3 event, which the forecast's E-step describes; a streak says the forecast itself is off (at the critical
@@ -88,12 +90,14 @@ class RewardConfig:
     beta: float = 0.5  # growth of pessimism per consecutive censored step
     n_max: int = 10  # cap on the consecutive-censoring count inside Psi
     use_censored_reward: bool = True  # ablation A2 switches this off (censored steps get the naive cost)
-    use_pessimism: bool = True  # ablation A3 switches this off (Psi = 1)
+    # Psi of Eq. 9 (the paper's censoring hedge); off by default (Psi = 1), where the window's E-step
+    # (estimator.impute_window) hedges instead; ablation A3 switches off whichever of the two is on. Paper: True
+    use_pessimism: bool = False
     # Psi(n - 1) on the n-th censored step in a row: a lone shortage, which at the critical fractile comes every
     # third tick by design, weighs 1; the pessimism grows over a streak (the paper: Psi(n), 1 + beta on the first).
     # Tried and left off (benchmarks/results/design/streak-pessimism)
     pessimism_after_first: bool = False
-    # keep Eq. 9's pessimism or drop it (Psi = 1), whichever has the lower validation regret
+    # with use_pessimism: keep Eq. 9's pessimism or drop it (Psi = 1), whichever has the lower validation regret
     # (pipeline.select_pessimism): Phase 2 trains twice
     select_pessimism: bool = False
 

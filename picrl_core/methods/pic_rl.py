@@ -103,8 +103,10 @@ ABLATIONS: tuple[Ablation, ...] = (
              lambda c: replace(c, ablation=replace(c.ablation, use_uncertainty=False))),
     Ablation("a2", "A2: w/o CensRwd",
              lambda c: replace(c, reward=replace(c.reward, use_censored_reward=False))),
+    # the censoring hedge: Eq. 9's Psi in the paper, the window's E-step in the default (config.EstimatorConfig)
     Ablation("a3", "A3: w/o Pessimism",
-             lambda c: replace(c, reward=replace(c.reward, use_pessimism=False))),
+             lambda c: replace(c, reward=replace(c.reward, use_pessimism=False),
+                               estimator=replace(c.estimator, impute_window=False))),
     Ablation("a4", "A4: w/o k*sigma",
              lambda c: replace(c, ablation=replace(c.ablation, use_k_sigma=False))),
     Ablation("a5", "A5: w/o KL", lambda c: replace(c, online=replace(c.online, kl_coef=0.0))),

@@ -55,7 +55,7 @@ def test_train_then_evaluate_with_the_model(trace_csv: Path, tiny_config: str, t
 def test_train_reports_which_phase_2_the_pessimism_selection_kept(trace_csv: Path, tmp_path: Path,
                                                                   capsys: pytest.CaptureFixture[str]) -> None:
     config = tmp_path / "select.json"
-    config.write_text(json.dumps({**TINY, "reward": {"select_pessimism": True}}))
+    config.write_text(json.dumps({**TINY, "reward": {"use_pessimism": True, "select_pessimism": True}}))
     assert main(["train", "--trace", str(trace_csv), "--column", "gpu_mem_gib", "--time-column", "t", "--config",
                  str(config), "--out", str(tmp_path / "model")]) == 0
     chosen = json.loads((tmp_path / "model" / "training.json").read_text())["phase2_pessimism"]

@@ -18,7 +18,7 @@ from picrl_core.config import EstimatorConfig, RewardConfig
 from picrl_core.reward import pessimism_factor
 
 ESTIMATOR = EstimatorConfig()
-REWARD = RewardConfig()
+REWARD = RewardConfig(use_pessimism=True)  # Eq. 9 with its pessimism, as the paper has it
 
 
 def censor(d: np.ndarray, thresholds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

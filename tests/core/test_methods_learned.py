@@ -118,7 +118,7 @@ def test_ablations_flip_exactly_their_switch(tiny_config: PicRLConfig) -> None:
     expected = {
         "a1": {("ablation", "use_uncertainty"): False},
         "a2": {("reward", "use_censored_reward"): False},
-        "a3": {("reward", "use_pessimism"): False},
+        "a3": {("estimator", "impute_window"): False},  # the default's censoring hedge (the paper's: Eq. 9's Psi)
         "a4": {("ablation", "use_k_sigma"): False},
         "a5": {("online", "kl_coef"): 0.0},
         "a6": {("online", "ema_decay"): 0.0},

@@ -116,7 +116,7 @@ def test_shapes_scalars_and_nan() -> None:
 # --- Proposition 2 on the surrogate reward, Eq. (9) -------------------------------------------
 
 COST = CostConfig()
-REWARD = RewardConfig()
+REWARD = RewardConfig(use_pessimism=True)  # Eq. 9 with its pessimism, as the paper has it
 
 
 def test_prop2_surrogate_reward_increases_with_the_action() -> None:

@@ -100,7 +100,7 @@ def test_select_scale_rate_keeps_the_rate_of_lowest_validation_regret(artifact: 
 def test_select_pessimism_keeps_the_phase_2_of_lower_validation_regret(series: PreparedSeries,
                                                                        tiny_config: PicRLConfig) -> None:
     poisoned = replace(series, test=np.full_like(series.test, np.nan))  # the test split is never read
-    config = replace(tiny_config, reward=replace(tiny_config.reward, select_pessimism=True))
+    config = replace(tiny_config, reward=replace(tiny_config.reward, use_pessimism=True, select_pessimism=True))
     iterations: list[int] = []
     chosen = train_offline(poisoned, config, phase2_progress=lambda report: iterations.append(1))
     report = chosen.reports["phase2_pessimism"]
@@ -120,7 +120,8 @@ def test_select_pessimism_keeps_the_phase_2_of_lower_validation_regret(series: P
 
 def test_select_pessimism_is_off_under_ablation_a3(tiny_config: PicRLConfig) -> None:
     a3 = replace(tiny_config, reward=replace(tiny_config.reward, select_pessimism=True, use_pessimism=False))
-    assert phase2_trainings(a3) == 1 and phase2_trainings(tiny_config) == 1
+    paper = replace(tiny_config, reward=replace(tiny_config.reward, use_pessimism=True))
+    assert phase2_trainings(a3) == 1 and phase2_trainings(paper) == 1
 
 
 def test_start_from_validation_keeps_the_levels_of_the_chosen_validation_run(series: PreparedSeries,

@@ -18,13 +18,13 @@ from picrl_core.reward import (
 )
 
 COST = CostConfig()  # c_under = 2, c_over = 1
-REWARD = RewardConfig()  # beta = 0.5, N_max = 10
+REWARD = RewardConfig(use_pessimism=True)  # Eq. 9 as the paper has it: beta = 0.5, N_max = 10
 LAMBDA_0 = np.sqrt(2.0 / np.pi)  # lambda(0) = phi(0) / (1/2)
 
 
 def test_pessimism_factor_hand_values() -> None:
     np.testing.assert_allclose(pessimism_factor([0, 1, 4, 10, 25], REWARD), [1.0, 1.5, 3.0, 6.0, 6.0])
-    custom = RewardConfig(beta=0.2, n_max=3)
+    custom = RewardConfig(beta=0.2, n_max=3, use_pessimism=True)
     np.testing.assert_allclose(pessimism_factor(np.array([[0, 2], [3, 9]]), custom), [[1.0, 1.4], [1.6, 1.6]])
 
 
@@ -119,10 +119,10 @@ def test_censored_steps_count_themselves() -> None:
 
 
 def test_pessimism_after_first_charges_a_lone_shortage_once_and_a_streak_more() -> None:
-    cost, after = CostConfig(), RewardConfig(pessimism_after_first=True)
+    cost, after = CostConfig(), replace(REWARD, pessimism_after_first=True)
     a, mu, sigma = np.full(3, 0.5), np.full(3, 0.55), np.full(3, 0.1)
     streak = np.array([1.0, 2.0, 3.0])
     got = step_reward(a, a, np.ones(3, bool), mu, sigma, streak, cost, after)
-    np.testing.assert_allclose(got, surrogate_reward(a, mu, sigma, streak - 1.0, cost, RewardConfig()))
+    np.testing.assert_allclose(got, surrogate_reward(a, mu, sigma, streak - 1.0, cost, REWARD))
     assert got[0] == pytest.approx(-cost.c_under * float(expected_gap(0.5, 0.55, 0.1)))  # Psi(0) = 1
     assert got[0] > got[1] > got[2]  # the pessimism grows over the streak
