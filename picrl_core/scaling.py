@@ -67,7 +67,7 @@ def grown_high(low: np.ndarray, high: np.ndarray, factor: float) -> np.ndarray:
 # features and the policy sample stay as the decision saw them: the replay transition is built from them).
 LEVEL_FIELDS = ("observations", "action", "mu", "est_mean")
 SPREAD_FIELDS = ("sigma", "margin", "bias", "est_std", "escape")
-_UNCLIPPED_LEVELS = ("mu", "est_mean")  # estimates may lie outside [0, 1]; observations and actions may not
+_UNCLIPPED_LEVELS = ("mu", "est_mean")  # estimates may lie outside [0, 1]; a moved range clips observations and actions
 UNIT_FREE_FIELDS = ("keys", "tick", "censored", "context", "censor_streak", "over_streak", "eta", "k", "pre",
                     "log_prob", "features", "memory", "step_scale",
                     "temperature")
@@ -79,18 +79,23 @@ UNIT_FREE_FIELDS = ("keys", "tick", "censored", "context", "censor_streak", "ove
 def rescale_state(state: ControllerState, low: np.ndarray, high: np.ndarray, new_low: np.ndarray,
                   new_high: np.ndarray) -> ControllerState:
     """``state`` (per service, in ``[low, high]``) expressed in ``[new_low, new_high]``: the same native
-    history, prediction, calibrator offsets and capacity in force. Observations and the action stay in
-    ``[0, 1]`` (clipped when the new range is narrower)."""
+    history, prediction, calibrator offsets and capacity in force. The observations and the action of a service
+    whose range moves are clipped to ``[0, 1]`` (the new range may be narrower); a service whose range stays is
+    left as it is, bit for bit, whatever else is in the batch (its window may hold an imputed demand above 1,
+    ``controller.impute_shortage``)."""
     low, high = np.asarray(low, np.float64), np.asarray(high, np.float64)
     new_low, new_high = np.asarray(new_low, np.float64), np.asarray(new_high, np.float64)
     ratio = (high - low) / (new_high - new_low)
     shift = (low - new_low) / (new_high - new_low)
+    stays = (low == new_low) & (high == new_high)
     changes = {}
     for name in LEVEL_FIELDS:
         value = getattr(state, name)
         per_service = (slice(None),) + (None,) * (value.ndim - 1)
         moved = value * ratio[per_service] + shift[per_service]
-        changes[name] = (moved if name in _UNCLIPPED_LEVELS else np.clip(moved, 0.0, 1.0)).astype(value.dtype)
+        if name not in _UNCLIPPED_LEVELS:
+            moved = np.where(stays[per_service], value, np.clip(moved, 0.0, 1.0))
+        changes[name] = moved.astype(value.dtype)
     for name in SPREAD_FIELDS:
         value = getattr(state, name)
         changes[name] = (value * ratio).astype(value.dtype)

@@ -49,7 +49,8 @@ def test_warm_start_matches_the_cold_start_solver_on_bundled_traces(name: str) -
     torch.set_num_threads(1)
     trace = load_dataset(name)
     series = prepare_series(trace.values, trace.name, trace.context, trace.context_names)
-    base = PicRLConfig()
+    # windows that keep their shortages censored (no E-step), so the Tobit solver has censored windows to solve
+    base = replace(PicRLConfig(), estimator=replace(PicRLConfig().estimator, impute_window=False))
     channels = 0 if series.val_ctx is None else series.val_ctx.shape[1]
     config = replace(base, predictor=replace(base.predictor, context_channels=channels))
     window = config.predictor.window

@@ -56,6 +56,22 @@ def test_an_unchanged_range_leaves_the_state_bit_for_bit() -> None:
         assert np.array_equal(getattr(moved, f.name), getattr(state, f.name)), f.name
 
 
+def test_a_service_whose_range_stays_keeps_an_imputed_observation_above_1_whatever_else_moves() -> None:
+    """The window's E-step can put a demand above the range's top; clipping it only because another service of the
+    batch moved its range would make a service's decisions depend on the batch it was stepped in."""
+    state = _state()
+    state.observations[0, -1] = np.float32(1.03)
+    low, high = np.array([10.0, 0.0, 5.0]), np.array([70.0, 1.0, 6.0])
+    new_high = high.copy()
+    new_high[1] = 2.0  # only service 1's range grows
+    moved = rescale_state(state, low, high, low.copy(), new_high)
+    alone = rescale_state(state.take(slice(0, 1)), low[:1], high[:1], low[:1].copy(), high[:1].copy())
+    assert moved.observations[0, -1] == np.float32(1.03)
+    for f in fields(ControllerState):
+        assert np.array_equal(getattr(moved, f.name)[0], getattr(alone, f.name)[0]), f.name
+    assert moved.observations[1].max() <= 1.0 and not np.array_equal(moved.observations[1], state.observations[1])
+
+
 def test_a_range_is_outgrown_after_a_run_of_short_ticks_ending_at_its_top() -> None:
     action = np.array([1.0, 1.0, 0.97, 1.0])
     censored = np.array([True, True, True, False])
