@@ -6,7 +6,9 @@ other producer with that id and aborts its open transaction, so from the start o
 :func:`publish_next` to its commit the caller is the policy's only writer: it reads the policy topic
 to its end (``read_committed``), numbers its record one above the newest version, and commits. A
 writer fenced in between gets :class:`aiokafka.errors.ProducerFenced` and none of its records
-becomes visible; it reads the topic again before its next try.
+becomes visible; it reads the topic again before its next try. A commit that fails otherwise (a broker
+fencing a writer mid-commit can answer with an unknown server error) is judged by the topic: the record is
+there, or the writer tries again as if fenced.
 """
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
-from aiokafka.errors import ProducerFenced
+from aiokafka.errors import KafkaError, ProducerFenced
 
 from stream.policy_follower import read_policy_versions
 from stream.records import PolicyVersion
@@ -89,8 +91,25 @@ async def _publish_once(bootstrap: str, topic: str, name: str,
         if record.name != name or record.version != next_version(versions):
             raise ValueError(f"policy {record.name} version {record.version} is not the next version of {name} "
                              f"({next_version(versions)})")
-        async with producer.transaction():
-            await producer.send_and_wait(topic, record.to_bytes(), key=record.key)
+        try:
+            async with producer.transaction():
+                await producer.send_and_wait(topic, record.to_bytes(), key=record.key)
+        except ProducerFenced:
+            raise
+        except KafkaError as error:
+            # A broker can answer the commit (EndTxn) with UNKNOWN_SERVER_ERROR when another writer fences this one
+            # in the middle of it. The topic says what happened: the record is there (committed) or it is not.
+            if not await _committed(bootstrap, topic, record):
+                raise ProducerFenced(f"the commit of policy {name} version {record.version} failed: {error!r}") from error
+            log.warning("the commit of policy %s version %s reported %r, and the version is there", name,
+                        record.version, error)
         return record
     finally:
         await producer.stop()
+
+
+async def _committed(bootstrap: str, topic: str, record: PolicyVersion) -> bool:
+    """Whether ``record`` (its number and its bytes) is among the committed versions of its policy."""
+    payload = record.to_bytes()
+    return any(v.version == record.version and v.to_bytes() == payload
+               for v in await read_policy_versions(bootstrap, topic, record.name))
