@@ -91,15 +91,16 @@ async def _publish_once(bootstrap: str, topic: str, name: str,
         if record.name != name or record.version != next_version(versions):
             raise ValueError(f"policy {record.name} version {record.version} is not the next version of {name} "
                              f"({next_version(versions)})")
+        payload = record.to_bytes()
         try:
             async with producer.transaction():
-                await producer.send_and_wait(topic, record.to_bytes(), key=record.key)
+                await producer.send_and_wait(topic, payload, key=record.key)
         except ProducerFenced:
             raise
         except KafkaError as error:
             # A broker can answer the commit (EndTxn) with UNKNOWN_SERVER_ERROR when another writer fences this one
             # in the middle of it. The topic says what happened: the record is there (committed) or it is not.
-            if not await _committed(bootstrap, topic, record):
+            if not await _committed(bootstrap, topic, record, payload):
                 raise ProducerFenced(f"the commit of policy {name} version {record.version} failed: {error!r}") from error
             log.warning("the commit of policy %s version %s reported %r, and the version is there", name,
                         record.version, error)
@@ -108,8 +109,7 @@ async def _publish_once(bootstrap: str, topic: str, name: str,
         await producer.stop()
 
 
-async def _committed(bootstrap: str, topic: str, record: PolicyVersion) -> bool:
-    """Whether ``record`` (its number and its bytes) is among the committed versions of its policy."""
-    payload = record.to_bytes()
+async def _committed(bootstrap: str, topic: str, record: PolicyVersion, payload: bytes) -> bool:
+    """Whether ``record`` (its number and its bytes, ``payload``) is among the committed versions of its policy."""
     return any(v.version == record.version and v.to_bytes() == payload
                for v in await read_policy_versions(bootstrap, topic, record.name))
