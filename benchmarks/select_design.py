@@ -118,7 +118,8 @@ CHANGES: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
     ("+margin-step-1/4", (("calibrator", "delta_m"),)),
     ("+escape", (("calibrator", "escape"),)),
     ("+impute-window", (("estimator", "impute_window"),)),
-    ("+no-pessimism (default)", (("reward", "use_pessimism"),)),
+    ("+no-pessimism", (("reward", "use_pessimism"),)),
+    ("+escape-from-4 (default)", (("calibrator", "escape_start"),)),
 )
 # A setting that two rungs change holds, between them, the value the first one gave it.
 INTERIM = {("calibrator", "delta_m"): 0.1}
@@ -156,6 +157,12 @@ def ladder() -> dict[str, Variant]:
     rungs["+escalation"] = lambda c: replace(c, calibrator=replace(c.calibrator, escalate=True))
     rungs["+forecast-censoring"] = lambda c: replace(c, predictor=replace(c.predictor, censor_at="forecast",
                                                                            kind="windowed"))
+    # the LSTM re-reads its window from a zero state each tick (the paper's), asked again under the window's E-step
+    rungs["+windowed-predictor"] = lambda c: replace(c, predictor=replace(c.predictor, kind="windowed"))
+    # the escape off again: adopted while the window kept a shortage's bound; the E-step now answers a streak too
+    rungs["+no-escape"] = lambda c: replace(c, calibrator=replace(c.calibrator, escape=False))
+    # the escape's first step at 16 margin steps, the other candidate of the round that chose 4
+    rungs["+escape-from-16"] = lambda c: replace(c, calibrator=replace(c.calibrator, escape_start=16.0))
     rungs["+impute-first-shortage"] = lambda c: replace(c, estimator=replace(c.estimator, impute_streak=1))
     rungs["+pessimism"] = lambda c: replace(c, reward=replace(c.reward, use_pessimism=True))  # Eq. 9 back
     rungs["+select-pessimism"] = lambda c: replace(c, reward=replace(c.reward, use_pessimism=True,

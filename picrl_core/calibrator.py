@@ -128,20 +128,22 @@ def escape_step(escape: np.ndarray, shortage: np.ndarray, seen: np.ndarray, cens
     """The censoring-streak escape ``e_t``, added to the action of Eq. (11): an exponential search for a demand level
     the censoring hides (the unbounded search of Bentley & Yao, Inf. Process. Lett. 1976):
 
-        e_{t+1} = min(e_t + delta_m sigma_t 2^(n_t - 2), escape_limit)   a shortage, the n-th in a row, n >= 2
-        e_{t+1} = e_t / 2                                              the demand was seen (uncensored, not short)
-        e_{t+1} = e_t                                                  otherwise (a lower bound below the action)
+        e_{t+1} = min(e_t + s delta_m sigma_t 2^(n_t - 2), escape_limit)   a shortage, the n-th in a row, n >= 2
+        e_{t+1} = e_t / 2                                                the demand was seen (uncensored, not short)
+        e_{t+1} = e_t                                                    otherwise (a lower bound below the action)
+
+    with ``s = escape_start`` margin steps as the first step (4 by default; the paper has no escape).
 
     A lone shortage is the calibrator's designed one-in-three event, and the margin answers it; ``n`` in a row have
     probability ``(1/3)^n`` under a calibrated forecast, so a streak says the forecast is off by an unknown amount.
     The forecast's own remedies (the LSTM reading ``y = a`` with its flag, the temperature's E-step, margin steps
     in units of ``sigma_t``) each move in steps of ``sigma_t``: a service that held flat for hours has a tiny one,
     and a jump of ``G`` above it keeps it short for ``O(G / sigma_t)`` ticks (Proposition 1's trap, slowed, not
-    escaped). Doubling from the margin's own step ``delta_m sigma_t`` reaches any ``G`` in
-    ``O(log(G / (delta_m sigma_t)))`` ticks, overshooting by at most the last step, while the short streaks a calibrated
-    forecast with correlated errors has add no more than a few margin steps; once the demand is seen the forecast has
-    it, and the escape halves away."""
+    escaped). Doubling from a few of the margin's own steps ``s delta_m sigma_t`` reaches any ``G`` in
+    ``O(log(G / (s delta_m sigma_t)))`` ticks, overshooting by at most the last step, while the short streaks a
+    calibrated forecast with correlated errors has add a few margin steps; once the demand is seen the forecast has it,
+    and the escape halves away."""
     n = np.minimum(censor_streak, 64).astype(np.float64)
-    unit = cfg.delta_m * (sigma if cfg.margin_in_sigma else 1.0)
+    unit = cfg.escape_start * cfg.delta_m * (sigma if cfg.margin_in_sigma else 1.0)
     grown = np.minimum(escape + unit * np.exp2(n - 2.0), cfg.escape_limit)
     return np.where(shortage & (censor_streak >= 2), grown, np.where(seen, 0.5 * escape, escape))

@@ -146,6 +146,9 @@ class CalibratorConfig:
     # Better beyond the noise on the development splits (benchmarks/results/design/escape)
     escape: bool = True
     escape_limit: float = 1.0  # the escape's cap, in scaled units (1: the whole range)
+    # the escape's first step, in margin steps (delta_m sigma_t); it doubles from there. 4: better beyond the noise than
+    # the 1 it was adopted with, once the window's E-step was in (16: within noise; benchmarks/results/design/escape-start)
+    escape_start: float = 4.0
 
     def __post_init__(self) -> None:
         if self.rule not in ("pinball", "paper"):
@@ -157,6 +160,8 @@ class CalibratorConfig:
                              f"got {self.scale_rate}, [{self.scale_min}, {self.scale_max}]")
         if not self.escape_limit > 0.0:
             raise ValueError(f"calibrator.escape_limit must be > 0; got {self.escape_limit}")
+        if not self.escape_start > 0.0:
+            raise ValueError(f"calibrator.escape_start must be > 0; got {self.escape_start}")
         if not self.scale_min <= self.initial_scale <= self.scale_max:
             raise ValueError(f"calibrator.initial_scale must lie in [scale_min, scale_max]; got {self.initial_scale}")
 

@@ -198,7 +198,7 @@ def test_online_temperature_stays_in_its_range() -> None:
         CalibratorConfig(scale_rate=0.0)
 
 
-ESCAPE = CalibratorConfig(delta_m=0.025, margin_in_sigma=True, escape=True, escape_limit=1.0)
+ESCAPE = CalibratorConfig(delta_m=0.025, margin_in_sigma=True, escape=True, escape_limit=1.0, escape_start=1.0)
 
 
 def _escape_over(flags: list[str], sigma: float = 0.01, cfg: CalibratorConfig = ESCAPE) -> list[float]:
@@ -236,7 +236,15 @@ def test_a_bound_below_the_action_holds_the_escape_and_the_limit_caps_it() -> No
     assert max(capped) == capped[-1] == 0.3 and np.isfinite(capped).all()
 
 
-def test_an_escape_limit_must_be_positive() -> None:
+def test_the_escape_starts_at_its_configured_number_of_margin_steps() -> None:
+    unit = 0.025 * 0.01
+    np.testing.assert_allclose(_escape_over(["s"] * 4, cfg=replace(ESCAPE, escape_start=4.0)),
+                               [0.0, 4 * unit, 12 * unit, 28 * unit], rtol=1e-12)
+
+
+def test_an_escape_limit_and_start_must_be_positive() -> None:
     with pytest.raises(ValueError, match="escape_limit"):
         CalibratorConfig(escape_limit=0.0)
+    with pytest.raises(ValueError, match="escape_start"):
+        CalibratorConfig(escape_start=0.0)
 
