@@ -24,7 +24,8 @@ The variants form a ladder from the paper's Phase 3 to the default, one change p
     +impute-window      the LSTM's window keeps a shortage as its Tobit E-step E[d | d > a], uncensored
                         (estimator.impute_window)
     +no-pessimism       Eq. 9's Psi = 1 (reward.use_pessimism off): with the window's E-step in place the hedge only
-                        over-provisions; the two were chosen together (the default)
+                        over-provisions; the two were chosen together
+    +escape-from-4      the escape's first step 4 margin steps, not 1 (calibrator.escape_start; the default)
 
 and options tried on top of the default and left off because they did not help here:
 
@@ -50,6 +51,9 @@ and options tried on top of the default and left off because they did not help h
                         GenAI in two rounds of tables: do the development splits say so too?)
     +pessimism          Eq. 9's Psi back on top of the window's E-step (the paper's hedge and the default's, both)
     +select-pessimism   Eq. 9's pessimism kept or dropped per model, by the validation regret (reward.select_pessimism)
+    +windowed-predictor the paper's windowed LSTM again (predictor.kind), asked once the window's E-step was in
+    +no-escape          the escape off (calibrator.escape), likewise
+    +escape-from-16     the escape's first step 16 margin steps, the other candidate of the round that chose 4
 
 next to the default's full-information reference (the same controller fed the demand) and the two
 strongest baselines on the same development split: conformal and the censored SGD residual tracker,
