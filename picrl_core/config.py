@@ -146,8 +146,9 @@ class CalibratorConfig:
     # Better beyond the noise on the development splits (benchmarks/results/design/escape)
     escape: bool = True
     escape_limit: float = 1.0  # the escape's cap, in scaled units (1: the whole range)
-    # the escape's first step, in margin steps (delta_m sigma_t); it doubles from there. 4: better beyond the noise than
-    # the 1 it was adopted with, once the window's E-step was in (16: within noise; benchmarks/results/design/escape-start)
+    # the escape's first step, in margin steps (delta_m sigma_t); it doubles from there. 4: better beyond the noise
+    # than the 1 it was adopted with, once the window's E-step was in (16: within noise;
+    # benchmarks/results/design/escape-start)
     escape_start: float = 4.0
 
     def __post_init__(self) -> None:
