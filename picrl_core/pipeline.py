@@ -361,8 +361,8 @@ def select_pessimism(series: PreparedSeries, config: PicRLConfig,
                      progress: Progress | None = None) -> ModelArtifact:
     """Eq. (9)'s pessimism kept or dropped per model on the validation split (``reward.select_pessimism``): Phase 2
     (and the slow loop, which shares its reward) trained once with ``Psi(n) = 1 + beta min(n, N_max)`` and once with
-    ``Psi = 1`` (the paper's ablation A3), each through its own Phase-3 selections (``trained``), and the artifact of lower
-    validation regret is kept (ties: the paper's pessimism). The pessimism hedges against Proposition 1's trap by
+    ``Psi = 1`` (the paper's ablation A3), each through its own Phase-3 selections (``trained``), and the artifact of
+    lower validation regret is kept (ties: the paper's pessimism). The pessimism hedges against Proposition 1's trap by
     charging a censoring streak more than its naive cost; how much that hedge is worth is a property of the series (on
     the development splits it halves a spiky pod's regret and costs a smooth aggregate 1-2%), so it is measured in the
     true cost of the split that follows training, like the temperature's rate. The report is under

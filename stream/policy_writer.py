@@ -101,7 +101,8 @@ async def _publish_once(bootstrap: str, topic: str, name: str,
             # A broker can answer the commit (EndTxn) with UNKNOWN_SERVER_ERROR when another writer fences this one
             # in the middle of it. The topic says what happened: the record is there (committed) or it is not.
             if not await _committed(bootstrap, topic, record, payload):
-                raise ProducerFenced(f"the commit of policy {name} version {record.version} failed: {error!r}") from error
+                failed = f"the commit of policy {name} version {record.version} failed: {error!r}"
+                raise ProducerFenced(failed) from error
             log.warning("the commit of policy %s version %s reported %r, and the version is there", name,
                         record.version, error)
         return record
