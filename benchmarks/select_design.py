@@ -25,7 +25,10 @@ The variants form a ladder from the paper's Phase 3 to the default, one change p
                         (estimator.impute_window)
     +no-pessimism       Eq. 9's Psi = 1 (reward.use_pessimism off): with the window's E-step in place the hedge only
                         over-provisions; the two were chosen together
-    +escape-from-4      the escape's first step 4 margin steps, not 1 (calibrator.escape_start; the default)
+    +escape-from-4      the escape's first step 4 margin steps, not 1 (calibrator.escape_start)
+    +escape-handover    once the demand is seen the escape drops to what keeps the action's centre at that demand
+                        (at most where it was), not to its half, and each step of a search is 4 times the last, not 2
+                        (calibrator.escape_release, escape_growth; the default)
 
 and options tried on top of the default and left off because they did not help here:
 
@@ -54,6 +57,13 @@ and options tried on top of the default and left off because they did not help h
     +windowed-predictor the paper's windowed LSTM again (predictor.kind), asked once the window's E-step was in
     +no-escape          the escape off (calibrator.escape), likewise
     +escape-from-16     the escape's first step 16 margin steps, the other candidate of the round that chose 4
+    +standardized-margin  the margin held in units of sigma_t (rescaled by sigma_{t+1} / sigma_t each tick), so it
+                        corrects the standardized residual's quantile (calibrator.standardized_margin)
+    +escape-halve       the default's search growing by 4, but halving once the demand is seen (either change alone)
+    +escape-doubling    the default's handover, but a search that doubles
+    +escape-hold        once the demand is seen the escape halves, but not below what keeps the action's centre at that
+                        demand; a search that doubles (calibrator.escape_release = "hold")
+    +escape-growth-8, +escape-from-1   the handover with a search growing by 8, or starting from one margin step
 
 next to the default's full-information reference (the same controller fed the demand) and the two
 strongest baselines on the same development split: conformal and the censored SGD residual tracker,
@@ -123,7 +133,8 @@ CHANGES: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
     ("+escape", (("calibrator", "escape"),)),
     ("+impute-window", (("estimator", "impute_window"),)),
     ("+no-pessimism", (("reward", "use_pessimism"),)),
-    ("+escape-from-4 (default)", (("calibrator", "escape_start"),)),
+    ("+escape-from-4", (("calibrator", "escape_start"),)),
+    ("+escape-handover (default)", (("calibrator", "escape_release"), ("calibrator", "escape_growth"))),
 )
 # A setting that two rungs change holds, between them, the value the first one gave it.
 INTERIM = {("calibrator", "delta_m"): 0.1}
@@ -166,6 +177,13 @@ def ladder() -> dict[str, Variant]:
     # the escape off again: adopted while the window kept a shortage's bound; the E-step now answers a streak too
     rungs["+no-escape"] = lambda c: replace(c, calibrator=replace(c.calibrator, escape=False))
     # the escape's first step at 16 margin steps, the other candidate of the round that chose 4
+    rungs["+standardized-margin"] = lambda c: replace(c, calibrator=replace(c.calibrator, standardized_margin=True))
+    rungs["+escape-halve"] = lambda c: replace(c, calibrator=replace(c.calibrator, escape_release="halve"))
+    rungs["+escape-doubling"] = lambda c: replace(c, calibrator=replace(c.calibrator, escape_growth=2.0))
+    rungs["+escape-hold"] = lambda c: replace(c, calibrator=replace(c.calibrator, escape_release="hold",
+                                                                      escape_growth=2.0))
+    rungs["+escape-growth-8"] = lambda c: replace(c, calibrator=replace(c.calibrator, escape_growth=8.0))
+    rungs["+escape-from-1"] = lambda c: replace(c, calibrator=replace(c.calibrator, escape_start=1.0))
     rungs["+escape-from-16"] = lambda c: replace(c, calibrator=replace(c.calibrator, escape_start=16.0))
     rungs["+impute-first-shortage"] = lambda c: replace(c, estimator=replace(c.estimator, impute_streak=1))
     rungs["+pessimism"] = lambda c: replace(c, reward=replace(c.reward, use_pessimism=True))  # Eq. 9 back

@@ -123,16 +123,31 @@ def reactive_step(margin: np.ndarray, bias: np.ndarray, eta: np.ndarray, shortag
     return calibrate(margin, bias, eta, shortage, over_provisioned, cal, config.cost, unit * step_scale, escalation)
 
 
+def rescale_margin(margin: np.ndarray, previous_sigma: np.ndarray, sigma: np.ndarray,
+                   cfg: CalibratorConfig) -> np.ndarray:
+    """The margin in force for the next action when it is held in units of the forecast's std
+    (``calibrator.standardized_margin``): ``m_{t+1} <- m_{t+1} sigma_{t+1} / sigma_t``, within ``margin_limit``.
+
+    With the margin's step ``delta_m sigma_t`` (:func:`reactive_step`) this is Eq. (12) on the standardized
+    margin ``m~ = m / sigma``, ``m~_{t+1} = m~_t + eta_t delta_m [1(short_t) - w 1(over_t)]``, acting as
+    ``a = mu + (k + m~) sigma``: the pinball step of the standardized residual's critical-fractile quantile
+    (normalized conformal prediction's score, Lei et al., JASA 2018, Sec. 5.2). The Gaussian ``k`` then need not
+    be right: a skewed residual's quantile sits elsewhere, and the margin finds it in the same units, so a
+    correction made while ``sigma`` was large does not stay in force, whole, once it is small."""
+    return (margin * (sigma / previous_sigma)).clip(-cfg.margin_limit, cfg.margin_limit)
+
+
 def escape_step(escape: np.ndarray, shortage: np.ndarray, seen: np.ndarray, censor_streak: np.ndarray,
                 sigma: np.ndarray, cfg: CalibratorConfig) -> np.ndarray:
     """The censoring-streak escape ``e_t``, added to the action of Eq. (11): an exponential search for a demand level
     the censoring hides (the unbounded search of Bentley & Yao, Inf. Process. Lett. 1976):
 
-        e_{t+1} = min(e_t + s delta_m sigma_t 2^(n_t - 2), escape_limit)   a shortage, the n-th in a row, n >= 2
+        e_{t+1} = min(e_t + s delta_m sigma_t r^(n_t - 2), escape_limit)   a shortage, the n-th in a row, n >= 2
         e_{t+1} = e_t / 2                                                the demand was seen (uncensored, not short)
         e_{t+1} = e_t                                                    otherwise (a lower bound below the action)
 
-    with ``s = escape_start`` margin steps as the first step (4 by default; the paper has no escape).
+    with ``s = escape_start`` margin steps as the first step (4 by default; the paper has no escape) and each step
+    ``r = escape_growth`` times the last (2: doubling). :func:`release_escape` may change the seen case.
 
     A lone shortage is the calibrator's designed one-in-three event, and the margin answers it; ``n`` in a row have
     probability ``(1/3)^n`` under a calibrated forecast, so a streak says the forecast is off by an unknown amount.
@@ -145,5 +160,25 @@ def escape_step(escape: np.ndarray, shortage: np.ndarray, seen: np.ndarray, cens
     and the escape halves away."""
     n = np.minimum(censor_streak, 64).astype(np.float64)
     unit = cfg.escape_start * cfg.delta_m * (sigma if cfg.margin_in_sigma else 1.0)
-    grown = np.minimum(escape + unit * np.exp2(n - 2.0), cfg.escape_limit)
+    grown = np.minimum(escape + unit * np.power(cfg.escape_growth, n - 2.0), cfg.escape_limit)
     return np.where(shortage & (censor_streak >= 2), grown, np.where(seen, 0.5 * escape, escape))
+
+
+def release_escape(escape: np.ndarray, previous: np.ndarray, seen: np.ndarray, y: np.ndarray, mu: np.ndarray,
+                   cfg: CalibratorConfig) -> np.ndarray:
+    """The escape in force for the next action after a tick whose demand ``y_t`` was seen, at the new forecast
+    ``mu_{t+1}``, by ``calibrator.escape_release`` (``escape``: :func:`escape_step`'s, ``previous``: ``e_t``):
+
+        "halve"      e_{t+1} = e_t / 2                                   (escape_step's own)
+        "hold"       e_{t+1} = max(e_t / 2, min(e_t, y_t - mu_{t+1}))
+        "handover"   e_{t+1} = clip(y_t - mu_{t+1}, 0, e_t)
+
+    The search found a level the forecast has not reached yet (an LSTM takes a few ticks to follow a jump it saw
+    once); halving from there can drop the action below the demand just seen and start a new censoring streak.
+    Held, the action's centre stays at that demand until the forecast takes over, never above where the search
+    left it; handed over, it also drops at once to the demand when that fell back. Other ticks keep ``escape``."""
+    if cfg.escape_release == "halve":
+        return escape
+    above = np.minimum(previous, np.asarray(y, np.float64) - mu)
+    released = np.maximum(escape, above) if cfg.escape_release == "hold" else np.maximum(above, 0.0)
+    return np.where(seen, released, escape)

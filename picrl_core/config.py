@@ -150,6 +150,18 @@ class CalibratorConfig:
     # than the 1 it was adopted with, once the window's E-step was in (16: within noise;
     # benchmarks/results/design/escape-start)
     escape_start: float = 4.0
+    # the margin is held in units of the forecast's sigma: each tick it is rescaled by sigma_{t+1} / sigma_t, so it
+    # corrects the quantile of the standardized residual (a = mu + (k + m / sigma) sigma, a location-scale quantile)
+    # instead of moving the action by a fixed amount whatever sigma does (calibrator.rescale_margin). Tried and left
+    # off: worse on the development splits (benchmarks/results/design/standardized-margin)
+    standardized_margin: bool = False
+    # the escape's growth: each further shortage of a streak adds escape_growth times the last step (2: doubling)
+    # and what it does once the demand is seen (calibrator.release_escape): "halve" it; "hold": halve it, but not
+    # below what keeps the action's centre at that demand until the forecast reaches it; "handover": only that.
+    # Handover with growth 4: better beyond the noise than halving with doubling, which it was adopted with; either
+    # alone was not (benchmarks/results/design/escape-release)
+    escape_growth: float = 4.0
+    escape_release: str = "handover"
 
     def __post_init__(self) -> None:
         if self.rule not in ("pinball", "paper"):
@@ -161,6 +173,10 @@ class CalibratorConfig:
                              f"got {self.scale_rate}, [{self.scale_min}, {self.scale_max}]")
         if not self.escape_limit > 0.0:
             raise ValueError(f"calibrator.escape_limit must be > 0; got {self.escape_limit}")
+        if not self.escape_growth >= 1.0:
+            raise ValueError(f"calibrator.escape_growth must be >= 1; got {self.escape_growth}")
+        if self.escape_release not in ("halve", "hold", "handover"):
+            raise ValueError(f"calibrator.escape_release must be 'halve', 'hold' or 'handover'; got {self.escape_release!r}")
         if not self.escape_start > 0.0:
             raise ValueError(f"calibrator.escape_start must be > 0; got {self.escape_start}")
         if not self.scale_min <= self.initial_scale <= self.scale_max:

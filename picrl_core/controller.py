@@ -16,7 +16,8 @@ import numpy as np
 import torch
 
 from picrl_core.batching import in_fixed_chunks
-from picrl_core.calibrator import adapt_step, escape_step, feedback, reactive_step, track_temperature
+from picrl_core.calibrator import (adapt_step, escape_step, feedback, reactive_step, release_escape, rescale_margin,
+                                  track_temperature)
 from picrl_core.censored_estimator import ROWS_PER_THREAD, CensoredDemandEstimate, estimate_censored_demand
 from picrl_core.config import PicRLConfig
 from picrl_core.features import state_features
@@ -184,7 +185,8 @@ class PicRLController:
                        if self.scales_sigma else state.temperature)
         window_y, window_c = (impute_shortage(y, censored, shortage, state, censor_streak, cfg.estimator.impute_streak)
                               if cfg.estimator.impute_window else (y, censored))
-        escape = (escape_step(state.escape, shortage, ~shortage & ~censored, censor_streak, state.sigma, cfg.calibrator)
+        seen = ~shortage & ~censored
+        escape = (escape_step(state.escape, shortage, seen, censor_streak, state.sigma, cfg.calibrator)
                   if cfg.calibrator.escape else state.escape)
         if unseen is not None:  # the temperature holds; the window takes the forecast (the E-step of a missing value)
             temperature = np.where(unseen, state.temperature, temperature)
@@ -200,6 +202,7 @@ class PicRLController:
             margin=margin, bias=bias, censor_streak=censor_streak, over_streak=over_streak,
             estimate_start=(state.est_mean, state.est_std) if self.config.estimator.warm_start else None,
             memory=state.memory, step_scale=step_scale, temperature=temperature, escape=escape,
+            previous_sigma=state.sigma, seen=(state.escape, seen if unseen is None else seen & ~unseen, y),
         )
         transition = Transition(features=state.features, pre=state.pre, log_prob=state.log_prob, reward=reward,
                                 next_features=new.features, censored=censored, action=a)
@@ -221,10 +224,14 @@ class PicRLController:
                 context: np.ndarray, margin: np.ndarray, bias: np.ndarray, censor_streak: np.ndarray,
                 over_streak: np.ndarray, estimate_start: tuple[np.ndarray, np.ndarray] | None,
                 memory: np.ndarray | None, step_scale: np.ndarray, temperature: np.ndarray, escape: np.ndarray,
-                start_margin: float = 0.0) -> ControllerState:
+                start_margin: float = 0.0, previous_sigma: np.ndarray | None = None,
+                seen: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> ControllerState:
         """Predict (mu, sigma), build s_t, plan (eta, k) and act: a = clip(mu + k*sigma + m + b + e, 0, 1), with ``e``
         the censoring-streak escape (0 unless ``calibrator.escape``; :func:`~picrl_core.calibrator.escape_step`).
-        A cold start adds ``start_margin`` sigma to the margin (:meth:`initial_state`).
+        A cold start adds ``start_margin`` sigma to the margin (:meth:`initial_state`); with
+        ``calibrator.standardized_margin`` a later tick rescales it by ``sigma / previous_sigma``
+        (:func:`~picrl_core.calibrator.rescale_margin`). ``seen``: ``(e_t, seen_t, y_t)``, whose
+        escape :func:`~picrl_core.calibrator.release_escape` releases at the new forecast.
 
         The censored-demand estimator starts from ``estimate_start`` (the previous tick's estimate, whose
         window differs by one point) where given, and from the window's sample moments otherwise. The
@@ -249,6 +256,10 @@ class PicRLController:
             sigma = sigma * temperature
         if start_margin:
             margin = margin + start_margin * sigma
+        if previous_sigma is not None and cfg.calibrator.standardized_margin:
+            margin = rescale_margin(margin, previous_sigma, sigma, cfg.calibrator)
+        if seen is not None and cfg.calibrator.escape:
+            escape = release_escape(escape, *seen, mu, cfg.calibrator)
         features = state_features(
             margin=margin, bias=bias, observations=observations[:, recent], censored=censored[:, recent],
             censor_streak=censor_streak, over_streak=over_streak, tick=tick, mu=mu, sigma=sigma,

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from picrl_core.calibrator import (SHORTAGE_TOLERANCE, STEP_SCALE_MIN, adapt_step, calibrate, escape_step, feedback,
-                                  over_weights, reactive_step, track_temperature)
+                                  over_weights, reactive_step, release_escape, rescale_margin,
+                                  track_temperature)
 from picrl_core.config import CalibratorConfig, CostConfig, PicRLConfig
 
 PAPER = CalibratorConfig(rule="paper", margin_in_sigma=False, delta_m=0.01, delta_b=0.002, gamma=0.5,
@@ -198,7 +199,8 @@ def test_online_temperature_stays_in_its_range() -> None:
         CalibratorConfig(scale_rate=0.0)
 
 
-ESCAPE = CalibratorConfig(delta_m=0.025, margin_in_sigma=True, escape=True, escape_limit=1.0, escape_start=1.0)
+ESCAPE = CalibratorConfig(delta_m=0.025, margin_in_sigma=True, escape=True, escape_limit=1.0, escape_start=1.0,
+                          escape_growth=2.0)
 
 
 def _escape_over(flags: list[str], sigma: float = 0.01, cfg: CalibratorConfig = ESCAPE) -> list[float]:
@@ -242,9 +244,40 @@ def test_the_escape_starts_at_its_configured_number_of_margin_steps() -> None:
                                [0.0, 4 * unit, 12 * unit, 28 * unit], rtol=1e-12)
 
 
+def test_each_step_of_the_search_is_the_configured_growth_times_the_last() -> None:
+    unit = 0.025 * 0.01
+    np.testing.assert_allclose(_escape_over(["s"] * 5, cfg=replace(ESCAPE, escape_growth=4.0)),
+                               [0.0, unit, 5 * unit, 21 * unit, 85 * unit], rtol=1e-12)
+    with pytest.raises(ValueError, match="escape_growth"):
+        CalibratorConfig(escape_growth=0.5)
+
+
 def test_an_escape_limit_and_start_must_be_positive() -> None:
     with pytest.raises(ValueError, match="escape_limit"):
         CalibratorConfig(escape_limit=0.0)
     with pytest.raises(ValueError, match="escape_start"):
         CalibratorConfig(escape_start=0.0)
 
+
+
+def test_a_standardized_margin_follows_sigma_within_its_limit() -> None:
+    cfg = CalibratorConfig(standardized_margin=True, margin_limit=0.05)
+    margin = rescale_margin(np.array([-0.01, 0.02, 0.02, -0.03]), np.array([0.02, 0.01, 0.01, 0.01]),
+                            np.array([0.01, 0.02, 0.05, 0.03]), cfg)
+    np.testing.assert_allclose(margin, [-0.005, 0.04, 0.05, -0.05], rtol=1e-12)  # m sigma' / sigma, then the clip
+
+
+@pytest.mark.parametrize("release, expected", [
+    ("halve", [0.2, 0.2, 0.2, 0.2]),  # escape_step's half of e_t, whatever the demand seen
+    ("hold", [0.2, 0.3, 0.4, 0.2]),  # not below min(e_t, y - mu'), the demand just seen
+    ("handover", [0.0, 0.3, 0.4, 0.2]),  # only that, at least 0
+])
+def test_a_seen_demand_releases_the_escape_by_its_rule(release: str, expected: list[float]) -> None:
+    cfg = CalibratorConfig(escape_release=release)
+    previous, halved = np.full(4, 0.4), np.full(4, 0.2)
+    y, mu = np.array([0.5, 0.8, 0.95, 0.9]), np.array([0.6, 0.5, 0.5, 0.7])
+    seen = np.array([True, True, True, True])
+    np.testing.assert_allclose(release_escape(halved, previous, seen, y, mu, cfg), expected, rtol=1e-12)
+    np.testing.assert_array_equal(release_escape(halved, previous, ~seen, y, mu, cfg), halved)  # not seen: kept
+    with pytest.raises(ValueError, match="escape_release"):
+        CalibratorConfig(escape_release="drop")
