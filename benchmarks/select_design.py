@@ -61,8 +61,8 @@ and options tried on top of the default and left off because they did not help h
                         corrects the standardized residual's quantile (calibrator.standardized_margin)
     +escape-halve       the default's search growing by 4, but halving once the demand is seen (either change alone)
     +escape-doubling    the default's handover, but a search that doubles
-    +escape-hold        once the demand is seen the escape halves, but not below what keeps the action's centre at that
-                        demand; a search that doubles (calibrator.escape_release = "hold")
+    +escape-hold        once the demand is seen the escape halves, but not below what keeps the action's centre
+                        at that demand; a search that doubles (calibrator.escape_release = "hold")
     +escape-growth-8, +escape-from-1   the handover with a search growing by 8, or starting from one margin step
 
 next to the default's full-information reference (the same controller fed the demand) and the two

@@ -176,7 +176,8 @@ class CalibratorConfig:
         if not self.escape_growth >= 1.0:
             raise ValueError(f"calibrator.escape_growth must be >= 1; got {self.escape_growth}")
         if self.escape_release not in ("halve", "hold", "handover"):
-            raise ValueError(f"calibrator.escape_release must be 'halve', 'hold' or 'handover'; got {self.escape_release!r}")
+            raise ValueError("calibrator.escape_release must be 'halve', 'hold' or 'handover'; "
+                             f"got {self.escape_release!r}")
         if not self.escape_start > 0.0:
             raise ValueError(f"calibrator.escape_start must be > 0; got {self.escape_start}")
         if not self.scale_min <= self.initial_scale <= self.scale_max:
