@@ -154,10 +154,10 @@ def escape_step(escape: np.ndarray, shortage: np.ndarray, seen: np.ndarray, cens
     The forecast's own remedies (the LSTM reading ``y = a`` with its flag, the temperature's E-step, margin steps
     in units of ``sigma_t``) each move in steps of ``sigma_t``: a service that held flat for hours has a tiny one,
     and a jump of ``G`` above it keeps it short for ``O(G / sigma_t)`` ticks (Proposition 1's trap, slowed, not
-    escaped). Doubling from a few of the margin's own steps ``s delta_m sigma_t`` reaches any ``G`` in
-    ``O(log(G / (s delta_m sigma_t)))`` ticks, overshooting by at most the last step, while the short streaks a
-    calibrated forecast with correlated errors has add a few margin steps; once the demand is seen the forecast has it,
-    and the escape halves away."""
+    escaped). Growing from a few of the margin's own steps ``s delta_m sigma_t`` reaches any ``G`` in
+    ``O(log_r(G / (s delta_m sigma_t)))`` ticks, overshooting by at most the last step, while the short streaks a
+    calibrated forecast with correlated errors has add a few margin steps; once the demand is seen the search is over,
+    and :func:`release_escape` hands the level over to the forecast."""
     n = np.minimum(censor_streak, 64).astype(np.float64)
     unit = cfg.escape_start * cfg.delta_m * (sigma if cfg.margin_in_sigma else 1.0)
     grown = np.minimum(escape + unit * np.power(cfg.escape_growth, n - 2.0), cfg.escape_limit)

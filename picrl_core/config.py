@@ -141,9 +141,10 @@ class CalibratorConfig:
     start_from_validation: bool = False
     initial_margin: float = 0.0  # in units of sigma_0, the service's first forecast std (after its temperature)
     initial_scale: float = 1.0  # the temperature a new service starts at (online_scale)
-    # the censoring-streak escape (calibrator.escape_step): from the second shortage in a row the action rises by one
-    # margin step, then 2, 4, 8, ... (an exponential search), and halves back once the demand is seen; paper: False.
-    # Better beyond the noise on the development splits (benchmarks/results/design/escape)
+    # the censoring-streak escape (calibrator.escape_step): from the second shortage in a row the action rises by a few
+    # margin steps, then each step escape_growth times the last (an exponential search), and once the demand is seen
+    # it is released by escape_release; paper: False. Better beyond the noise on the development splits
+    # (benchmarks/results/design/escape)
     escape: bool = True
     escape_limit: float = 1.0  # the escape's cap, in scaled units (1: the whole range)
     # the escape's first step, in margin steps (delta_m sigma_t); it doubles from there. 4: better beyond the noise
