@@ -147,8 +147,8 @@ class CalibratorConfig:
     # (benchmarks/results/design/escape)
     escape: bool = True
     escape_limit: float = 1.0  # the escape's cap, in scaled units (1: the whole range)
-    # the escape's first step, in margin steps (delta_m sigma_t); it doubles from there. 4: better beyond the noise
-    # than the 1 it was adopted with, once the window's E-step was in (16: within noise;
+    # the escape's first step, in margin steps (delta_m sigma_t); it grows by escape_growth from there. 4: better
+    # beyond the noise than the 1 it was adopted with, once the window's E-step was in (16: within noise;
     # benchmarks/results/design/escape-start)
     escape_start: float = 4.0
     # the margin is held in units of the forecast's sigma: each tick it is rescaled by sigma_{t+1} / sigma_t, so it

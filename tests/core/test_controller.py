@@ -254,6 +254,31 @@ def test_a_standardized_margin_steps_in_units_of_sigma_and_acts_at_the_next_sigm
     assert len(changes) > 5  # sigma moved, so the margin was rescaled, not only stepped
 
 
+@pytest.mark.parametrize("release", ["halve", "hold", "handover"])
+def test_a_seen_demand_releases_the_escape_at_the_new_forecast(
+        tiny_predictor: GaussianLSTM, tiny_policy: PolicyNetwork, tiny_config: PicRLConfig, release: str) -> None:
+    """A jump far above a flat history starts a censoring streak, the escape searches, and on the first tick whose
+    demand is seen the controller releases it by ``calibrator.escape_release`` at the forecast it then makes."""
+    config = replace(tiny_config, calibrator=replace(tiny_config.calibrator, escape=True, escape_release=release))
+    window = config.predictor.window
+    history = np.full((1, window), 0.3)
+    demand = np.r_[np.full(5, 0.3), np.full(40, 0.8)]
+    controller = PicRLController(tiny_predictor, tiny_policy, config)
+    state = controller.initial_state(np.zeros(1, np.uint64), history)
+    released = 0
+    for d in demand:
+        y, c = censor(np.array([d]), state.action)
+        new, _ = controller.step(state, y, c)
+        if not c[0] and state.escape[0] > 0 and y[0] < state.action[0]:
+            halved = 0.5 * state.escape[0]
+            above = min(state.escape[0], y[0] - new.mu[0])
+            expected = {"halve": halved, "hold": max(halved, above), "handover": max(above, 0.0)}[release]
+            assert new.escape[0] == pytest.approx(expected, abs=1e-15)
+            released += 1
+        state = new
+    assert released >= 1
+
+
 def _states_equal(a: ControllerState, b: ControllerState) -> None:
     for f in fields(ControllerState):
         np.testing.assert_array_equal(getattr(a, f.name), getattr(b, f.name), err_msg=f.name)
