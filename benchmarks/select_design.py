@@ -176,7 +176,6 @@ def ladder() -> dict[str, Variant]:
     rungs["+windowed-predictor"] = lambda c: replace(c, predictor=replace(c.predictor, kind="windowed"))
     # the escape off again: adopted while the window kept a shortage's bound; the E-step now answers a streak too
     rungs["+no-escape"] = lambda c: replace(c, calibrator=replace(c.calibrator, escape=False))
-    # the escape's first step at 16 margin steps, the other candidate of the round that chose 4
     rungs["+standardized-margin"] = lambda c: replace(c, calibrator=replace(c.calibrator, standardized_margin=True))
     rungs["+escape-halve"] = lambda c: replace(c, calibrator=replace(c.calibrator, escape_release="halve"))
     rungs["+escape-doubling"] = lambda c: replace(c, calibrator=replace(c.calibrator, escape_growth=2.0))
@@ -184,6 +183,7 @@ def ladder() -> dict[str, Variant]:
                                                                       escape_growth=2.0))
     rungs["+escape-growth-8"] = lambda c: replace(c, calibrator=replace(c.calibrator, escape_growth=8.0))
     rungs["+escape-from-1"] = lambda c: replace(c, calibrator=replace(c.calibrator, escape_start=1.0))
+    # the escape's first step at 16 margin steps, the other candidate of the round that chose 4
     rungs["+escape-from-16"] = lambda c: replace(c, calibrator=replace(c.calibrator, escape_start=16.0))
     rungs["+impute-first-shortage"] = lambda c: replace(c, estimator=replace(c.estimator, impute_streak=1))
     rungs["+pessimism"] = lambda c: replace(c, reward=replace(c.reward, use_pessimism=True))  # Eq. 9 back
