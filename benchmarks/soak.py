@@ -115,7 +115,9 @@ def main() -> int:
                     exited += chaos.exited_by_themselves()
                     result = audit(record, bootstrap, prefix, artifact, window)
                 except NoActionError as exc:
-                    print(f"round {index} stalled: {exc}\n{chaos.report()}\nworker logs: {logs}", flush=True)
+                    print(f"round {index} stalled: {exc}\n{chaos.report()}\n"
+                          f"{chaos.diagnose(bootstrap, prefix, args.partitions, f'{prefix}-worker')}\n"
+                          f"worker logs: {logs}", flush=True)
                     raise
                 finally:
                     chaos.stop()

@@ -513,7 +513,8 @@ def test_chaos_two_workers_survive_three_worker_kills_and_a_broker_kill_deciding
         try:
             record = _play(bootstrap, prefix, workload, chaos.on_tick, timeout=120)
         except Exception as exc:
-            raise AssertionError(f"{exc}\n" + "\n".join(chaos.exited_by_themselves())) from exc
+            raise AssertionError("\n".join([str(exc), *chaos.exited_by_themselves(),
+                                             chaos.diagnose(bootstrap, prefix, partitions, f"{prefix}-worker")])) from exc
         exited = chaos.exited_by_themselves()
         assert not exited, "\n".join(exited)
         result = audit(record, bootstrap, prefix, tiny_artifact, WINDOW)

@@ -15,12 +15,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
 
 from picrl.kafka import LocalKafka
 from picrl_core.artifact import ModelArtifact
 from producers.closed_loop import ClosedLoopRecord, TickSummary
 from stream.records import decode_action
-from stream.topics import TopicNames
+from stream.topics import TopicNames, committed_offsets
 from tests.support.kafka import consume
 from tests.support.processes import spawn, stop, tail
 from tests.support.reference import coupled_reference_run, reference_run
@@ -104,6 +106,44 @@ class Chaos:
         """A line (exit code and log tail) for every worker that ended without being killed."""
         return self.gone + [f"worker {i} exited with {p.returncode}:\n{tail(self.log(i))}"
                             for i, p in enumerate(self.running) if p.poll() is not None]
+
+    def diagnose(self, bootstrap: str, prefix: str, partitions: int, group: str) -> str:
+        """What a stalled loop leaves to read: per usage partition the offset ``group`` committed and the end;
+        per actions partition its end and last stable offset (below the end, an open transaction holds back the
+        actions after it from ``read_committed`` readers); each worker's last warnings and errors."""
+        topics = TopicNames(prefix)
+
+        async def offsets() -> list[str]:
+            tps = [TopicPartition(topics.actions, p) for p in range(partitions)]
+            usage = [TopicPartition(topics.usage, p) for p in range(partitions)]
+            ends = {}
+            for isolation in ("read_uncommitted", "read_committed"):
+                consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, isolation_level=isolation)
+                await consumer.start()
+                try:
+                    ends[isolation] = await consumer.end_offsets(tps + usage)
+                finally:
+                    await consumer.stop()
+            admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+            await admin.start()
+            try:
+                committed = await committed_offsets(admin, group, topics.usage)
+            finally:
+                await admin.close()
+            return ([f"usage[{tp.partition}]: committed {committed.get(tp.partition)}, end "
+                     f"{ends['read_uncommitted'][tp]}" for tp in usage]
+                    + [f"actions[{tp.partition}]: end {ends['read_uncommitted'][tp]}, last stable "
+                       f"{ends['read_committed'][tp]}" for tp in tps])
+
+        try:
+            lines = asyncio.run(offsets())
+        except Exception as exc:  # the broker may be what stalled
+            lines = [f"offsets unavailable: {type(exc).__name__}: {exc}"]
+        for i in range(self.workers):
+            log = self.log(i).read_text(errors="replace").splitlines() if self.log(i).exists() else []
+            noted = [line[:300] for line in log if '"level": "warning"' in line or '"level": "error"' in line]
+            lines += [f"worker {i}, last warnings and errors:"] + noted[-20:]
+        return "\n".join(lines)
 
     def stop(self) -> None:
         for process in self.running:
