@@ -103,6 +103,8 @@ SPECS: dict[str, Spec] = {
     "batch_within": Spec(_non_negative, 0.005, "seconds to wait for more events before deciding"),
     "commit_interval": Spec(_non_negative, 0.05, "seconds between commits (transactions)"),
     "session_timeout": Spec(_non_negative, 10.0, "seconds after which a silent worker's partitions move"),
+    "stall_timeout": Spec(_non_negative, 30.0, "seconds a usage partition may have records waiting and nothing "
+                                               "committed before its worker rejoins the group (0: never)"),
     "scaling": Spec(_choice("window", "artifact"), "window", "service ranges from the first window or the model"),
     "headroom": Spec(_non_negative, 0.5, "window scaling: spans added on each side of the first window's range"),
     "range_growth": Spec(_growth, 2.0, "an outgrown range grows upward to this many times its span (1: never)"),
@@ -152,7 +154,8 @@ class Settings:
             bootstrap=bootstrap, prefix=v["prefix"], app_id=v["app_id"], partitions=v["partitions"],
             guarantee=v["guarantee"], policy_name=v["policy_name"], batch_max=v["batch_max"],
             batch_within=v["batch_within"], commit_interval=v["commit_interval"],
-            session_timeout=v["session_timeout"], web_port=v["web_port"], max_policy_kl=v["max_kl"],
+            session_timeout=v["session_timeout"], stall_timeout=v["stall_timeout"], web_port=v["web_port"],
+            max_policy_kl=v["max_kl"],
             policy_score_margin=v["score_margin"], engine=engine)
 
 

@@ -71,6 +71,8 @@ class WorkerMetrics:
         self.state_missing = Gauge("picrl_partition_state_missing",
                                    "1 while a usage partition is held because its services' rows were not restored",
                                    ["partition"], registry=r)
+        self.stall_rejoins = Counter("picrl_stall_rejoins_total", "Group rejoins because a usage partition had records "
+                                     "waiting and nothing committed for stall_timeout seconds", registry=r)
         self._adopted_at = time.time()
         self.policy_age.set_function(lambda: time.time() - self._adopted_at)
 

@@ -20,7 +20,9 @@ agent gets no record before Faust has seeked to the committed offsets (faust-str
 none of a partition whose restored rows fall short of its committed offsets (a watermark row per partition
 says how far they go). Faust's app here (stream/transport.py) restores tables up to the broker's end
 offsets (faust-streaming issue #158), starts fresh transactional producers at every rebalance, and makes a
-worker whose transaction failed (fenced by another) rejoin its group instead of crashing.
+worker whose transaction failed (fenced by another) rejoin its group instead of crashing; a worker also rejoins
+when one of its usage partitions has had records waiting and nothing committed for ``stall_timeout`` seconds
+(stream/stall_watch.py).
 """
 from __future__ import annotations
 
@@ -46,6 +48,7 @@ from stream.outbox import Outbox, ProducerFor, key_partition, send_outbox
 from stream.policy_follower import PolicyFollower, PolicyGate
 from stream.intake import Letter, Raw, decide, decode_batch
 from stream.records import Action
+from stream.stall_watch import StallWatch
 from stream.state_table import ServiceStateTable
 from stream.take import acknowledge, forget, take_ready
 from stream.topics import TopicNames, committed_offsets
@@ -76,6 +79,7 @@ class WorkerSettings:
     batch_within: float = 0.005  # seconds to wait for more events before deciding on a batch
     commit_interval: float = 0.05  # seconds between commits (= transactions under exactly_once)
     session_timeout: float = 10.0  # a worker silent this long (killed) loses its partitions to the others
+    stall_timeout: float = 30.0  # records waiting on a partition and nothing committed this long: rejoin (0: never)
     web_port: int | None = None  # web server: /metrics, /healthz, /services/<id> (None: off)
     max_policy_kl: float = 0.5  # guardrail: refuse versions further than this from their parent
     policy_score_margin: float = 0.05  # guardrail: refuse versions scoring this much below their parent
@@ -86,6 +90,8 @@ class WorkerSettings:
             raise ValueError(f"processing guarantee must be one of {GUARANTEES}; got {self.guarantee!r}")
         if self.batch_max < 1 or self.batch_within < 0 or self.commit_interval <= 0 or self.partitions < 1:
             raise ValueError("batch_max and partitions must be >= 1, batch_within >= 0 and commit_interval > 0")
+        if self.stall_timeout < 0:
+            raise ValueError("stall_timeout must be >= 0 (0: never rejoin for a stalled partition)")
         if not 6.0 <= self.session_timeout <= 300.0:
             raise ValueError("session_timeout must be within the broker's default bounds, 6 to 300 seconds")
 
@@ -131,6 +137,9 @@ class StreamWorker:
         self._outgoing: asyncio.Queue[PreparedBatch] = asyncio.Queue(SEND_QUEUE)  # decided, in order, to be sent
         self._acknowledged: asyncio.Future | None = None  # at_least_once: the last batch's acknowledgement, once delivered
         self.app.timer(settings.commit_interval, name="commit")(self._commit_between_batches)
+        self._stalls = StallWatch(settings.stall_timeout)
+        if settings.stall_timeout > 0:
+            self.app.timer(max(1.0, settings.stall_timeout / 4), name="stall-watch")(self._watch_for_stalls)
         self.app.task(self._send_decided)
         self.app.on_rebalance_complete.connect(self._hold_records_until_seeked)
         self.app.on_rebalance_complete.connect(self._check_restored_state)
@@ -198,12 +207,7 @@ class StreamWorker:
     async def _unrestored(self, assigned: set[int]) -> dict[int, tuple[int, int]]:
         """The partitions among ``assigned`` whose rows fall short of the group's committed offsets, each with
         (watermark, committed), after reading again from the changelog the rows of those that differ."""
-        admin = AIOKafkaAdminClient(bootstrap_servers=self.settings.bootstrap)
-        try:
-            await admin.start()
-            committed = await committed_offsets(admin, self.settings.app_id, self.topics.usage)
-        finally:
-            await admin.close()
+        committed = await self._committed()
         for p in sorted(assigned):
             mark, done = self.states.watermark(p), committed.get(p, 0)
             if mark != done:  # behind: not restored; ahead: rows of batches sent but perhaps never delivered
@@ -212,6 +216,43 @@ class StreamWorker:
                 await self.states.reload(self.settings.bootstrap, p)
         return {p: (self.states.watermark(p), committed[p]) for p in assigned
                 if self.states.watermark(p) < committed.get(p, 0)}
+
+    async def _committed(self) -> dict[int, int]:
+        """The offsets the worker's group committed on the usage topic (asked of the broker)."""
+        admin = AIOKafkaAdminClient(bootstrap_servers=self.settings.bootstrap)
+        try:
+            await admin.start()
+            return await committed_offsets(admin, self.settings.app_id, self.topics.usage)
+        finally:
+            await admin.close()
+
+    async def _watch_for_stalls(self) -> None:
+        """Rejoin the group when a usage partition of this worker has stalled (stream/stall_watch.py): records
+        waiting beyond the committed offset, which has not moved for ``stall_timeout`` seconds outside rebalances.
+        Held partitions (rows not restored) are left out: they are reported, and deciding them would be wrong."""
+        consumer = cast(HoldingConsumer, self.app.consumer)
+        if self.app.rebalancing or consumer.failed is not None:  # a rebalance is under way or asked for
+            self._stalls.reset()
+            return
+        watched = self.usage_partitions() - {tp.partition for tp in consumer.held}
+        try:
+            committed = await self._committed()
+            ends = await consumer.highwaters(*(TP(self.topics.usage, p) for p in watched)) if watched else {}
+        except (KafkaError, OSError, TimeoutError) as exc:  # the broker away: the next round asks again
+            log.debug("stall watch: offsets unavailable (%s: %s)", type(exc).__name__, exc)
+            return
+        if self.app.rebalancing:  # began while the offsets were asked for
+            self._stalls.reset()
+            return
+        stalled = self._stalls.stalled(watched, committed, {tp.partition: end for tp, end in ends.items()},
+                                       time.monotonic())
+        if stalled:
+            log.error("usage partitions %s have had records waiting and nothing committed for %.0f s: rejoining the "
+                      "group, to decide them again from the committed offsets", stalled, self.settings.stall_timeout,
+                      extra={"partition": stalled[0]})
+            self.metrics.stall_rejoins.inc()
+            self._stalls.reset()
+            consumer.rejoin()
 
     def usage_partitions(self) -> set[int]:
         """The usage partitions assigned to this worker now."""

@@ -30,6 +30,8 @@ _FLAGS: dict[str, tuple[type, str]] = {
     "batch_within": (float, "seconds to wait for more events before deciding (default 0.005)"),
     "commit_interval": (float, "seconds between commits, transactions under exactly_once (default 0.05)"),
     "session_timeout": (float, "seconds of silence after which a crashed worker's partitions move (default 10)"),
+    "stall_timeout": (float, "seconds a usage partition of this worker may have records waiting and nothing "
+                             "committed before the worker rejoins its group to start it again (default 30; 0: never)"),
     "max_services": (int, "refuse usage of new services beyond this many (dead letter service_limit)"),
     "max_tick_gap": (int, "refuse ticks further than this from a service's expected tick (default 1000)"),
     "resources": (str, "decide these resources of each service together, comma separated, e.g. gpu_mem,gpu_compute: "
