@@ -141,13 +141,17 @@ async def latest_values(bootstrap: str, topic: str, partition: int, timeout: flo
     start to its end (the last stable offset) with ``read_committed``."""
     tp = TopicPartition(topic, partition)
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_committed",
-                                enable_auto_commit=False)
+                                enable_auto_commit=False, auto_offset_reset="earliest")
     await consumer.start()
     latest: dict[bytes, bytes | None] = {}
     try:
         consumer.assign([tp])
+        start = (await consumer.beginning_offsets([tp]))[tp]
         end = (await consumer.end_offsets([tp]))[tp]
-        await consumer.seek_to_beginning(tp)
+        # A position set here, not a reset requested: a reset to the start asked for after the assignment's own
+        # reset (to the end, while the offsets above were asked for) left the position at the end, and nothing
+        # was read (every row reload came back empty).
+        consumer.seek(tp, start)
         deadline = time.monotonic() + timeout
         while await consumer.position(tp) < end:
             if time.monotonic() > deadline:

@@ -6,11 +6,13 @@ import uuid
 from pathlib import Path
 
 import pytest
+from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
 from picrl.cli import main
-from stream.topics import TopicMismatchError, ensure_topics, topic_specs
+from stream.topics import TopicMismatchError, ensure_topics, latest_values, topic_specs
+from tests.support.kafka import create_topics
 
 
 async def _describe(bootstrap: str, names: list[str]) -> tuple[dict[str, int], dict[str, dict[str, str]]]:
@@ -56,3 +58,30 @@ def test_no_broker_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPa
 def test_partitions_must_be_positive() -> None:
     with pytest.raises(ValueError, match="partitions must be >= 1"):
         topic_specs("x", 0)
+
+
+def test_latest_values_reads_a_partition_from_its_start_committed_records_only(kafka_bootstrap: str) -> None:
+    """The worker reads a partition's rows again with this (``ServiceStateTable.reload``): every key's last
+    committed value, none of an aborted transaction's. It used to read nothing at all: its reset to the start
+    came after the assignment's own reset to the end."""
+    topic = f"latest-{uuid.uuid4().hex[:8]}"
+
+    async def write() -> None:
+        await create_topics(kafka_bootstrap, {topic: 2})
+        producer = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap, transactional_id=topic)
+        await producer.start()
+        try:
+            async with producer.transaction():
+                for key, value in [(b"a", b"1"), (b"b", b"1"), (b"a", b"2")]:
+                    await producer.send(topic, value, key=key, partition=0)
+            await producer.begin_transaction()
+            await producer.send(topic, b"aborted", key=b"b", partition=0)
+            await producer.send(topic, b"aborted", key=b"c", partition=0)
+            await producer.abort_transaction()
+            async with producer.transaction():
+                await producer.send(topic, b"elsewhere", key=b"d", partition=1)
+        finally:
+            await producer.stop()
+
+    asyncio.run(write())
+    assert asyncio.run(latest_values(kafka_bootstrap, topic, 0)) == {b"a": b"2", b"b": b"1"}
