@@ -63,6 +63,7 @@ RECENT_SERVICES = 10_000  # services whose recent decisions are kept (least rece
 OUTPUT_BATCH_BYTES = 512 << 10  # record batch size: a decision batch's records for one topic partition in one or a few
 FAUST_COMMITS_OFF = 1 << 30  # Faust's own periodic commits (seconds, events): the worker commits between batches
 SEND_QUEUE = 4  # decided batches that may wait for the sender (while a commit runs) before the agent waits too
+WATCH_EVERY = 7.5  # seconds between reads of a held partition's rows when the stall watch is off
 
 
 @dataclass(frozen=True)
@@ -138,8 +139,8 @@ class StreamWorker:
         self._acknowledged: asyncio.Future | None = None  # at_least_once: the last batch's acknowledgement, once delivered
         self.app.timer(settings.commit_interval, name="commit")(self._commit_between_batches)
         self._stalls = StallWatch(settings.stall_timeout)
-        if settings.stall_timeout > 0:
-            self.app.timer(max(1.0, settings.stall_timeout / 4), name="stall-watch")(self._watch_for_stalls)
+        watch_every = max(1.0, settings.stall_timeout / 4) if settings.stall_timeout > 0 else WATCH_EVERY
+        self.app.timer(watch_every, name="partition-watch")(self._watch_partitions)
         self.app.task(self._send_decided)
         self.app.on_rebalance_complete.connect(self._hold_records_until_seeked)
         self.app.on_rebalance_complete.connect(self._check_restored_state)
@@ -170,9 +171,10 @@ class StreamWorker:
         transaction that was then aborted (a fenced or restarted producer) or of batches that were sent but not
         delivered, or they were not restored at all (Faust skipped whole partitions before stream/transport.py,
         faust-streaming issue #158). Such a partition's rows are read again from the changelog (what it holds
-        is what was delivered); if they still do not reach the committed offset the state is lost, and the partition is
-        held (nothing fetched, decided or committed; logged and counted in ``picrl_partition_state_missing``)
-        until a later rebalance restores it, rather than deciding for its services as if they were new."""
+        is what was delivered); if they still do not reach the committed offset the state is missing, and the partition
+        is held (nothing fetched, decided or committed; logged and counted in ``picrl_partition_state_missing``)
+        until its rows are back (read again every watch round: :meth:`_watch_partitions`) or a later rebalance
+        restores them, rather than deciding for its services as if they were new."""
         assigned = self.usage_partitions()
         consumer = cast(HoldingConsumer, app.consumer)
         consumer.recover()
@@ -186,7 +188,7 @@ class StreamWorker:
             return
         for p, (mark, done) in missing.items():
             log.error("the state of usage partition %d was not restored (its rows hold events up to offset %d, the "
-                      "group committed %d): deciding nothing for it until a rebalance restores it", p, mark, done,
+                      "group committed %d): deciding nothing for it until its rows are back", p, mark, done,
                       extra={"partition": p})
         for p in range(self.settings.partitions):
             self.metrics.state_missing.labels(str(p)).set(int(p in missing))
@@ -226,24 +228,41 @@ class StreamWorker:
         finally:
             await admin.close()
 
-    async def _watch_for_stalls(self) -> None:
-        """Rejoin the group when a usage partition of this worker has stalled (stream/stall_watch.py): records
-        waiting beyond the committed offset, which has not moved for ``stall_timeout`` seconds outside rebalances.
-        Held partitions (rows not restored) are left out: they are reported, and deciding them would be wrong."""
+    async def _watch_partitions(self) -> None:
+        """Every ``stall_timeout / 4`` seconds (:data:`WATCH_EVERY` with the stall watch off), outside rebalances:
+        read the rows of each held partition again from the changelog and release those that now reach the
+        group's committed offset (a read just after a broker restart can come back short, and a partition held
+        for it stayed held until the next rebalance, which a stable group never makes); then rejoin the group
+        when a usage partition of this worker, not held, has stalled (stream/stall_watch.py): records waiting
+        beyond the committed offset, which has not moved for ``stall_timeout`` seconds."""
         consumer = cast(HoldingConsumer, self.app.consumer)
         if self.app.rebalancing or consumer.failed is not None:  # a rebalance is under way or asked for
             self._stalls.reset()
             return
-        watched = self.usage_partitions() - {tp.partition for tp in consumer.held}
+        generation = self.app.consumer_generation_id
+        held = {tp.partition for tp in consumer.held}
+        watched = self.usage_partitions() - held if self.settings.stall_timeout > 0 else set()
+        if not held and not watched:
+            return
         try:
             committed = await self._committed()
             ends = await consumer.highwaters(*(TP(self.topics.usage, p) for p in watched)) if watched else {}
+            for p in sorted(held):
+                await self.states.reload(self.settings.bootstrap, p)
         except (KafkaError, OSError, TimeoutError) as exc:  # the broker away: the next round asks again
-            log.debug("stall watch: offsets unavailable (%s: %s)", type(exc).__name__, exc)
+            log.debug("partition watch: offsets or rows unavailable (%s: %s)", type(exc).__name__, exc)
             return
-        if self.app.rebalancing:  # began while the offsets were asked for
+        if self.app.rebalancing or self.app.consumer_generation_id != generation:  # the partitions may have moved
             self._stalls.reset()
             return
+        restored = {p for p in held if self.states.watermark(p) >= committed.get(p, 0)}
+        if restored:
+            log.warning("the rows of usage partitions %s reach the group's committed offsets now (read again from the "
+                        "changelog): deciding for them again", sorted(restored), extra={"partition": min(restored)})
+            consumer.hold(TP(self.topics.usage, p) for p in held - restored)
+            consumer.resume_partitions(TP(self.topics.usage, p) for p in restored)
+            for p in restored:
+                self.metrics.state_missing.labels(str(p)).set(0)
         stalled = self._stalls.stalled(watched, committed, {tp.partition: end for tp, end in ends.items()},
                                        time.monotonic())
         if stalled:

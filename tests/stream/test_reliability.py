@@ -8,12 +8,13 @@ import dataclasses
 import json
 import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from aiokafka import TopicPartition
+from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, RecordsToDelete
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
@@ -25,7 +26,7 @@ from producers.closed_loop import ClosedLoopEnvironment, ClosedLoopRecord, NoAct
 from producers.workload import Workload, copies_of
 from stream.decisions import DecisionEngine, Incoming
 from stream.records import PolicyVersion, UsageEvent, decode_action, decode_dead_letter
-from stream.topics import TopicNames, committed_offsets, end_offsets, ensure_topics, topic_specs
+from stream.topics import TopicNames, committed_offsets, end_offsets, ensure_topics, latest_values, topic_specs
 from tests.stream.conftest import WINDOW, two_resource_workload
 from tests.support.kafka import committed_everything, consume, produce, unique, usage_json, wait_until
 from tests.support.chaos import BROKER, FREEZE, Chaos, audit
@@ -259,12 +260,14 @@ async def _truncate(bootstrap: str, topic: str, partition: int, before: int) -> 
         await admin.close()
 
 
-def test_a_worker_that_cannot_restore_a_partitions_rows_refuses_to_decide_for_it(
+def test_a_worker_that_cannot_restore_a_partitions_rows_holds_it_until_they_are_back(
         kafka_bootstrap: str, tiny_model_dir: Path, native_trace: Trace, tmp_path: Path) -> None:
     """Worker A decides a first stretch and stops; the changelog of partition 0 is then emptied (as retention
     or an operator could; Faust's recovery also skipped whole partitions before stream/transport.py, issue
     #158), so worker B restores no row for partition 0's services. B must hold partition 0 (say so in its log
-    and in picrl_partition_state_missing, decide and commit nothing there) and go on with partition 1."""
+    and in picrl_partition_state_missing, decide and commit nothing there) and go on with partition 1. Once
+    the rows are written back to the changelog, B must find them (it reads a held partition's rows again every
+    watch round) and decide partition 0's usage from where the group left it, without a rebalance."""
     partitions, services, first, ticks = 2, 8, WINDOW + 4, WINDOW + 8
     prefix = _topics(kafka_bootstrap, "unrestored", partitions)
     topics, group = TopicNames(prefix), f"{prefix}-worker"
@@ -277,27 +280,51 @@ def test_a_worker_that_cannot_restore_a_partitions_rows_refuses_to_decide_for_it
     with picrl_process(args, tmp_path / "a.log") as worker:
         committed_everything(kafka_bootstrap, group, topics.usage, partitions, worker, tmp_path / "a.log")
     changelog = f"{group}-service-state-changelog"
+    rows = asyncio.run(latest_values(kafka_bootstrap, changelog, 0))
     asyncio.run(_truncate(kafka_bootstrap, changelog, 0, asyncio.run(end_offsets(kafka_bootstrap, changelog, 2))[0]))
     produce(kafka_bootstrap, topics.usage, messages[first * services:])
     usage_end = asyncio.run(end_offsets(kafka_bootstrap, topics.usage, partitions))
     port = free_port()
-    with picrl_process(args + ["--web-port", str(port)], tmp_path / "b.log") as worker:
-        def held_and_rest_done() -> bool:
-            text = http_get(port, "/metrics")[1]
-            return metric(str(text), "picrl_partition_state_missing", partition="0") == 1 and \
-                asyncio.run(_committed(kafka_bootstrap, group, topics.usage)).get(1) == usage_end[1]
-        deadline = time.monotonic() + 90
-        while not held_and_rest_done():
-            assert time.monotonic() < deadline and worker.poll() is None, tail(tmp_path / "b.log")
-            time.sleep(1.0)
+    with picrl_process(args + ["--web-port", str(port), "--stall-timeout", "4"], tmp_path / "b.log") as worker:
+        def missing() -> float | None:
+            return metric(str(http_get(port, "/metrics")[1]), "picrl_partition_state_missing", partition="0")
+
+        def committed() -> dict[int, int]:
+            return asyncio.run(_committed(kafka_bootstrap, group, topics.usage))
+
+        def wait_for(condition: Callable[[], bool]) -> None:
+            deadline = time.monotonic() + 90
+            while not condition():
+                assert time.monotonic() < deadline and worker.poll() is None, tail(tmp_path / "b.log")
+                time.sleep(1.0)
+
+        wait_for(lambda: missing() == 1 and committed().get(1) == usage_end[1])
         time.sleep(3)  # B has everything it needs for partition 0 too: it must still decide nothing there
-        committed = asyncio.run(_committed(kafka_bootstrap, group, topics.usage))
+        held = committed()
+        late = {m.partition for m in asyncio.run(consume(kafka_bootstrap, topics.actions, services * ticks, timeout=10))
+                if decode_action(m.value).tick > first}
+        asyncio.run(_write(kafka_bootstrap, changelog, 0, rows))  # an operator restores the changelog
+        wait_for(lambda: missing() == 0 and committed().get(0) == usage_end[0])
         assert worker.poll() is None, tail(tmp_path / "b.log")
-    assert committed[0] < usage_end[0], "partition 0 was committed past its restore failure"
-    actions = asyncio.run(consume(kafka_bootstrap, topics.actions, services * ticks, timeout=10))
-    late = {m.partition for m in actions if decode_action(m.value).tick > first}
+    assert held[0] < usage_end[0], "partition 0 was committed past its restore failure"
     assert late == {1}, f"actions after the restore failure on partitions {late}: only partition 1 may have them"
-    assert "the state of usage partition 0 was not restored" in (tmp_path / "b.log").read_text()
+    log = (tmp_path / "b.log").read_text()
+    assert "the state of usage partition 0 was not restored" in log and "reach the group's committed offsets now" in log
+    actions = [decode_action(m.value) for m in asyncio.run(consume(kafka_bootstrap, topics.actions, services * ticks,
+                                                                   timeout=10))]
+    counts = collections.Counter((a.service, a.tick) for a in actions if a.tick > first)
+    assert sorted(counts.values()) == [1] * services * (ticks - first), "every later tick answered once"
+
+
+async def _write(bootstrap: str, topic: str, partition: int, rows: dict[bytes, bytes | None]) -> None:
+    """Write ``rows`` (key: value) to one partition of ``topic``."""
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, enable_idempotence=True)
+    await producer.start()
+    try:
+        await asyncio.gather(*[await producer.send(topic, value, key=key, partition=partition)
+                               for key, value in rows.items()])
+    finally:
+        await producer.stop()
 
 
 async def _committed(bootstrap: str, group: str, topic: str) -> dict[int, int]:

@@ -1,14 +1,17 @@
 """A usage partition with records waiting and nothing committed for ``stall_timeout`` seconds makes its worker
-rejoin the group (stream/stall_watch.py, ``StreamWorker._watch_for_stalls``)."""
+rejoin the group (stream/stall_watch.py), and a held partition is released once its rows are back
+(``StreamWorker._watch_partitions``)."""
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass, field
 
 import pytest
 from faust.types import TP
 
 from picrl_core.artifact import ModelArtifact
 from stream.stall_watch import StallWatch
+from stream.state_table import WATERMARK_KEY
 from stream.worker import StreamWorker, WorkerSettings
 
 
@@ -37,13 +40,34 @@ class _Clock:
         return self.now
 
 
-@pytest.fixture()
-def stalled_worker(tiny_artifact: ModelArtifact, monkeypatch: pytest.MonkeyPatch) -> tuple[StreamWorker, list, _Clock]:
+@dataclass
+class Watched:
     """A worker (no broker) that owns usage partitions 0 and 1, whose group committed 5 and 7 of 9 records each
-    and never more; ``rejoins`` collects its rejoin requests."""
+    and never more; what it asks of its consumer and its table is recorded."""
+
+    worker: StreamWorker
+    clock: _Clock
+    rejoins: list[float] = field(default_factory=list)
+    reloads: list[int] = field(default_factory=list)
+    resumed: list[int] = field(default_factory=list)
+
+    def watch_at(self, *times: float) -> None:
+        for t in times:
+            self.clock.now = t
+            asyncio.run(self.worker._watch_partitions())
+
+    def hold(self, *partitions: int) -> None:
+        self.worker.app.consumer.held = frozenset(TP(self.worker.topics.usage, p) for p in partitions)
+
+    def held(self) -> set[int]:
+        return {tp.partition for tp in self.worker.app.consumer.held}
+
+
+@pytest.fixture()
+def watched(tiny_artifact: ModelArtifact, monkeypatch: pytest.MonkeyPatch) -> Watched:
     worker = StreamWorker(WorkerSettings(bootstrap="127.0.0.1:9", app_id="stall-worker", partitions=2,
                                          stall_timeout=30.0), tiny_artifact)
-    consumer, rejoins, clock = worker.app.consumer, [], _Clock()
+    consumer, w = worker.app.consumer, Watched(worker, _Clock())
 
     async def committed() -> dict[int, int]:
         return {0: 5, 1: 7}
@@ -51,48 +75,56 @@ def stalled_worker(tiny_artifact: ModelArtifact, monkeypatch: pytest.MonkeyPatch
     async def highwaters(*tps: TP) -> dict[TP, int]:
         return {tp: 9 for tp in tps}
 
+    async def reload(bootstrap: str, partition: int) -> None:
+        w.reloads.append(partition)
+
     monkeypatch.setattr(worker, "usage_partitions", lambda: {0, 1})
     monkeypatch.setattr(worker, "_committed", committed)
+    monkeypatch.setattr(worker.states, "reload", reload)
     monkeypatch.setattr(consumer, "highwaters", highwaters)
-    monkeypatch.setattr(consumer, "rejoin", lambda: rejoins.append(clock.now))
-    monkeypatch.setattr("stream.worker.time.monotonic", clock)
-    return worker, rejoins, clock
+    monkeypatch.setattr(consumer, "rejoin", lambda: w.rejoins.append(w.clock.now))
+    monkeypatch.setattr(consumer, "pause_partitions", lambda tps: None)
+    monkeypatch.setattr(consumer, "resume_partitions", lambda tps: w.resumed.extend(tp.partition for tp in tps))
+    monkeypatch.setattr("stream.worker.time.monotonic", w.clock)
+    return w
 
 
-def _watch_at(worker: StreamWorker, clock: _Clock, *times: float) -> None:
-    for t in times:
-        clock.now = t
-        asyncio.run(worker._watch_for_stalls())
+def test_a_stalled_worker_rejoins_its_group_once_per_stall_and_counts_it(watched: Watched) -> None:
+    watched.watch_at(0.0, 10.0, 20.0, 29.0)
+    assert watched.rejoins == []
+    watched.watch_at(30.0, 40.0, 50.0, 69.0)
+    assert watched.rejoins == [30.0]  # after a rejoin the clock starts again at the next look (40 s)
+    watched.watch_at(70.0)
+    assert watched.rejoins == [30.0, 70.0]
+    assert watched.worker.metrics.stall_rejoins._value.get() == 2
 
 
-def test_a_stalled_worker_rejoins_its_group_once_per_stall_and_counts_it(
-        stalled_worker: tuple[StreamWorker, list, _Clock]) -> None:
-    worker, rejoins, clock = stalled_worker
-    _watch_at(worker, clock, 0.0, 10.0, 20.0, 29.0)
-    assert rejoins == []
-    _watch_at(worker, clock, 30.0, 40.0, 50.0, 69.0)
-    assert rejoins == [30.0]  # after a rejoin the clock starts again at the next look (40 s)
-    _watch_at(worker, clock, 70.0)
-    assert rejoins == [30.0, 70.0]
-    assert worker.metrics.stall_rejoins._value.get() == 2
+def test_held_partitions_and_rebalances_do_not_count_as_stalls(watched: Watched) -> None:
+    watched.hold(0, 1)  # rows not restored
+    watched.watch_at(0.0, 30.0, 60.0)
+    assert watched.rejoins == [] and watched.reloads == [0, 1] * 3  # their rows read again each round
+    watched.hold()
+    watched.worker.app.rebalancing = True
+    watched.watch_at(70.0, 100.0, 130.0)
+    assert watched.rejoins == []
+    watched.worker.app.rebalancing = False
+    watched.watch_at(140.0, 169.0)
+    assert watched.rejoins == []  # the rebalance restarted the clock
+    watched.watch_at(170.0)
+    assert watched.rejoins == [170.0]
 
 
-def test_held_partitions_and_rebalances_do_not_count_as_stalls(
-        stalled_worker: tuple[StreamWorker, list, _Clock]) -> None:
-    worker, rejoins, clock = stalled_worker
-    consumer = worker.app.consumer
-    consumer.held = frozenset({TP(worker.topics.usage, 0), TP(worker.topics.usage, 1)})  # rows not restored
-    _watch_at(worker, clock, 0.0, 30.0, 60.0)
-    assert rejoins == []
-    consumer.held = frozenset()
-    worker.app.rebalancing = True
-    _watch_at(worker, clock, 70.0, 100.0, 130.0)
-    assert rejoins == []
-    worker.app.rebalancing = False
-    _watch_at(worker, clock, 140.0, 169.0)
-    assert rejoins == []  # the rebalance restarted the clock
-    _watch_at(worker, clock, 170.0)
-    assert rejoins == [170.0]
+def test_a_held_partition_is_released_once_its_rows_reach_the_committed_offset(watched: Watched) -> None:
+    states, metrics = watched.worker.states, watched.worker.metrics
+    watched.hold(0, 1)
+    metrics.state_missing.labels("0").set(1)
+    metrics.state_missing.labels("1").set(1)
+    watched.watch_at(0.0)
+    assert watched.held() == {0, 1} and watched.resumed == []
+    states.data[WATERMARK_KEY + b"0"] = b"5"  # partition 0's rows are back in the changelog, up to offset 5
+    watched.watch_at(1.0)
+    assert watched.held() == {1} and watched.resumed == [0]
+    assert metrics.state_missing.labels("0")._value.get() == 0 and metrics.state_missing.labels("1")._value.get() == 1
 
 
 def test_the_stall_timeout_is_checked() -> None:
