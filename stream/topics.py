@@ -14,6 +14,7 @@ partitions to match the source topic's).
 """
 from __future__ import annotations
 
+import asyncio
 import time
 from dataclasses import dataclass, field
 
@@ -103,6 +104,7 @@ async def ensure_topics(bootstrap: str, specs: list[TopicSpec]) -> dict[str, str
         missing = [s for s in specs if s.name not in existing]
         if missing:
             await admin.create_topics([NewTopic(s.name, s.partitions, 1, topic_configs=s.config) for s in missing])
+            await _until_led(admin, [s.name for s in missing])
         present = [s for s in specs if s.name in existing]
         if present:
             described = {t["topic"]: len(t["partitions"]) for t in await admin.describe_topics([s.name for s in present])}
@@ -114,6 +116,22 @@ async def ensure_topics(bootstrap: str, specs: list[TopicSpec]) -> dict[str, str
     finally:
         await admin.close()
     return {s.name: ("created" if s in missing else "exists") for s in specs}
+
+
+async def _until_led(admin: AIOKafkaAdminClient, names: list[str], timeout: float = 30.0) -> None:
+    """Wait until the broker's metadata has every topic of ``names`` with a leader for each partition.
+
+    CreateTopics answers once the controller has the topics; a client that asks the broker at once may not see
+    them yet (``picrl up``'s closed loop once found no actions topic, a second after they were created)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        described = await admin.describe_topics(names)
+        if all(t["error_code"] == 0 and t["partitions"] and all(p["leader"] >= 0 for p in t["partitions"])
+               for t in described):
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"topics {names} created but without a leader for every partition after {timeout:.0f} s")
+        await asyncio.sleep(0.1)
 
 
 async def end_offsets(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
