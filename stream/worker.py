@@ -231,8 +231,8 @@ class StreamWorker:
     async def _watch_partitions(self) -> None:
         """Every ``stall_timeout / 4`` seconds (:data:`WATCH_EVERY` with the stall watch off), outside rebalances:
         read the rows of each held partition again from the changelog and release those that now reach the
-        group's committed offset (a read just after a broker restart can come back short, and a partition held
-        for it stayed held until the next rebalance, which a stable group never makes); then rejoin the group
+        group's committed offset (rows written back by an operator, or a read that came back short: a held
+        partition waited for the next rebalance before, which a stable group never makes); then rejoin the group
         when a usage partition of this worker, not held, has stalled (stream/stall_watch.py): records waiting
         beyond the committed offset, which has not moved for ``stall_timeout`` seconds."""
         consumer = cast(HoldingConsumer, self.app.consumer)
