@@ -134,9 +134,11 @@ async def _until_led(admin: AIOKafkaAdminClient, names: list[str], timeout: floa
         await asyncio.sleep(0.1)
 
 
-async def end_offsets(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
-    """The offset the next record of each partition of ``topic`` will get (``{partition: offset}``)."""
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap)
+async def end_offsets(bootstrap: str, topic: str, partitions: int,
+                      isolation_level: str = "read_uncommitted") -> dict[int, int]:
+    """The offset the next record of each partition of ``topic`` will get (``{partition: offset}``); with
+    ``read_committed``, the last stable offset (an open transaction's first offset, if one is open)."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, isolation_level=isolation_level)
     await consumer.start()
     try:
         ends = await consumer.end_offsets([TopicPartition(topic, p) for p in range(partitions)])

@@ -15,14 +15,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
 from picrl.kafka import LocalKafka
 from picrl_core.artifact import ModelArtifact
 from producers.closed_loop import ClosedLoopRecord, TickSummary
 from stream.records import decode_action
-from stream.topics import TopicNames, committed_offsets
+from stream.topics import TopicNames, committed_offsets, end_offsets
 from tests.support.kafka import consume
 from tests.support.processes import spawn, stop, tail
 from tests.support.reference import coupled_reference_run, reference_run
@@ -114,26 +113,17 @@ class Chaos:
         topics = TopicNames(prefix)
 
         async def offsets() -> list[str]:
-            tps = [TopicPartition(topics.actions, p) for p in range(partitions)]
-            usage = [TopicPartition(topics.usage, p) for p in range(partitions)]
-            ends = {}
-            for isolation in ("read_uncommitted", "read_committed"):
-                consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, isolation_level=isolation)
-                await consumer.start()
-                try:
-                    ends[isolation] = await consumer.end_offsets(tps + usage)
-                finally:
-                    await consumer.stop()
+            usage = await end_offsets(bootstrap, topics.usage, partitions)
+            actions = await end_offsets(bootstrap, topics.actions, partitions)
+            stable = await end_offsets(bootstrap, topics.actions, partitions, isolation_level="read_committed")
             admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
             await admin.start()
             try:
                 committed = await committed_offsets(admin, group, topics.usage)
             finally:
                 await admin.close()
-            return ([f"usage[{tp.partition}]: committed {committed.get(tp.partition)}, end "
-                     f"{ends['read_uncommitted'][tp]}" for tp in usage]
-                    + [f"actions[{tp.partition}]: end {ends['read_uncommitted'][tp]}, last stable "
-                       f"{ends['read_committed'][tp]}" for tp in tps])
+            return ([f"usage[{p}]: committed {committed.get(p)}, end {usage[p]}" for p in range(partitions)]
+                    + [f"actions[{p}]: end {actions[p]}, last stable {stable[p]}" for p in range(partitions)])
 
         try:
             lines = asyncio.run(offsets())
