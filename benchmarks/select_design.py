@@ -28,7 +28,10 @@ The variants form a ladder from the paper's Phase 3 to the default, one change p
     +escape-from-4      the escape's first step 4 margin steps, not 1 (calibrator.escape_start)
     +escape-handover    once the demand is seen the escape drops to what keeps the action's centre at that demand
                         (at most where it was), not to its half, and each step of a search is 4 times the last, not 2
-                        (calibrator.escape_release, escape_growth; the default)
+                        (calibrator.escape_release, escape_growth)
+    +impute-repeat      the window's E-step under a mixture forecast: the last demand seen, repeated with the service's
+                        running share of repeats, or the Gaussian (estimator.impute_repeat, picrl_core.repeats; the
+                        default)
 
 and options tried on top of the default and left off because they did not help here:
 
@@ -134,7 +137,8 @@ CHANGES: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
     ("+impute-window", (("estimator", "impute_window"),)),
     ("+no-pessimism", (("reward", "use_pessimism"),)),
     ("+escape-from-4", (("calibrator", "escape_start"),)),
-    ("+escape-handover (default)", (("calibrator", "escape_release"), ("calibrator", "escape_growth"))),
+    ("+escape-handover", (("calibrator", "escape_release"), ("calibrator", "escape_growth"))),
+    ("+impute-repeat (default)", (("estimator", "impute_repeat"),)),
 )
 # A setting that two rungs change holds, between them, the value the first one gave it.
 INTERIM = {("calibrator", "delta_m"): 0.1}
@@ -304,14 +308,18 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True, help="folder for design.json, design.csv, design.png")
     parser.add_argument("--pods", type=int, default=6, help="evenly spaced real pods to include (default 6)")
     parser.add_argument("--seeds", type=int, default=1, help="seeds per trace (default 1)")
+    parser.add_argument("--first-seed", type=int, default=0,
+                        help="the first seed (default 0): a confirmatory run on seeds an earlier run did not use")
     parser.add_argument("--fleet", action="store_true", help="add the 91-pod fleet as one more trace")
     parser.add_argument("--rungs", nargs="+", choices=list(ladder()), metavar="NAME",
                         help="only these variants besides the default (default: the whole ladder)")
-    parser.add_argument("--verdicts-of", type=Path, metavar="DESIGN_JSON",
-                        help="print the adoption rule's verdicts of a stored run's design.json and exit")
+    parser.add_argument("--verdicts-of", type=Path, nargs="+", metavar="DESIGN_JSON",
+                        help="print the adoption rule's verdicts of stored runs' design.json (several: over the "
+                        "trace-seed pairs of all of them) and exit")
     args = parser.parse_args()
     if args.verdicts_of:
-        print_verdicts(json.loads(args.verdicts_of.read_text())["traces"])
+        print_verdicts({pair: rows for path in args.verdicts_of
+                        for pair, rows in json.loads(path.read_text())["traces"].items()})
         return
     torch.set_num_threads(1)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -323,8 +331,8 @@ def main() -> None:
     if args.fleet:
         developed["pods-fleet"] = development_series(prepare_fleet(load_dataset("pods").values, "pods"))
     for name, series in developed.items():
-        for seed in range(args.seeds):
-            key = f"{name} seed {seed}" if args.seeds > 1 else name
+        for seed in range(args.first_seed, args.first_seed + args.seeds):
+            key = f"{name} seed {seed}" if args.seeds > 1 or args.first_seed else name
             results[key] = evaluate_trace(series, seed, args.rungs)
             print(f"{key:<18} " + "  ".join(f"{m} {r['regret']:.2f}" for m, r in results[key].items()), flush=True)
     names = list(next(iter(results.values())))

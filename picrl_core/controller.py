@@ -19,13 +19,14 @@ from picrl_core.batching import in_fixed_chunks
 from picrl_core.calibrator import (adapt_step, escape_step, feedback, reactive_step, release_escape, rescale_margin,
                                   track_temperature)
 from picrl_core.censored_estimator import ROWS_PER_THREAD, CensoredDemandEstimate, estimate_censored_demand
-from picrl_core.config import PicRLConfig
+from picrl_core.config import EstimatorConfig, PicRLConfig
 from picrl_core.features import state_features
 from picrl_core.incremental_predictor import advance_memory, memory_size, start_memory
 from picrl_core.mills import mean_above
 from picrl_core.noise import counter_normal
 from picrl_core.policy import N_OUTPUTS, PolicyNetwork, gaussian_log_prob, risk_centre, squash
 from picrl_core.predictor import GaussianLSTM, predict_gaussian
+from picrl_core.repeats import mean_above_or_repeat, repeats_in, track_repeats
 from picrl_core.reward import expected_cost, step_reward
 
 
@@ -60,6 +61,8 @@ class ControllerState:
     step_scale: np.ndarray  # (B,) float64 multiplier of the margin's step (calibrator.adaptive_step; else 1)
     temperature: np.ndarray  # (B,) float64 the service's online scale of sigma (calibrator.online_scale; else 1)
     escape: np.ndarray  # (B,) float64 the censoring-streak escape e_t added to the action (calibrator.escape; else 0)
+    repeat_share: np.ndarray  # (B,) float64 running share of seen ticks that repeated the last seen demand (repeats)
+    last_seen: np.ndarray  # (B,) float64 the last demand seen uncensored
 
     def __len__(self) -> int:
         return int(self.keys.shape[0])
@@ -145,7 +148,8 @@ class PicRLController:
             observations=observations, censored=np.zeros_like(observations, dtype=bool), context=context,
             margin=zeros, bias=zeros.copy(), censor_streak=np.zeros(n, np.int64), over_streak=np.zeros(n, np.int64),
             estimate_start=None, memory=None, step_scale=np.ones(n), temperature=np.full(n, scale),
-            escape=zeros.copy(),
+            escape=zeros.copy(), repeat_share=repeats_in(observations),
+            last_seen=observations[:, -1].astype(np.float64),
             start_margin=calibrator.initial_margin if warm else 0.0,
         )
 
@@ -183,9 +187,12 @@ class PicRLController:
                       if cfg.calibrator.adaptive_step else state.step_scale)
         temperature = (track_temperature(state.temperature, y, state.mu, state.sigma, censored, cfg.calibrator)
                        if self.scales_sigma else state.temperature)
-        window_y, window_c = (impute_shortage(y, censored, shortage, state, censor_streak, cfg.estimator.impute_streak)
+        window_y, window_c = (impute_shortage(y, censored, shortage, state, censor_streak, cfg.estimator)
                               if cfg.estimator.impute_window else (y, censored))
         seen = ~shortage & ~censored
+        observed = ~censored if unseen is None else ~censored & ~unseen
+        repeat_share, last_seen = track_repeats(state.repeat_share, state.last_seen, y, observed,
+                                                state.censor_streak == 0, cfg.estimator.repeat_rate)
         escape = (escape_step(state.escape, shortage, seen, censor_streak, state.sigma, cfg.calibrator)
                   if cfg.calibrator.escape else state.escape)
         if unseen is not None:  # the temperature holds; the window takes the forecast (the E-step of a missing value)
@@ -202,7 +209,8 @@ class PicRLController:
             margin=margin, bias=bias, censor_streak=censor_streak, over_streak=over_streak,
             estimate_start=(state.est_mean, state.est_std) if self.config.estimator.warm_start else None,
             memory=state.memory, step_scale=step_scale, temperature=temperature, escape=escape,
-            previous_sigma=state.sigma, seen=(state.escape, seen if unseen is None else seen & ~unseen, y),
+            repeat_share=repeat_share, last_seen=last_seen, previous_sigma=state.sigma,
+            seen=(state.escape, seen if unseen is None else seen & ~unseen, y),
         )
         transition = Transition(features=state.features, pre=state.pre, log_prob=state.log_prob, reward=reward,
                                 next_features=new.features, censored=censored, action=a)
@@ -224,6 +232,7 @@ class PicRLController:
                 context: np.ndarray, margin: np.ndarray, bias: np.ndarray, censor_streak: np.ndarray,
                 over_streak: np.ndarray, estimate_start: tuple[np.ndarray, np.ndarray] | None,
                 memory: np.ndarray | None, step_scale: np.ndarray, temperature: np.ndarray, escape: np.ndarray,
+                repeat_share: np.ndarray, last_seen: np.ndarray,
                 start_margin: float = 0.0, previous_sigma: np.ndarray | None = None,
                 seen: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> ControllerState:
         """Predict (mu, sigma), build s_t, plan (eta, k) and act: a = clip(mu + k*sigma + m + b + e, 0, 1), with ``e``
@@ -274,7 +283,7 @@ class PicRLController:
             margin=margin, bias=bias, censor_streak=censor_streak, over_streak=over_streak,
             action=action, mu=mu, sigma=sigma, eta=eta, k=k, pre=pre, log_prob=log_prob, features=features,
             est_mean=censored_demand.mean, est_std=censored_demand.std, memory=memory, step_scale=step_scale,
-            temperature=temperature, escape=escape,
+            temperature=temperature, escape=escape, repeat_share=repeat_share, last_seen=last_seen,
         )
 
     def _predict(self, observations: np.ndarray, censored: np.ndarray, context: np.ndarray,
@@ -359,17 +368,21 @@ def unclipped_action(mu: np.ndarray, k: np.ndarray, sigma: np.ndarray, margin: n
 
 
 def impute_shortage(y: np.ndarray, censored: np.ndarray, shortage: np.ndarray, pending: ControllerState,
-                    censor_streak: np.ndarray, streak_limit: int = 0) -> tuple[np.ndarray, np.ndarray]:
+                    censor_streak: np.ndarray, cfg: EstimatorConfig) -> tuple[np.ndarray, np.ndarray]:
     """What the window keeps of a tick with ``estimator.impute_window``: a shortage (``d > a``, seen as ``y = a``)
     as its Tobit E-step ``E[d | d > a]`` under the forecast ``N(mu, sigma^2)`` its action was planned with, and
     uncensored (the E-step of data augmentation for censored time series, Park, Genton & Ghosh, Can. J. Stat.
-    2007); every other tick as it came. With ``streak_limit`` ``n > 0`` only the first ``n`` shortages of a
-    censoring streak (``censor_streak``, this tick included) are imputed; later ones keep the bound and flag.
-    The reward, the calibrator and the temperature still read ``(y, c)``."""
+    2007); every other tick as it came. With ``estimator.impute_repeat`` the forecast is the mixture of that
+    Gaussian and a repeat of the last demand seen (:func:`~picrl_core.repeats.mean_above_or_repeat`). With
+    ``estimator.impute_streak`` ``n > 0`` only the first ``n`` shortages of a censoring streak (``censor_streak``,
+    this tick included) are imputed; later ones keep the bound and flag. The reward, the calibrator and the
+    temperature still read ``(y, c)``."""
     imputed = shortage & censored
-    if streak_limit:
-        imputed &= censor_streak <= streak_limit
-    return (np.where(imputed, mean_above(pending.mu, pending.sigma, pending.action), y), censored & ~imputed)
+    if cfg.impute_streak:
+        imputed &= censor_streak <= cfg.impute_streak
+    demand = (mean_above_or_repeat(pending.mu, pending.sigma, pending.action, pending.repeat_share, pending.last_seen)
+              if cfg.impute_repeat else mean_above(pending.mu, pending.sigma, pending.action))
+    return np.where(imputed, demand, y), censored & ~imputed
 
 
 def _shift(window: np.ndarray, newest: np.ndarray) -> np.ndarray:

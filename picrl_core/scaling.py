@@ -65,12 +65,12 @@ def grown_high(low: np.ndarray, high: np.ndarray, factor: float) -> np.ndarray:
 # How each ControllerState field moves with the range: levels are affine in the native unit, spreads
 # (standard deviations, calibrator offsets) scale with the span, the rest does not depend on it (the
 # features and the policy sample stay as the decision saw them: the replay transition is built from them).
-LEVEL_FIELDS = ("observations", "action", "mu", "est_mean")
+LEVEL_FIELDS = ("observations", "action", "mu", "est_mean", "last_seen")
 SPREAD_FIELDS = ("sigma", "margin", "bias", "est_std", "escape")
 _UNCLIPPED_LEVELS = ("mu", "est_mean")  # estimates may lie outside [0, 1]; a moved range clips observations and actions
 UNIT_FREE_FIELDS = ("keys", "tick", "censored", "context", "censor_streak", "over_streak", "eta", "k", "pre",
                     "log_prob", "features", "memory", "step_scale",
-                    "temperature")
+                    "temperature", "repeat_share")
 # ``memory`` (the incremental predictor's LSTM state) is not rescaled: no affine map carries an LSTM's hidden
 # state to other units. Its mu stays anchored on the rescaled newest observation (mu = y_last + head(h)),
 # and the state adapts over the next ticks as the LSTM's forget gates let it.

@@ -181,7 +181,7 @@ def test_a_killed_ticks_compute_is_kept_as_the_forecast_and_teaches_nothing_else
     its pending forecast there (uncensored), its calibrator, streaks and temperature hold (even at a capacity of
     0, where the observed 0 reaches the capacity), and its reward is the forecast's expected cost."""
     from picrl_core.controller import PicRLController
-    from picrl_core.mills import mean_above
+    from picrl_core.repeats import mean_above_or_repeat
     from picrl_core.resources import unobserved
     from picrl_core.reward import expected_cost
 
@@ -202,12 +202,15 @@ def test_a_killed_ticks_compute_is_kept_as_the_forecast_and_teaches_nothing_else
     if compute_capacity:  # below the capacity the coupled flag's bound, as observed
         assert plain.observations[2, -1] == 0.0 and plain.censored[2, -1]
     else:  # at a capacity of 0 the unseen 0 reads as a shortage, and the window would take its E-step above it
-        assert plain.observations[2, -1] == np.float32(mean_above(state.mu[2], state.sigma[2], 0.0))
+        expected = mean_above_or_repeat(state.mu[2:3], state.sigma[2:3], np.zeros(1), state.repeat_share[2:3],
+                                        state.last_seen[2:3])
+        assert plain.observations[2, -1] == np.float32(expected[0])
         assert not plain.censored[2, -1]
-    assert (kept.margin[2], kept.bias[2], kept.censor_streak[2], kept.temperature[2]) == \
-        (state.margin[2], state.bias[2], 2, state.temperature[2])
+    assert (kept.margin[2], kept.bias[2], kept.censor_streak[2], kept.temperature[2], kept.repeat_share[2],
+            kept.last_seen[2]) == (state.margin[2], state.bias[2], 2, state.temperature[2], state.repeat_share[2],
+                                   state.last_seen[2])
     assert transition.reward[2] == -expected_cost(compute_capacity, state.mu[2], state.sigma[2], tiny_config.cost)
     others = [0, 1, 3]
     assert np.array_equal(kept.observations[others], plain.observations[others])
-    for name in ("margin", "bias", "censor_streak", "temperature"):
+    for name in ("margin", "bias", "censor_streak", "temperature", "repeat_share", "last_seen"):
         assert np.array_equal(getattr(kept, name)[others], getattr(plain, name)[others]), name

@@ -1,0 +1,77 @@
+"""The shortage's E-step under a forecast that repeats the last seen demand or is the Gaussian (picrl_core.repeats)."""
+from __future__ import annotations
+
+from dataclasses import replace
+from statistics import NormalDist
+
+import numpy as np
+import pytest
+
+from picrl_core.config import EstimatorConfig, PicRLConfig
+from picrl_core.controller import PicRLController
+from picrl_core.mills import mean_above
+from picrl_core.policy import PolicyNetwork
+from picrl_core.predictor import GaussianLSTM
+from picrl_core.repeats import mean_above_or_repeat, repeats_in, track_repeats
+
+
+def test_without_repeats_or_with_the_repeat_below_the_bound_the_e_step_is_the_gaussians_bit_for_bit() -> None:
+    mu, sigma, bound = np.array([0.4, 0.5, 0.2]), np.array([0.05, 0.1, 0.02]), np.array([0.45, 0.48, 0.25])
+    gaussian = mean_above(mu, sigma, bound)
+    np.testing.assert_array_equal(mean_above_or_repeat(mu, sigma, bound, np.zeros(3), np.full(3, 0.9)), gaussian)
+    # a repeat at or below the bound cannot have been short: only the Gaussian is left
+    np.testing.assert_array_equal(mean_above_or_repeat(mu, sigma, bound, np.full(3, 0.9), bound), gaussian)
+
+
+def test_the_e_step_weighs_the_repeat_by_its_posterior_given_the_shortage() -> None:
+    mu, sigma, bound, share, seen = 0.40, 0.05, 0.43, 0.8, 0.44
+    tail = NormalDist(mu, sigma)
+    survival = 1.0 - tail.cdf(bound)
+    weight = share / (share + (1.0 - share) * survival)
+    expected = weight * seen + (1.0 - weight) * float(mean_above(mu, sigma, bound))
+    got = mean_above_or_repeat(np.array([mu]), np.array([sigma]), np.array([bound]), np.array([share]),
+                               np.array([seen]))
+    assert got[0] == pytest.approx(expected, rel=1e-12)
+    assert seen < got[0] < float(mean_above(mu, sigma, bound))  # between the plateau and the Gaussian's tail mean
+    always = mean_above_or_repeat(np.array([mu]), np.array([sigma]), np.array([bound]), np.ones(1), np.array([seen]))
+    assert always[0] == seen  # a service whose demand always repeated: the plateau itself
+
+
+def test_the_share_of_repeats_moves_only_on_a_seen_tick_after_a_seen_tick() -> None:
+    share, last = np.full(4, 0.5), np.array([0.3, 0.3, 0.3, 0.3])
+    y = np.array([0.3, 0.4, 0.3, 0.35])
+    observed = np.array([True, True, False, True])
+    after_seen = np.array([True, True, True, False])
+    new_share, new_last = track_repeats(share, last, y, observed, after_seen, rate=0.25)
+    np.testing.assert_allclose(new_share, [0.625, 0.375, 0.5, 0.5])  # repeat, change, unseen, first after a streak
+    np.testing.assert_array_equal(new_last, [0.3, 0.4, 0.3, 0.35])  # every seen demand becomes the last seen
+
+
+def test_the_cold_start_share_is_the_historys_share_of_repeated_pairs() -> None:
+    history = np.array([[1.0, 1.0, 2.0, 2.0, 2.0], [0.1, 0.2, 0.3, 0.4, 0.5]], dtype=np.float32)
+    np.testing.assert_allclose(repeats_in(history), [0.75, 0.0])
+    np.testing.assert_array_equal(repeats_in(np.ones((2, 1))), [0.0, 0.0])  # one value: no pair
+
+
+def test_a_shortage_on_a_plateau_enters_the_window_at_the_plateau(tiny_predictor: GaussianLSTM,
+                                                                 tiny_policy: PolicyNetwork,
+                                                                 tiny_config: PicRLConfig) -> None:
+    window = tiny_config.predictor.window
+    history = np.full((1, 3 * window), 0.6)
+    for repeat in (True, False):
+        config = replace(tiny_config, estimator=replace(tiny_config.estimator, impute_window=True,
+                                                        impute_repeat=repeat))
+        controller = PicRLController(tiny_predictor, tiny_policy, config)
+        state = controller.initial_state(np.zeros(1, np.uint64), history)
+        assert state.repeat_share[0] == 1.0 and state.last_seen[0] == pytest.approx(0.6)
+        state = replace(state, action=np.array([0.5]))  # provisioned below the plateau: short, seen at 0.5
+        new, _ = controller.step(state, np.array([0.5]), np.array([True]))
+        expected = 0.6 if repeat else mean_above(state.mu, state.sigma, state.action)[0]
+        assert new.observations[0, -1] == np.float32(expected) and not new.censored[0, -1]
+        assert new.last_seen[0] == state.last_seen[0] and new.repeat_share[0] == 1.0  # nothing seen: both hold
+
+
+def test_a_repeat_rate_outside_0_1_is_refused() -> None:
+    for rate in (0.0, 1.5):
+        with pytest.raises(ValueError, match="repeat_rate"):
+            EstimatorConfig(repeat_rate=rate)
