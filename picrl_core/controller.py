@@ -148,7 +148,7 @@ class PicRLController:
             observations=observations, censored=np.zeros_like(observations, dtype=bool), context=context,
             margin=zeros, bias=zeros.copy(), censor_streak=np.zeros(n, np.int64), over_streak=np.zeros(n, np.int64),
             estimate_start=None, memory=None, step_scale=np.ones(n), temperature=np.full(n, scale),
-            escape=zeros.copy(), repeat_share=repeats_in(observations),
+            escape=zeros.copy(), repeat_share=repeats_in(history[:, -self.window:]),  # the padding is no repeat
             last_seen=observations[:, -1].astype(np.float64),
             start_margin=calibrator.initial_margin if warm else 0.0,
         )

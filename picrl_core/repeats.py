@@ -41,7 +41,9 @@ def repeats_in(observations: np.ndarray) -> np.ndarray:
 def track_repeats(share: np.ndarray, last_seen: np.ndarray, y: np.ndarray, observed: np.ndarray,
                   after_seen: np.ndarray, rate: float) -> tuple[np.ndarray, np.ndarray]:
     """One tick of ``(p, v)``: where the demand was seen (``observed``) right after a seen tick (``after_seen``),
-    ``p += rate (1[y = v] - p)``; ``v`` becomes every seen demand. Elsewhere both hold."""
+    ``p += rate (1[y = v] - p)``; ``v`` becomes every seen demand. Elsewhere both hold. (The controller's
+    ``after_seen`` is "no censoring streak": a tick whose demand nobody saw holds the streak, so the tick after it
+    is compared with the demand seen before it, the same ``v`` the E-step would have used.)"""
     repeated = (np.abs(y - last_seen) <= REPEAT_TOLERANCE).astype(np.float64)
     share = np.where(observed & after_seen, share + rate * (repeated - share), share)
     return share, np.where(observed, y, last_seen)

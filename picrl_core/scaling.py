@@ -67,7 +67,9 @@ def grown_high(low: np.ndarray, high: np.ndarray, factor: float) -> np.ndarray:
 # features and the policy sample stay as the decision saw them: the replay transition is built from them).
 LEVEL_FIELDS = ("observations", "action", "mu", "est_mean", "last_seen")
 SPREAD_FIELDS = ("sigma", "margin", "bias", "est_std", "escape")
-_UNCLIPPED_LEVELS = ("mu", "est_mean")  # estimates may lie outside [0, 1]; a moved range clips observations and actions
+# estimates may lie outside [0, 1], and the last seen demand is compared with the next one as it comes; a moved range
+# clips observations and actions
+_UNCLIPPED_LEVELS = ("mu", "est_mean", "last_seen")
 UNIT_FREE_FIELDS = ("keys", "tick", "censored", "context", "censor_streak", "over_streak", "eta", "k", "pre",
                     "log_prob", "features", "memory", "step_scale",
                     "temperature", "repeat_share")

@@ -37,6 +37,19 @@ def test_the_e_step_weighs_the_repeat_by_its_posterior_given_the_shortage() -> N
     assert always[0] == seen  # a service whose demand always repeated: the plateau itself
 
 
+def test_far_in_the_gaussians_tail_even_a_rare_repeat_takes_the_shortage() -> None:
+    # a capacity 40 sigma above the forecast: a shortage there is (almost) only possible as the repeat
+    got = mean_above_or_repeat(np.array([0.2]), np.array([0.005]), np.array([0.4]), np.array([0.01]), np.array([0.45]))
+    assert got[0] == pytest.approx(0.45, abs=1e-12)
+
+
+def test_a_repeat_is_equality_up_to_float32_rounding_and_no_more() -> None:
+    last = np.full(3, 0.3)
+    y = np.array([float(np.float32(0.3)), 0.3 + 2e-7, 0.3])
+    share, _ = track_repeats(np.zeros(3), last, y, np.ones(3, bool), np.ones(3, bool), rate=1.0)
+    np.testing.assert_array_equal(share, [1.0, 0.0, 1.0])
+
+
 def test_the_share_of_repeats_moves_only_on_a_seen_tick_after_a_seen_tick() -> None:
     share, last = np.full(4, 0.5), np.array([0.3, 0.3, 0.3, 0.3])
     y = np.array([0.3, 0.4, 0.3, 0.35])
@@ -75,3 +88,26 @@ def test_a_repeat_rate_outside_0_1_is_refused() -> None:
     for rate in (0.0, 1.5):
         with pytest.raises(ValueError, match="repeat_rate"):
             EstimatorConfig(repeat_rate=rate)
+
+
+def test_a_short_historys_padding_counts_as_no_repeat(tiny_predictor: GaussianLSTM, tiny_policy: PolicyNetwork,
+                                                     tiny_config: PicRLConfig) -> None:
+    controller = PicRLController(tiny_predictor, tiny_policy, tiny_config)
+    distinct = np.array([[0.1, 0.2, 0.3], [0.4, 0.4, 0.5]])  # padded on the left to the window by their first value
+    state = controller.initial_state(np.arange(2, dtype=np.uint64), distinct)
+    np.testing.assert_allclose(state.repeat_share, [0.0, 0.5])
+    np.testing.assert_allclose(state.last_seen, [0.3, 0.5])
+    assert controller.initial_state(np.zeros(1, np.uint64), np.array([[0.7]])).repeat_share[0] == 0.0
+
+
+def test_a_tick_nobody_saw_leaves_the_share_and_the_last_seen_demand(tiny_predictor: GaussianLSTM,
+                                                                      tiny_policy: PolicyNetwork,
+                                                                      tiny_config: PicRLConfig) -> None:
+    controller = PicRLController(tiny_predictor, tiny_policy, tiny_config)
+    state = controller.initial_state(np.zeros(1, np.uint64), np.full((1, 3 * tiny_config.predictor.window), 0.6))
+    state = replace(state, action=np.array([0.5]))
+    y, flag = np.array([0.3]), np.array([False])  # over-provisioned, seen at 0.3: no repeat of 0.6
+    unseen, _ = controller.step(state, y, flag, None, np.array([True]))
+    assert (unseen.repeat_share[0], unseen.last_seen[0]) == (state.repeat_share[0], state.last_seen[0])
+    seen, _ = controller.step(state, y, flag)
+    assert seen.last_seen[0] == 0.3 and seen.repeat_share[0] == pytest.approx(1.0 - tiny_config.estimator.repeat_rate)
