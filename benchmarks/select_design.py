@@ -67,6 +67,7 @@ and options tried on top of the default and left off because they did not help h
     +escape-hold        once the demand is seen the escape halves, but not below what keeps the action's centre
                         at that demand; a search that doubles (calibrator.escape_release = "hold")
     +escape-growth-8, +escape-from-1   the handover with a search growing by 8, or starting from one margin step
+    +repeat-rate-1/8, +repeat-rate-1/128   the repeat share's step 4 times larger or smaller than one window's 1/32
 
 next to the default's full-information reference (the same controller fed the demand) and the two
 strongest baselines on the same development split: conformal and the censored SGD residual tracker,
@@ -190,6 +191,9 @@ def ladder() -> dict[str, Variant]:
     # the escape's first step at 16 margin steps, the other candidate of the round that chose 4
     rungs["+escape-from-16"] = lambda c: replace(c, calibrator=replace(c.calibrator, escape_start=16.0))
     rungs["+impute-first-shortage"] = lambda c: replace(c, estimator=replace(c.estimator, impute_streak=1))
+    for label, rate in (("1/8", 1 / 8), ("1/128", 1 / 128)):  # the repeat share's step, around one window's 1/32
+        rungs[f"+repeat-rate-{label}"] = lambda c, rate=rate: replace(c, estimator=replace(
+            c.estimator, repeat_rate=rate))
     rungs["+pessimism"] = lambda c: replace(c, reward=replace(c.reward, use_pessimism=True))  # Eq. 9 back
     rungs["+select-pessimism"] = lambda c: replace(c, reward=replace(c.reward, use_pessimism=True,
                                                                      select_pessimism=True))
