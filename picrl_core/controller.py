@@ -380,9 +380,13 @@ def impute_shortage(y: np.ndarray, censored: np.ndarray, shortage: np.ndarray, p
     imputed = shortage & censored
     if cfg.impute_streak:
         imputed &= censor_streak <= cfg.impute_streak
-    demand = (mean_above_or_repeat(pending.mu, pending.sigma, pending.action, pending.repeat_share, pending.last_seen)
-              if cfg.impute_repeat else mean_above(pending.mu, pending.sigma, pending.action))
-    return np.where(imputed, demand, y), censored & ~imputed
+    window_y = y.copy()
+    rows = imputed.nonzero()[0]
+    if rows.size:  # the E-step only where it is kept (elementwise, so a row's value does not depend on the others)
+        mu, sigma, bound = pending.mu[rows], pending.sigma[rows], pending.action[rows]
+        window_y[rows] = (mean_above_or_repeat(mu, sigma, bound, pending.repeat_share[rows], pending.last_seen[rows])
+                          if cfg.impute_repeat else mean_above(mu, sigma, bound))
+    return window_y, censored & ~imputed
 
 
 def _shift(window: np.ndarray, newest: np.ndarray) -> np.ndarray:
