@@ -30,7 +30,9 @@ The variants form a ladder from the paper's Phase 3 to the default, one change p
                         (at most where it was), not to its half, and each step of a search is 4 times the last, not 2
                         (calibrator.escape_release, escape_growth)
     +impute-repeat      the window's E-step under a mixture forecast: the last demand seen, repeated with the service's
-                        running share of repeats, or the Gaussian (estimator.impute_repeat, picrl_core.repeats; the
+                        running share of repeats, or the Gaussian (estimator.impute_repeat, picrl_core.repeats)
+    +act-on-repeat      the action at that mixture's critical-fractile quantile: on the last demand seen when the share
+                        of repeats puts the fractile there (estimator.act_on_repeat, repeats.repeat_quantile; the
                         default)
 
 and options tried on top of the default and left off because they did not help here:
@@ -139,7 +141,8 @@ CHANGES: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
     ("+no-pessimism", (("reward", "use_pessimism"),)),
     ("+escape-from-4", (("calibrator", "escape_start"),)),
     ("+escape-handover", (("calibrator", "escape_release"), ("calibrator", "escape_growth"))),
-    ("+impute-repeat (default)", (("estimator", "impute_repeat"),)),
+    ("+impute-repeat", (("estimator", "impute_repeat"),)),
+    ("+act-on-repeat (default)", (("estimator", "act_on_repeat"),)),
 )
 # A setting that two rungs change holds, between them, the value the first one gave it.
 INTERIM = {("calibrator", "delta_m"): 0.1}

@@ -26,7 +26,8 @@ from picrl_core.mills import mean_above
 from picrl_core.noise import counter_normal
 from picrl_core.policy import N_OUTPUTS, PolicyNetwork, gaussian_log_prob, risk_centre, squash
 from picrl_core.predictor import GaussianLSTM, predict_gaussian
-from picrl_core.repeats import mean_above_or_repeat, repeats_in, track_repeats
+from picrl_core.repeats import (REPEAT_TOLERANCE, inside_range, mean_above_or_repeat, repeat_quantile, repeats_in,
+                               track_repeats)
 from picrl_core.reward import expected_cost, step_reward
 
 
@@ -148,7 +149,8 @@ class PicRLController:
             observations=observations, censored=np.zeros_like(observations, dtype=bool), context=context,
             margin=zeros, bias=zeros.copy(), censor_streak=np.zeros(n, np.int64), over_streak=np.zeros(n, np.int64),
             estimate_start=None, memory=None, step_scale=np.ones(n), temperature=np.full(n, scale),
-            escape=zeros.copy(), repeat_share=repeats_in(history[:, -self.window:]),  # the padding is no repeat
+            escape=zeros.copy(),  # the padding is no repeat
+            repeat_share=repeats_in(history[:, -self.window:], self.config.estimator.act_on_repeat),
             last_seen=observations[:, -1].astype(np.float64),
             start_margin=calibrator.initial_margin if warm else 0.0,
         )
@@ -191,8 +193,12 @@ class PicRLController:
                               if cfg.estimator.impute_window else (y, censored))
         seen = ~shortage & ~censored
         observed = ~censored if unseen is None else ~censored & ~unseen
+        after_seen, missed = state.censor_streak == 0, None
+        if cfg.estimator.act_on_repeat:  # a shortage at or above v did not repeat; a clipped v is no value seen
+            missed = shortage & (a >= state.last_seen - REPEAT_TOLERANCE)
+            after_seen = after_seen & inside_range(state.last_seen)
         repeat_share, last_seen = track_repeats(state.repeat_share, state.last_seen, y, observed,
-                                                state.censor_streak == 0, cfg.estimator.repeat_rate)
+                                                after_seen, cfg.estimator.repeat_rate, missed)
         escape = (escape_step(state.escape, shortage, seen, censor_streak, state.sigma, cfg.calibrator)
                   if cfg.calibrator.escape else state.escape)
         if unseen is not None:  # the temperature holds; the window takes the forecast (the E-step of a missing value)
@@ -277,7 +283,7 @@ class PicRLController:
         pre, log_prob = self._plan(features, keys, tick)
         eta, k = squash(pre, cfg.policy, self.risk_centre)
         # the method: np.clip without its wrapper
-        action = unclipped_action(mu, k, sigma, margin, bias, escape, cfg.ablation.use_k_sigma).clip(0.0, 1.0)
+        action = self._order(mu, k, sigma, margin, bias, escape, repeat_share, last_seen, censor_streak).clip(0.0, 1.0)
         return ControllerState(
             keys=keys, tick=tick, observations=observations, censored=censored, context=context,
             margin=margin, bias=bias, censor_streak=censor_streak, over_streak=over_streak,
@@ -285,6 +291,23 @@ class PicRLController:
             est_mean=censored_demand.mean, est_std=censored_demand.std, memory=memory, step_scale=step_scale,
             temperature=temperature, escape=escape, repeat_share=repeat_share, last_seen=last_seen,
         )
+
+    def unclipped(self, state: ControllerState) -> np.ndarray:
+        """The action of the decisions in ``state`` before its clip to ``[0, 1]`` (a stream worker reads it to say
+        whether the range cut it)."""
+        return self._order(state.mu, state.k, state.sigma, state.margin, state.bias, state.escape, state.repeat_share,
+                           state.last_seen, state.censor_streak)
+
+    def _order(self, mu: np.ndarray, k: np.ndarray, sigma: np.ndarray, margin: np.ndarray, bias: np.ndarray,
+               escape: np.ndarray, repeat_share: np.ndarray, last_seen: np.ndarray,
+               censor_streak: np.ndarray) -> np.ndarray:
+        """Eq. (11) before its clip, :func:`unclipped_action`; with ``estimator.act_on_repeat`` the critical-fractile
+        quantile of the repeat mixture around it (:func:`~picrl_core.repeats.repeat_quantile`)."""
+        cfg = self.config
+        order = unclipped_action(mu, k, sigma, margin, bias, escape, cfg.ablation.use_k_sigma)
+        if not cfg.estimator.act_on_repeat:
+            return order
+        return repeat_quantile(order, sigma, repeat_share, last_seen, censor_streak == 0, self.risk_centre)
 
     def _predict(self, observations: np.ndarray, censored: np.ndarray, context: np.ndarray,
                  memory: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -362,7 +385,7 @@ def _plain_mlp(body: torch.nn.Module) -> list[tuple[torch.Tensor, torch.Tensor |
 def unclipped_action(mu: np.ndarray, k: np.ndarray, sigma: np.ndarray, margin: np.ndarray, bias: np.ndarray,
                      escape: np.ndarray, use_k_sigma: bool = True) -> np.ndarray:
     """Eq. (11) before its clip to ``[0, 1]``: ``mu + k sigma + m + b + e`` (``k sigma`` dropped by ablation A4), the
-    one sum the controller acts on and a stream worker reads to say whether the range cut it."""
+    one sum the controller plans (:meth:`PicRLController.unclipped` is what it acts on)."""
     buffer = k * sigma if use_k_sigma else 0.0
     return mu + buffer + margin + bias + escape
 

@@ -25,28 +25,64 @@ exactly; nothing here reads anything but the service's own feedback.
 from __future__ import annotations
 
 import numpy as np
+import torch
 
 from picrl_core.mills import log_normal_survival, mean_above
 
 REPEAT_TOLERANCE = 1e-7  # scaled demands this close are one value repeated (the window holds float32: rounding 3e-8)
 
 
-def repeats_in(observations: np.ndarray) -> np.ndarray:
+def repeats_in(observations: np.ndarray, interior: bool = False) -> np.ndarray:
     """The share of consecutive pairs of each window row ``(B, W)`` that repeat a value: ``p``'s cold start
-    from the (uncensored) history. A window of one value has no pair and gives 0."""
-    steps = np.abs(np.diff(np.asarray(observations, dtype=np.float64), axis=1))
-    return (steps <= REPEAT_TOLERANCE).mean(axis=1) if steps.shape[1] else np.zeros(steps.shape[0])
+    from the (uncensored) history. A window of one value has no pair and gives 0. ``interior``: only pairs whose
+    first value lies inside the range ``(0, 1)`` count (:func:`inside_range`); a row without one gives 0."""
+    values = np.asarray(observations, dtype=np.float64)
+    repeated = np.abs(np.diff(values, axis=1)) <= REPEAT_TOLERANCE
+    counted = inside_range(values[:, :-1]) if interior else np.ones_like(repeated)
+    return (repeated & counted).sum(axis=1) / np.maximum(counted.sum(axis=1), 1)
+
+
+def inside_range(values: np.ndarray) -> np.ndarray:
+    """Scaled demands strictly inside ``(0, 1)``: a value at a bound is one the scaling clipped (a demand beyond the
+    training range), whose repeats say that the demand stayed beyond it, not that it held still."""
+    return (values > REPEAT_TOLERANCE) & (values < 1.0 - REPEAT_TOLERANCE)
 
 
 def track_repeats(share: np.ndarray, last_seen: np.ndarray, y: np.ndarray, observed: np.ndarray,
-                  after_seen: np.ndarray, rate: float) -> tuple[np.ndarray, np.ndarray]:
+                  after_seen: np.ndarray, rate: float,
+                  missed: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """One tick of ``(p, v)``: where the demand was seen (``observed``) right after a seen tick (``after_seen``),
     ``p += rate (1[y = v] - p)``; ``v`` becomes every seen demand. Elsewhere both hold. (The controller's
     ``after_seen`` is "no censoring streak": a tick whose demand nobody saw holds the streak, so the tick after it
-    is compared with the demand seen before it, the same ``v`` the E-step would have used.)"""
+    is compared with the demand seen before it, the same ``v`` the E-step would have used.) ``missed``: ticks
+    after a seen tick known not to repeat though unseen (a shortage at an action at or above ``v``: ``d > a >= v``),
+    which count as ``1[y = v] = 0``."""
     repeated = (np.abs(y - last_seen) <= REPEAT_TOLERANCE).astype(np.float64)
-    share = np.where(observed & after_seen, share + rate * (repeated - share), share)
+    counted = observed if missed is None else observed | missed
+    share = np.where(counted & after_seen, share + rate * (np.where(observed, repeated, 0.0) - share), share)
     return share, np.where(observed, y, last_seen)
+
+
+def repeat_quantile(action: np.ndarray, sigma: np.ndarray, share: np.ndarray, last_seen: np.ndarray,
+                    fresh: np.ndarray, centre: float) -> np.ndarray:
+    """The critical-fractile quantile of the module's mixture, with the Gaussian part the controller's own:
+    ``N(g - z* sigma, sigma^2)``, whose ``tau = Phi(z*)`` quantile is the action ``g`` it planned (Eq. 11, its
+    ``k``, margin, bias and escape included). Where the last tick was seen (``fresh``) the mixture's cdf is
+    ``F(x) = p 1[x >= v] + (1 - p) G(x)``, ``G(x) = Phi((x - g) / sigma + z*)``, and its ``tau`` quantile is
+
+        v                                         where (1 - p) G(v) < tau <= p + (1 - p) G(v)   (the atom)
+        g + (Phi^-1(tau / (1 - p)) - z*) sigma     where (1 - p) G(v) >= tau                      (below v)
+        g + (Phi^-1((tau - p) / (1 - p)) - z*) sigma  otherwise                                  (above v)
+
+    the newsvendor's order under the forecast the E-step uses (:func:`mean_above_or_repeat`). With ``p = 0`` (or
+    not ``fresh``, where the last demand is not known) it is ``g`` unchanged."""
+    tau = 0.5 * float(torch.special.erfc(torch.tensor(-centre / np.sqrt(2.0), dtype=torch.float64)))
+    p = np.where(fresh, share, 0.0)
+    at_v = 1.0 - np.exp(log_normal_survival((last_seen - action) / sigma + centre))
+    below, atom = (1.0 - p) * at_v >= tau, p + (1.0 - p) * at_v >= tau
+    level = np.where(below, tau / np.maximum(1.0 - p, 1e-300), (tau - p) / np.maximum(1.0 - p, 1e-300))
+    shifted = action + (torch.special.ndtri(torch.from_numpy(level.clip(1e-12, 1 - 1e-12))).numpy() - centre) * sigma
+    return np.where(p <= 0.0, action, np.where(~below & atom, last_seen, shifted))
 
 
 def mean_above_or_repeat(mu: np.ndarray, sigma: np.ndarray, bound: np.ndarray, share: np.ndarray,

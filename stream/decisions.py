@@ -44,7 +44,7 @@ from typing import Literal, get_args
 import numpy as np
 
 from picrl_core.artifact import ModelArtifact
-from picrl_core.controller import ControllerState, PicRLController, Transition, unclipped_action
+from picrl_core.controller import ControllerState, PicRLController, Transition
 from picrl_core.noise import service_key
 from picrl_core.policy import PolicyNetwork
 from picrl_core.resources import Resource, check_resources, coupled_flags, impute_served_share, unobserved
@@ -567,9 +567,7 @@ class DecisionEngine:
     def _store(self, sub: np.ndarray, state: ControllerState, low: np.ndarray, high: np.ndarray,
                items: list[Incoming]) -> np.ndarray:
         """Write the new states into ``sub``; returns a per-service clipping label for the actions."""
-        cfg = self.config
-        raw = unclipped_action(state.mu, state.k, state.sigma, state.margin, state.bias, state.escape,
-                               cfg.ablation.use_k_sigma)
+        raw = self.controller.unclipped(state)
         clipped = np.where(raw < 0.0, "low", np.where(raw > 1.0, "high", "none")).astype(object)
         capacity = from_unit(state.action, low, high)
         for j, item in enumerate(items):

@@ -12,7 +12,7 @@ from picrl_core.controller import PicRLController
 from picrl_core.mills import mean_above
 from picrl_core.policy import PolicyNetwork
 from picrl_core.predictor import GaussianLSTM
-from picrl_core.repeats import mean_above_or_repeat, repeats_in, track_repeats
+from picrl_core.repeats import inside_range, mean_above_or_repeat, repeat_quantile, repeats_in, track_repeats
 
 
 def test_without_repeats_or_with_the_repeat_below_the_bound_the_e_step_is_the_gaussians_bit_for_bit() -> None:
@@ -111,3 +111,72 @@ def test_a_tick_nobody_saw_leaves_the_share_and_the_last_seen_demand(tiny_predic
     assert (unseen.repeat_share[0], unseen.last_seen[0]) == (state.repeat_share[0], state.last_seen[0])
     seen, _ = controller.step(state, y, flag)
     assert seen.last_seen[0] == 0.3 and seen.repeat_share[0] == pytest.approx(1.0 - tiny_config.estimator.repeat_rate)
+
+
+FRACTILE = NormalDist().inv_cdf(2.0 / 3.0)  # z* of the default costs (c_under 2, c_over 1)
+
+
+def _mixture_cdf(x: float, action: float, sigma: float, share: float, seen: float, left: bool = False) -> float:
+    """``F(x)`` (``F(x-)`` with ``left``) of the repeat mixture; its Gaussian part's 2/3 quantile is ``action``."""
+    gaussian = NormalDist(action - FRACTILE * sigma, sigma).cdf(x)
+    return share * (x > seen if left else x >= seen) + (1.0 - share) * gaussian
+
+
+@pytest.mark.parametrize(("share", "seen"), [(0.9, 0.30), (0.2, 0.90), (0.2, 0.10), (0.5, 0.55), (0.3, 0.52),
+                                             (0.6, 0.05), (0.05, 0.51)])
+def test_the_action_on_repeats_is_the_mixtures_critical_fractile_quantile(share: float, seen: float) -> None:
+    action, sigma = 0.5, 0.1
+    q = float(repeat_quantile(np.array([action]), np.array([sigma]), np.array([share]), np.array([seen]),
+                              np.array([True]), FRACTILE)[0])
+    # the quantile's definition: F(q-) <= tau <= F(q), tau = 2/3
+    assert _mixture_cdf(q, action, sigma, share, seen, left=True) <= 2.0 / 3.0 + 1e-9
+    assert _mixture_cdf(q, action, sigma, share, seen) >= 2.0 / 3.0 - 1e-9
+    assert (q == seen) == (_mixture_cdf(seen, action, sigma, share, seen, left=True) < 2.0 / 3.0
+                           <= _mixture_cdf(seen, action, sigma, share, seen))
+
+
+def test_without_repeats_or_after_an_unseen_tick_the_action_is_the_gaussians_bit_for_bit() -> None:
+    action, sigma, seen = np.array([0.5, 0.2, 0.9]), np.array([0.1, 0.01, 0.3]), np.array([0.45, 0.2, 0.1])
+    fresh = np.ones(3, bool)
+    np.testing.assert_array_equal(repeat_quantile(action, sigma, np.zeros(3), seen, fresh, FRACTILE), action)
+    np.testing.assert_array_equal(repeat_quantile(action, sigma, np.full(3, 0.9), seen, ~fresh, FRACTILE), action)
+
+
+def test_a_shortage_at_or_above_the_last_seen_demand_counts_as_no_repeat() -> None:
+    share, last, y = np.full(3, 0.5), np.full(3, 0.3), np.array([0.3, 0.3, 0.3])
+    observed, missed = np.zeros(3, bool), np.array([True, True, False])
+    after_seen = np.array([True, False, True])
+    new_share, new_last = track_repeats(share, last, y, observed, after_seen, rate=0.25, missed=missed)
+    np.testing.assert_allclose(new_share, [0.375, 0.5, 0.5])  # a known miss, one after a streak, nothing known
+    np.testing.assert_array_equal(new_last, last)  # a shortage is no demand seen
+
+
+def test_the_interior_cold_start_share_leaves_out_pairs_at_the_ranges_bounds() -> None:
+    history = np.array([[0.0, 0.0, 0.0, 0.3, 0.3], [1.0, 1.0, 0.5, 0.6, 0.7], [0.0, 0.0, 0.0, 0.0, 0.0]])
+    np.testing.assert_allclose(repeats_in(history), [0.75, 0.25, 1.0])
+    np.testing.assert_allclose(repeats_in(history, interior=True), [1.0, 0.0, 0.0])  # 0 and 1 are clipped values
+    np.testing.assert_array_equal(inside_range(np.array([0.0, 1e-8, 0.5, 1.0 - 1e-8, 1.0])),
+                                  [False, False, True, False, False])
+
+
+def test_acting_on_repeats_holds_a_plateau_and_changes_nothing_on_a_series_that_never_repeats(
+        tiny_predictor: GaussianLSTM, tiny_policy: PolicyNetwork, tiny_config: PicRLConfig) -> None:
+    on = replace(tiny_config, estimator=replace(tiny_config.estimator, act_on_repeat=True))
+    off = replace(tiny_config, estimator=replace(tiny_config.estimator, act_on_repeat=False))
+    window = tiny_config.predictor.window
+    plateau = PicRLController(tiny_predictor, tiny_policy, on).initial_state(
+        np.zeros(1, np.uint64), np.full((1, 3 * window), 0.6))
+    assert plateau.action[0] == pytest.approx(0.6, abs=1e-7)  # every pair repeated: the order is the plateau
+    rng = np.random.default_rng(3)
+    history, demand = rng.uniform(0.2, 0.8, (4, 3 * window)), rng.uniform(0.2, 0.8, (12, 4))
+    runs = []
+    for config in (on, off):
+        controller = PicRLController(tiny_predictor, tiny_policy, config)
+        state = controller.initial_state(np.arange(4, dtype=np.uint64), history)
+        actions = []
+        for d in demand:
+            state, _ = controller.step(state, np.minimum(d, state.action), d > state.action)
+            actions.append(state.action)
+        runs.append(np.array(actions))
+    np.testing.assert_array_equal(runs[0], runs[1])
+
