@@ -482,8 +482,11 @@ class Action(_Record):
     ``"hold"`` when the tick's usage record was refused for its value (dead-lettered): the capacity in
     force is kept, with the breakdown of the decision that set it.
     ``k_sigma`` is the risk buffer ``k * sigma``; ``escape`` the censoring-streak escape (0 unless the model has
-    ``calibrator.escape``); ``clipped`` says whether ``mu + k*sigma + margin + bias + escape``
-    was cut to the range (``"low"``/``"high"``) or replaced by an operator's override (``"override"``).
+    ``calibrator.escape``); ``clipped`` says whether the order ``mu + k*sigma + margin + bias + escape`` (with
+    ``estimator.act_on_repeat``, the default, the critical-fractile quantile of the repeat mixture around it: after a
+    seen tick of a service whose demand keeps repeating, the last demand seen, so ``capacity_norm`` can differ from
+    that sum inside the range) was cut to the range (``"low"``/``"high"``) or replaced by an operator's override
+    (``"override"``).
     ``censor_streak`` counts the consecutive censored ticks up to the decision (0: the last tick was not short)."""
 
     service: str
