@@ -1,4 +1,5 @@
-"""The shortage's E-step when demand repeats: a forecast that is the last seen demand or the Gaussian.
+"""A demand that repeats: the shortage's E-step and the action under a forecast that is the last seen demand or the
+Gaussian.
 
 A real pod's demand is a staircase: on the 91 GenAI pods 88% of ticks repeat the tick before exactly. A
 calibrator that runs short a third of the time on such a plateau is short by a hair (half the fleet's
@@ -19,8 +20,10 @@ then its posterior weight is ``w = p / (p + (1 - p)(1 - Phi((a_t - mu) / sigma))
 
     E[d_t | d_t > a_t] = w v_t + (1 - w) (mu + sigma lambda((a_t - mu) / sigma))          (Tobit E-step, mixed)
 
-(:func:`mean_above_or_repeat`). A series whose values never repeat has ``p = 0`` and the Gaussian E-step
-exactly; nothing here reads anything but the service's own feedback.
+(:func:`mean_above_or_repeat`). With ``estimator.act_on_repeat`` the action is that mixture's critical-fractile
+quantile (:func:`repeat_quantile`), and ``p`` then also counts a shortage at or above ``v`` as no repeat and leaves out
+pairs that start at a bound of the range (:func:`inside_range`). A series whose values never repeat has ``p = 0``, the
+Gaussian E-step and the Gaussian order exactly; nothing here reads anything but the service's own feedback.
 """
 from __future__ import annotations
 
