@@ -20,6 +20,7 @@ from picrl_core.calibrator import (adapt_step, escape_step, feedback, reactive_s
                                   track_temperature)
 from picrl_core.censored_estimator import ROWS_PER_THREAD, CensoredDemandEstimate, estimate_censored_demand
 from picrl_core.config import EstimatorConfig, PicRLConfig
+from picrl_core.costs import critical_ratio
 from picrl_core.features import state_features
 from picrl_core.incremental_predictor import advance_memory, memory_size, start_memory
 from picrl_core.mills import mean_above
@@ -307,7 +308,7 @@ class PicRLController:
         order = unclipped_action(mu, k, sigma, margin, bias, escape, cfg.ablation.use_k_sigma)
         if not cfg.estimator.act_on_repeat:
             return order
-        return repeat_quantile(order, sigma, repeat_share, last_seen, censor_streak == 0, self.risk_centre)
+        return repeat_quantile(order, sigma, repeat_share, last_seen, censor_streak == 0, critical_ratio(cfg.cost))
 
     def _predict(self, observations: np.ndarray, censored: np.ndarray, context: np.ndarray,
                  memory: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -27,6 +27,8 @@ Gaussian E-step and the Gaussian order exactly; nothing here reads anything but 
 """
 from __future__ import annotations
 
+from statistics import NormalDist
+
 import numpy as np
 import torch
 
@@ -67,25 +69,31 @@ def track_repeats(share: np.ndarray, last_seen: np.ndarray, y: np.ndarray, obser
 
 
 def repeat_quantile(action: np.ndarray, sigma: np.ndarray, share: np.ndarray, last_seen: np.ndarray,
-                    fresh: np.ndarray, centre: float) -> np.ndarray:
-    """The critical-fractile quantile of the module's mixture, with the Gaussian part the controller's own:
-    ``N(g - z* sigma, sigma^2)``, whose ``tau = Phi(z*)`` quantile is the action ``g`` it planned (Eq. 11, its
-    ``k``, margin, bias and escape included). Where the last tick was seen (``fresh``) the mixture's cdf is
-    ``F(x) = p 1[x >= v] + (1 - p) G(x)``, ``G(x) = Phi((x - g) / sigma + z*)``, and its ``tau`` quantile is
+                    fresh: np.ndarray, fractile: float) -> np.ndarray:
+    """The ``tau = fractile`` quantile (the critical fractile) of the module's mixture, with the Gaussian part the
+    controller's own: ``N(g - z* sigma, sigma^2)``, ``z* = Phi^-1(tau)``, whose ``tau`` quantile is the action ``g`` it
+    planned (Eq. 11, its ``k``, margin, bias and escape included). Where the last tick was seen (``fresh``) the
+    mixture's cdf is ``F(x) = p 1[x >= v] + (1 - p) G(x)``, ``G(x) = Phi((x - g) / sigma + z*)``, and its ``tau``
+    quantile is
 
         v                                         where (1 - p) G(v) < tau <= p + (1 - p) G(v)   (the atom)
         g + (Phi^-1(tau / (1 - p)) - z*) sigma     where (1 - p) G(v) >= tau                      (below v)
         g + (Phi^-1((tau - p) / (1 - p)) - z*) sigma  otherwise                                  (above v)
 
     the newsvendor's order under the forecast the E-step uses (:func:`mean_above_or_repeat`). With ``p = 0`` (or
-    not ``fresh``, where the last demand is not known) it is ``g`` unchanged."""
-    tau = 0.5 * float(torch.special.erfc(torch.tensor(-centre / np.sqrt(2.0), dtype=torch.float64)))
-    p = np.where(fresh, share, 0.0)
-    at_v = 1.0 - np.exp(log_normal_survival((last_seen - action) / sigma + centre))
-    below, atom = (1.0 - p) * at_v >= tau, p + (1.0 - p) * at_v >= tau
-    level = np.where(below, tau / np.maximum(1.0 - p, 1e-300), (tau - p) / np.maximum(1.0 - p, 1e-300))
-    shifted = action + (torch.special.ndtri(torch.from_numpy(level.clip(1e-12, 1 - 1e-12))).numpy() - centre) * sigma
-    return np.where(p <= 0.0, action, np.where(~below & atom, last_seen, shifted))
+    not ``fresh``, where the last demand is not known) it is ``g`` unchanged, and nothing is computed for that row."""
+    order = np.array(action, dtype=np.float64)
+    rows = (fresh & (share > 0.0)).nonzero()[0]
+    if not rows.size:
+        return order
+    g, s, p, v = order[rows], sigma[rows], share[rows], last_seen[rows]
+    z = NormalDist().inv_cdf(fractile)
+    at_v = 1.0 - np.exp(log_normal_survival((v - g) / s + z))
+    below, atom = (1.0 - p) * at_v >= fractile, p + (1.0 - p) * at_v >= fractile
+    level = np.where(below, fractile, fractile - p) / np.maximum(1.0 - p, 1e-300)
+    shifted = g + (torch.special.ndtri(torch.from_numpy(level.clip(1e-12, 1 - 1e-12))).numpy() - z) * s
+    order[rows] = np.where(~below & atom, v, shifted)
+    return order
 
 
 def mean_above_or_repeat(mu: np.ndarray, sigma: np.ndarray, bound: np.ndarray, share: np.ndarray,

@@ -113,12 +113,13 @@ def test_a_tick_nobody_saw_leaves_the_share_and_the_last_seen_demand(tiny_predic
     assert seen.last_seen[0] == 0.3 and seen.repeat_share[0] == pytest.approx(1.0 - tiny_config.estimator.repeat_rate)
 
 
-FRACTILE = NormalDist().inv_cdf(2.0 / 3.0)  # z* of the default costs (c_under 2, c_over 1)
+TAU = 2.0 / 3.0  # the critical fractile of the default costs (c_under 2, c_over 1)
+Z_STAR = NormalDist().inv_cdf(TAU)
 
 
 def _mixture_cdf(x: float, action: float, sigma: float, share: float, seen: float, left: bool = False) -> float:
     """``F(x)`` (``F(x-)`` with ``left``) of the repeat mixture; its Gaussian part's 2/3 quantile is ``action``."""
-    gaussian = NormalDist(action - FRACTILE * sigma, sigma).cdf(x)
+    gaussian = NormalDist(action - Z_STAR * sigma, sigma).cdf(x)
     return share * (x > seen if left else x >= seen) + (1.0 - share) * gaussian
 
 
@@ -127,7 +128,7 @@ def _mixture_cdf(x: float, action: float, sigma: float, share: float, seen: floa
 def test_the_action_on_repeats_is_the_mixtures_critical_fractile_quantile(share: float, seen: float) -> None:
     action, sigma = 0.5, 0.1
     q = float(repeat_quantile(np.array([action]), np.array([sigma]), np.array([share]), np.array([seen]),
-                              np.array([True]), FRACTILE)[0])
+                              np.array([True]), TAU)[0])
     # the quantile's definition: F(q-) <= tau <= F(q), tau = 2/3
     assert _mixture_cdf(q, action, sigma, share, seen, left=True) <= 2.0 / 3.0 + 1e-9
     assert _mixture_cdf(q, action, sigma, share, seen) >= 2.0 / 3.0 - 1e-9
@@ -138,8 +139,8 @@ def test_the_action_on_repeats_is_the_mixtures_critical_fractile_quantile(share:
 def test_without_repeats_or_after_an_unseen_tick_the_action_is_the_gaussians_bit_for_bit() -> None:
     action, sigma, seen = np.array([0.5, 0.2, 0.9]), np.array([0.1, 0.01, 0.3]), np.array([0.45, 0.2, 0.1])
     fresh = np.ones(3, bool)
-    np.testing.assert_array_equal(repeat_quantile(action, sigma, np.zeros(3), seen, fresh, FRACTILE), action)
-    np.testing.assert_array_equal(repeat_quantile(action, sigma, np.full(3, 0.9), seen, ~fresh, FRACTILE), action)
+    np.testing.assert_array_equal(repeat_quantile(action, sigma, np.zeros(3), seen, fresh, TAU), action)
+    np.testing.assert_array_equal(repeat_quantile(action, sigma, np.full(3, 0.9), seen, ~fresh, TAU), action)
 
 
 def test_a_shortage_at_or_above_the_last_seen_demand_counts_as_no_repeat() -> None:
