@@ -32,7 +32,9 @@ The variants form a ladder from the paper's Phase 3 to the default, one change p
     +impute-repeat      the window's E-step under a mixture forecast: the last demand seen, repeated with the service's
                         running share of repeats, or the Gaussian (estimator.impute_repeat, picrl_core.repeats)
     +act-on-repeat      the action at that mixture's critical-fractile quantile: on the last demand seen when the share
-                        of repeats puts the fractile there (estimator.act_on_repeat, repeats.repeat_quantile; the
+                        of repeats puts the fractile there (estimator.act_on_repeat, repeats.repeat_quantile)
+    +validation-start   a new service starts its margin and temperature at the levels the model's own closed-loop
+                        run on the validation split settled at, not at 0 and 1 (calibrator.start_from_validation; the
                         default)
 
 and options tried on top of the default and left off because they did not help here:
@@ -48,8 +50,6 @@ and options tried on top of the default and left off because they did not help h
     +online-scale-1/32 .. -1/2   the online temperature at one fixed rate (what the selection chooses among)
     +margin-step-1/2    delta_m = 0.05, the other candidate of the round that chose 0.025
     +margin-step-1/8    delta_m = 0.0125, the next halving, asked once the escape answered censoring streaks
-    +validation-start   a new service starts its margin and temperature at the levels the model's own closed-loop
-                        run on the validation split settled at, not at 0 and 1 (calibrator.start_from_validation)
     +shortage-1/4, +shortage-1/6   the calibrator aims at a shortage rate below the critical fractile
                         (calibrator.shortage_target): stocking above the myopic newsvendor buys uncensored observations
     +select-shortage    that target chosen per model on the validation split (calibrator.select_shortage_target)
@@ -57,6 +57,8 @@ and options tried on top of the default and left off because they did not help h
                         (predictor.censor_noise)
     +no-censored-reward, +no-k-sigma   ablations A2 and A4 of the default (they lowered the test regret on
                         GenAI in two rounds of tables: do the development splits say so too?)
+    +k-at-fractile      k held at the newsvendor fractile z* (policy.k_low = k_high = 0): Phase 2's policy sets eta
+                        alone (does its learnt k beat the fractile?)
     +pessimism          Eq. 9's Psi back on top of the window's E-step (the paper's hedge and the default's, both)
     +select-pessimism   Eq. 9's pessimism kept or dropped per model, by the validation regret (reward.select_pessimism)
     +windowed-predictor the paper's windowed LSTM again (predictor.kind), asked once the window's E-step was in
@@ -142,7 +144,8 @@ CHANGES: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
     ("+escape-from-4", (("calibrator", "escape_start"),)),
     ("+escape-handover", (("calibrator", "escape_release"), ("calibrator", "escape_growth"))),
     ("+impute-repeat", (("estimator", "impute_repeat"),)),
-    ("+act-on-repeat (default)", (("estimator", "act_on_repeat"),)),
+    ("+act-on-repeat", (("estimator", "act_on_repeat"),)),
+    ("+validation-start (default)", (("calibrator", "start_from_validation"),)),
 )
 # A setting that two rungs change holds, between them, the value the first one gave it.
 INTERIM = {("calibrator", "delta_m"): 0.1}
@@ -203,7 +206,8 @@ def ladder() -> dict[str, Variant]:
     rungs["+adaptive-step"] = lambda c: replace(c, calibrator=replace(c.calibrator, adaptive_step=True))
     rungs["+no-censored-reward"] = lambda c: replace(c, reward=replace(c.reward, use_censored_reward=False))
     rungs["+no-k-sigma"] = lambda c: replace(c, ablation=replace(c.ablation, use_k_sigma=False))
-    rungs["+validation-start"] = lambda c: replace(c, calibrator=replace(c.calibrator, start_from_validation=True))
+    # k held at the newsvendor fractile z* (its range shrunk to a point): Phase 2's policy sets eta alone
+    rungs["+k-at-fractile"] = lambda c: replace(c, policy=replace(c.policy, k_low=0.0, k_high=0.0))
     for label, target in (("1/4", 1 / 4), ("1/6", 1 / 6)):
         rungs[f"+shortage-{label}"] = lambda c, target=target: replace(c, calibrator=replace(
             c.calibrator, shortage_target=target))

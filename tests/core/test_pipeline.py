@@ -59,9 +59,10 @@ def _assert_finite(trajectory: Trajectory) -> None:
 def test_train_offline_builds_a_complete_artifact(artifact: ModelArtifact, series: PreparedSeries,
                                                   tiny_config: PicRLConfig) -> None:
     rate = artifact.reports["phase3_scale_rate"]["chosen"]  # the online temperature's rate, chosen on validation
+    start = artifact.reports["phase3_start"]  # a new service starts at that run's levels (start_from_validation)
     expected = config_for(series, tiny_config)
-    assert artifact.config == replace(expected, calibrator=replace(expected.calibrator, scale_rate=rate))
-    assert "phase3_start" not in artifact.reports  # a new service starts at the paper's 0 and 1 unless asked
+    assert artifact.config == replace(expected, calibrator=replace(
+        expected.calibrator, scale_rate=rate, initial_margin=start["margin_in_sigma"], initial_scale=start["scale"]))
     assert "phase3_selection" not in artifact.reports  # the fast step is chosen on validation only when asked
     assert artifact.config.predictor.context_channels == 0
     assert artifact.scaling["series"] == series.scaler.to_dict() and artifact.scaling["context"] == []
@@ -127,8 +128,8 @@ def test_select_pessimism_is_off_under_ablation_a3(tiny_config: PicRLConfig) -> 
 def test_start_from_validation_keeps_the_levels_of_the_chosen_validation_run(series: PreparedSeries,
                                                                              tiny_config: PicRLConfig) -> None:
     poisoned = replace(series, test=np.full_like(series.test, np.nan))  # the test split is never read
-    warm = train_offline(poisoned, replace(tiny_config, calibrator=replace(tiny_config.calibrator,
-                                                                           start_from_validation=True)))
+    assert tiny_config.calibrator.start_from_validation  # the default
+    warm = train_offline(poisoned, tiny_config)
     start, cal = warm.reports["phase3_start"], warm.config.calibrator
     assert (cal.initial_margin, cal.initial_scale) == (start["margin_in_sigma"], start["scale"])
     cold = replace(warm, config=replace(warm.config, calibrator=replace(cal, initial_margin=0.0, initial_scale=1.0)))
