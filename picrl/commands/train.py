@@ -40,6 +40,9 @@ def run(args: argparse.Namespace) -> int:
     pessimism = artifact.reports.get("phase2_pessimism")
     if pessimism is not None:
         summary["phase2_pessimism"] = pessimism
+    for key in ("phase3_scale_rate", "phase3_start"):
+        if key in artifact.reports:
+            summary[key] = artifact.reports[key]
     (args.out / "training.json").write_text(json.dumps(summary, indent=2) + "\n")
     print(f"phase 1: validation MAE {p1['val_mae']:.4f}, NLL {p1['val_nll']:.3f}, coverage "
           f"mu+-sigma {p1['coverage_1sigma']:.0%}, mu+-2sigma {p1['coverage_2sigma']:.0%} (epochs {p1['epochs_run']})")
@@ -49,5 +52,9 @@ def run(args: argparse.Namespace) -> int:
         regret = pessimism["validation_regret"]
         print(f"phase 2: Eq. 9's pessimism {'kept' if pessimism['chosen'] == 'pessimism' else 'dropped'} "
               f"(validation regret {regret['pessimism']:.2f} with it, {regret['none']:.2f} without)")
+    start = artifact.reports.get("phase3_start")
+    if start is not None:  # calibrator.start_from_validation: where every new service's fast loop starts
+        print(f"phase 3: a new service starts at margin {start['margin_in_sigma']:+.2f} sigma, temperature "
+              f"{start['scale']:.2f} (where the validation run settled)")
     print(f"model written to {args.out} in {seconds:.0f} s")
     return 0

@@ -37,8 +37,12 @@ def test_train_then_evaluate_with_the_model(trace_csv: Path, tiny_config: str, t
     assert main(["train", *source, "--out", str(tmp_path / "model")]) == 0
     out = capsys.readouterr().out
     assert "phase 1: validation MAE" in out and "phase 2: value loss" in out
+    assert "phase 3: a new service starts at margin" in out  # the validation run's levels (start_from_validation)
     for name in ("weights.safetensors", "artifact.json", "training.json", "training.png"):
         assert (tmp_path / "model" / name).is_file(), name
+    start = json.loads((tmp_path / "model" / "training.json").read_text())["phase3_start"]
+    calibrator = json.loads((tmp_path / "model" / "artifact.json").read_text())["config"]["calibrator"]
+    assert (calibrator["initial_margin"], calibrator["initial_scale"]) == (start["margin_in_sigma"], start["scale"])
     assert main(["evaluate", *source, "--model", str(tmp_path / "model"), "--out", str(tmp_path / "eval")]) == 0
     assert "| mae | regret | shortage_rate |" in capsys.readouterr().out
     report = json.loads((tmp_path / "eval" / "metrics.json").read_text())
