@@ -16,8 +16,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         "train", help="train the predictor (phase 1) and pretrain the policy (phase 2) on a trace",
         description="Split the trace chronologically 60/20/20, scale it with min-max fitted on the training part, "
                     "train the Gaussian LSTM predictor by NLL (early stopping on validation NLL), then pretrain the "
-                    "policy and value networks by actor-critic on simulator rollouts of the training split. Writes "
-                    "a model folder (weights.safetensors + artifact.json) and training.png to --out.")
+                    "policy and value networks by actor-critic on simulator rollouts of the training split. Phase 3 "
+                    "then runs closed-loop on the validation part to choose the online temperature's rate and the "
+                    "margin and temperature every new service starts at (printed). Writes a model folder "
+                    "(weights.safetensors + artifact.json), training.json and training.png to --out.")
     add_trace_arguments(parser)
     parser.add_argument("--out", type=Path, required=True, help="folder for the model artifact and figures")
     parser.set_defaults(handler=run)
