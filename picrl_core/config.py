@@ -150,7 +150,7 @@ class CalibratorConfig:
     select_on_validation: bool = False  # pick delta_m, delta_b (x0.25..x4) on the validation split
     # A new service starts its margin at initial_margin sigma_0 and its temperature at initial_scale: the levels
     # the model's own closed-loop run on the validation split settled at (pipeline.validation_run), not at 0 and 1
-    # (Algorithm 1, line 17); training sets the two levels. Within noise when first tried; under the repeat
+    # (Algorithm 1, line 17); training sets the two levels. Within noise the two times tried before; under the repeat
     # mixture's action better on both halves of 52 development trace-seeds, -3.5% (benchmarks/results/design/
     # validation-start-again); paper: False
     start_from_validation: bool = True
