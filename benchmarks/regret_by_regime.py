@@ -43,7 +43,7 @@ from picrl.datasets.loaders import prepare_trace  # noqa: E402
 from picrl_core.config import PicRLConfig  # noqa: E402
 from picrl_core.costs import asymmetric_cost  # noqa: E402
 from picrl_core.methods import REGISTRY  # noqa: E402
-from picrl_core.methods.evaluation import run_on_test_split  # noqa: E402
+from picrl_core.methods.evaluation import TestSplitRun, run_on_test_split  # noqa: E402
 from picrl_core.series import development_series  # noqa: E402
 from picrl_core.training_memo import shared_training  # noqa: E402
 
@@ -74,29 +74,34 @@ def regime_rows(actions: np.ndarray, demand: np.ndarray, config: PicRLConfig) ->
     return rows
 
 
-def run_group(dataset: str, seed: int, methods: list[str], split: str) -> dict[str, dict[str, dict[str, float]]]:
-    """Every method's regime rows on one (dataset, seed); identical offline phases train once."""
+def method_runs(dataset: str, seed: int, methods: list[str], split: str) -> tuple[dict[str, TestSplitRun], PicRLConfig]:
+    """Every method's run of one (dataset, seed) at ``picrl compare``'s full budget on ``split``, and the config;
+    identical offline phases train once."""
     torch.set_num_threads(1)
     trace = load_dataset(dataset)
     series = test_series(trace, FULL) if split == "test" else development_series(prepare_trace(trace))
     config = replace(FULL.apply(PicRLConfig()), seed=seed)
     with shared_training():
-        out = {}
-        for method in methods:
-            run = run_on_test_split(REGISTRY[method], series, config, trace.step_seconds)
-            out[method] = regime_rows(np.asarray(run.actions), np.asarray(run.demand), config)
-    return out
+        return {m: run_on_test_split(REGISTRY[m], series, config, trace.step_seconds) for m in methods}, config
 
 
-def summarise(cells: dict[tuple[str, int], dict]) -> list[dict]:
-    """Mean and std over seeds of every (dataset, method, regime) field."""
+def run_group(dataset: str, seed: int, methods: list[str], split: str) -> dict[str, dict[str, dict[str, float]]]:
+    """Every method's regime rows on one (dataset, seed)."""
+    runs, config = method_runs(dataset, seed, methods, split)
+    return {m: regime_rows(np.asarray(run.actions), np.asarray(run.demand), config) for m, run in runs.items()}
+
+
+def summarise(cells: dict[tuple[str, int], dict], parts: tuple[str, ...] = REGIMES,
+              key: str = "regime") -> list[dict]:
+    """Mean and std over seeds of every (dataset, method, part) field; each cell maps method -> part -> fields,
+    and a row names its part under ``key``."""
     rows = []
     for dataset in dict.fromkeys(d for d, _ in cells):
-        seeds = [cells[key] for key in cells if key[0] == dataset]
+        seeds = [cells[c] for c in cells if c[0] == dataset]
         for method in seeds[0]:
-            for regime in REGIMES:
-                values = {f: np.array([s[method][regime][f] for s in seeds]) for f in seeds[0][method][regime]}
-                row = {"dataset": dataset, "method": method, "regime": regime, "seeds": len(seeds)}
+            for part in parts:
+                values = {f: np.array([s[method][part][f] for s in seeds]) for f in seeds[0][method][part]}
+                row = {"dataset": dataset, "method": method, key: part, "seeds": len(seeds)}
                 for field, v in values.items():
                     row[field] = float(np.nanmean(v)) if np.isfinite(v).any() else float("nan")
                     row[f"{field}_std"] = float(np.nanstd(v)) if np.isfinite(v).any() else float("nan")
