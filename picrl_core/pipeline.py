@@ -122,6 +122,9 @@ def _phases_2_and_3(series: PreparedSeries, config: PicRLConfig, predictor: torc
     if config.calibrator.select_shortage_target and config.calibrator.rule == "pinball":
         artifact, selection, levels = select_shortage_target(artifact, series, levels)
         artifact = replace(artifact, reports={**artifact.reports, "phase3_shortage_target": selection})
+    if config.policy.select_k:
+        artifact, selection, levels = select_risk_buffer(artifact, series, levels)
+        artifact = replace(artifact, reports={**artifact.reports, "phase3_risk_buffer": selection})
     if config.calibrator.start_from_validation:
         levels = levels if levels is not None else validation_run(artifact, series)
         calibrator = replace(artifact.config.calibrator, initial_margin=levels.margin, initial_scale=levels.scale)
@@ -269,8 +272,8 @@ def validation_run(artifact: ModelArtifact, series: PreparedSeries) -> Validatio
                          float(np.median(np.median(scales, axis=0))))
 
 
-def _lowest_validation_regret(artifact: ModelArtifact, series: PreparedSeries, candidates: dict[float, PicRLConfig],
-                              known: dict[float, ValidationRun] | None = None) -> tuple[float, dict[float, ValidationRun]]:
+def _lowest_validation_regret(artifact: ModelArtifact, series: PreparedSeries, candidates: dict[Any, PicRLConfig],
+                              known: dict[Any, ValidationRun] | None = None) -> tuple[Any, dict[Any, ValidationRun]]:
     """The key of the candidate config whose :func:`validation_run` has the lowest regret, ties to the earlier
     key; and each key's run (those in ``known`` are not run again)."""
     known = known or {}
@@ -344,6 +347,23 @@ def select_shortage_target(artifact: ModelArtifact, series: PreparedSeries, frac
     return (replace(artifact, config=with_target(best)),
             {"targets": list(SHORTAGE_TARGETS), "validation_regret": [runs[t].regret for t in SHORTAGE_TARGETS],
              "chosen": best}, runs[best])
+
+
+def select_risk_buffer(artifact: ModelArtifact, series: PreparedSeries, learnt_run: ValidationRun | None = None
+                       ) -> tuple[ModelArtifact, dict[str, Any], ValidationRun]:
+    """The risk buffer ``k`` of Eq. (11) chosen on the validation split (``policy.select_k``): Phase 2's policy's ``k``
+    (``learnt_run``, the artifact's own validation run, where one was made) or ``k = z*``, the critical fractile of
+    the Gaussian forecast, with the policy setting ``eta`` alone (``k_low = k_high = 0``); the artifact keeps the one
+    of lower validation regret (ties: the policy's). Phase 2 learns ``k`` from simulator rollouts of the training
+    split; whether that beats the newsvendor's ``z*`` on the held-out days depends on the series, so it is chosen per
+    model like the temperature's rate."""
+    config = artifact.config
+    fixed = replace(config, policy=replace(config.policy, k_low=0.0, k_high=0.0))
+    known = {"policy": learnt_run} if learnt_run is not None else {}
+    best, runs = _lowest_validation_regret(artifact, series, {"policy": config, "fractile": fixed}, known)
+    return (replace(artifact, config=fixed if best == "fractile" else config),
+            {"candidates": list(runs), "validation_regret": [run.regret for run in runs.values()], "chosen": best},
+            runs[best])
 
 
 # Eq. (9)'s pessimism on and off (Psi = 1), the paper's first: ties keep it.
