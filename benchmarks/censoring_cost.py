@@ -34,15 +34,13 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import multiprocessing
 import time
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import matplotlib
 import numpy as np
 from host import StealMeter, describe
-from regret_by_regime import method_runs, summarise
+from regret_by_regime import add_split_arguments, method_runs, parse_split_arguments, run_cells, summarise
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -174,30 +172,16 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True, help="folder for censoring.csv, .json and .png")
     parser.add_argument("--datasets", nargs="+", default=["pods", "genai-mem", "genai-ctx"],
                         choices=[*DATASETS, *FLEETS], help="bundled datasets (default pods genai-mem genai-ctx)")
-    parser.add_argument("--seeds", type=int, default=5, help="seeds 0 .. N-1 (default 5, as the tables)")
     paired = sorted(m for m in REGISTRY if f"{m}-fi" in REGISTRY)
     parser.add_argument("--methods", nargs="+", default=["pic-rl", "conformal"], choices=paired, metavar="METHOD",
                         help=f"methods with a full-information reference: {', '.join(paired)} (default pic-rl "
                              "conformal)")
-    parser.add_argument("--split", choices=("test", "development"), default="test",
-                        help="the reported test split (default) or the development split the design was chosen on")
-    parser.add_argument("--jobs", type=int, default=2, help="(dataset, seed) groups run in parallel (default 2)")
-    args = parser.parse_args()
-    if args.seeds < 1 or args.jobs < 1:
-        parser.error("--seeds and --jobs must be >= 1")
-    args.out.mkdir(parents=True, exist_ok=True)
+    add_split_arguments(parser)
+    args = parse_split_arguments(parser)
     steal, started = StealMeter(), time.perf_counter()
-    groups = [(d, s) for d in dict.fromkeys(args.datasets) for s in range(args.seeds)]
-    methods = list(dict.fromkeys(args.methods))
-    with ProcessPoolExecutor(args.jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
-        futures = {g: pool.submit(run_pairs, *g, methods, args.split) for g in groups}
-        cells = {}
-        for (dataset, seed), future in futures.items():
-            cells[(dataset, seed)] = future.result()
-            print(f"{dataset} seed {seed}: " + "  ".join(
-                f"{m} {sum(r['regret'] for r in out['classes'].values()):.2f} / "
-                f"{sum(r['regret_fi'] for r in out['classes'].values()):.2f}"
-                for m, out in cells[(dataset, seed)].items()), flush=True)
+    cells = run_cells(run_pairs, args, lambda cell: "  ".join(
+        f"{m} {sum(r['regret'] for r in out['classes'].values()):.2f} / "
+        f"{sum(r['regret_fi'] for r in out['classes'].values()):.2f}" for m, out in cell.items()))
     rows = summarise({key: {m: out["classes"] for m, out in cell.items()} for key, cell in cells.items()},
                      CLASSES, "ticks")
     print(f"\n{'dataset':<10} {'method':<10} {'ticks':<16} {'share':>6} {'censored':>9} {'full info':>10} "
@@ -220,7 +204,7 @@ def main() -> None:
     (args.out / "censoring.json").write_text(json.dumps(
         {"machine": describe(), "seconds": time.perf_counter() - started, "cpu_steal_share": steal.share(),
          "split": args.split, "seeds": args.seeds, "rows": rows, "steps": steps,
-         "cells": [{"dataset": d, "seed": s, "methods": cells[(d, s)]} for d, s in groups]}, indent=2) + "\n")
+         "cells": [{"dataset": d, "seed": s, "methods": cell} for (d, s), cell in cells.items()]}, indent=2) + "\n")
     written = [args.out / "censoring.csv", args.out / "censoring.json", plot(rows, args.out / "censoring.png")]
     print("written: " + ", ".join(map(str, written)))
 

@@ -28,6 +28,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 from pathlib import Path
+from typing import Callable
 
 import matplotlib
 import numpy as np
@@ -131,33 +132,51 @@ def plot(rows: list[dict], path: Path) -> Path:
     return path
 
 
+def add_split_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--seeds``, ``--split`` and ``--jobs``, as this script and ``censoring_cost.py`` take them."""
+    parser.add_argument("--seeds", type=int, default=5, help="seeds 0 .. N-1 (default 5, as the tables)")
+    parser.add_argument("--split", choices=("test", "development"), default="test",
+                        help="the reported test split (default) or the development split the design was chosen on")
+    parser.add_argument("--jobs", type=int, default=2, help="(dataset, seed) groups run in parallel (default 2)")
+
+
+def parse_split_arguments(parser: argparse.ArgumentParser) -> argparse.Namespace:
+    """The parsed command line, ``--seeds`` and ``--jobs`` checked, ``--out`` made."""
+    args = parser.parse_args()
+    if args.seeds < 1 or args.jobs < 1:
+        parser.error("--seeds and --jobs must be >= 1")
+    args.out.mkdir(parents=True, exist_ok=True)
+    return args
+
+
+def run_cells(work: Callable[[str, int, list[str], str], dict], args: argparse.Namespace,
+              line: Callable[[dict], str]) -> dict[tuple[str, int], dict]:
+    """``work(dataset, seed, methods, split)`` for every (dataset, seed) of ``args``, ``args.jobs`` groups in spawned
+    processes at once; each group's ``line(cell)`` is printed as it completes, in order."""
+    groups = [(d, s) for d in dict.fromkeys(args.datasets) for s in range(args.seeds)]
+    methods = list(dict.fromkeys(args.methods))
+    with ProcessPoolExecutor(args.jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+        futures = {g: pool.submit(work, *g, methods, args.split) for g in groups}
+        cells = {}
+        for (dataset, seed), future in futures.items():
+            cells[(dataset, seed)] = future.result()
+            print(f"{dataset} seed {seed}: {line(cells[(dataset, seed)])}", flush=True)
+    return cells
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     parser.add_argument("--out", type=Path, required=True, help="folder for regime.csv, regime.json, regime.png")
     parser.add_argument("--datasets", nargs="+", default=["genai-mem", "genai-ctx"], choices=[*DATASETS, *FLEETS],
                         help="bundled datasets (default genai-mem genai-ctx)")
-    parser.add_argument("--seeds", type=int, default=5, help="seeds 0 .. N-1 (default 5, as the tables)")
     parser.add_argument("--methods", nargs="+", default=list(DEFAULT_METHODS), choices=list(REGISTRY),
                         metavar="METHOD", help=f"methods of picrl compare (default {' '.join(DEFAULT_METHODS)})")
-    parser.add_argument("--split", choices=("test", "development"), default="test",
-                        help="the reported test split (default) or the development split the design was chosen on")
-    parser.add_argument("--jobs", type=int, default=2, help="(dataset, seed) groups run in parallel (default 2)")
-    args = parser.parse_args()
-    if args.seeds < 1 or args.jobs < 1:
-        parser.error("--seeds and --jobs must be >= 1")
-    args.out.mkdir(parents=True, exist_ok=True)
+    add_split_arguments(parser)
+    args = parse_split_arguments(parser)
     steal, started = StealMeter(), time.perf_counter()
-    groups = [(d, s) for d in dict.fromkeys(args.datasets) for s in range(args.seeds)]
-    methods = list(dict.fromkeys(args.methods))
-    with ProcessPoolExecutor(args.jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
-        futures = {g: pool.submit(run_group, *g, methods, args.split) for g in groups}
-        cells = {}
-        for (dataset, seed), future in futures.items():
-            cells[(dataset, seed)] = future.result()
-            print(f"{dataset} seed {seed}: " + "  ".join(
-                f"{m} {sum(r['regret'] for r in rows.values()):.2f}" for m, rows in cells[(dataset, seed)].items()),
-                flush=True)
+    cells = run_cells(run_group, args, lambda cell: "  ".join(
+        f"{m} {sum(r['regret'] for r in rows.values()):.2f}" for m, rows in cell.items()))
     rows = summarise(cells)
     print(f"\n{'dataset':<11} {'method':<14} {'demand':<26} {'ticks':>6} {'regret':>14} {'shortage':>9} "
           f"{'action':>8} {'demand':>8}")
@@ -172,7 +191,7 @@ def main() -> None:
     (args.out / "regime.json").write_text(json.dumps(
         {"machine": describe(), "seconds": time.perf_counter() - started, "cpu_steal_share": steal.share(),
          "split": args.split, "seeds": args.seeds, "rows": rows,
-         "cells": [{"dataset": d, "seed": s, "methods": cells[(d, s)]} for d, s in groups]}, indent=2) + "\n")
+         "cells": [{"dataset": d, "seed": s, "methods": cell} for (d, s), cell in cells.items()]}, indent=2) + "\n")
     written = [args.out / "regime.csv", args.out / "regime.json", plot(rows, args.out / "regime.png")]
     print("written: " + ", ".join(map(str, written)))
 
