@@ -32,15 +32,14 @@ budget (the test split read for a diagnosis, choosing nothing); ``--split develo
 from __future__ import annotations
 
 import argparse
-import csv
-import json
 import time
 from pathlib import Path
 
 import matplotlib
 import numpy as np
-from host import StealMeter, describe
-from regret_by_regime import add_split_arguments, method_runs, parse_split_arguments, run_cells, summarise
+from host import StealMeter
+from regret_by_regime import (add_split_arguments, method_runs, parse_split_arguments, run_cells, summarise,
+                              write_results)
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -197,16 +196,7 @@ def main() -> None:
         print(f"{r['dataset']:<10} {r['method']:<10} {r['after_shortage']:>2} {r['events']:>7.0f} "
               f"{r['short_again']:>12.3f} {r['step_cost']:>9.4f} {r['best_constant_cost']:>14.4f} "
               f"{r['per_service_cost']:>12.4f} {r['fi_cost']:>10.4f}")
-    with (args.out / "censoring.csv").open("w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
-    (args.out / "censoring.json").write_text(json.dumps(
-        {"machine": describe(), "seconds": time.perf_counter() - started, "cpu_steal_share": steal.share(),
-         "split": args.split, "seeds": args.seeds, "rows": rows, "steps": steps,
-         "cells": [{"dataset": d, "seed": s, "methods": cell} for (d, s), cell in cells.items()]}, indent=2) + "\n")
-    written = [args.out / "censoring.csv", args.out / "censoring.json", plot(rows, args.out / "censoring.png")]
-    print("written: " + ", ".join(map(str, written)))
+    write_results(args, "censoring", rows, cells, {"rows": rows, "steps": steps}, plot, (steal, started))
 
 
 if __name__ == "__main__":

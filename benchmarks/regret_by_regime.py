@@ -164,6 +164,24 @@ def run_cells(work: Callable[[str, int, list[str], str], dict], args: argparse.N
     return cells
 
 
+def write_results(args: argparse.Namespace, stem: str, rows: list[dict], cells: dict[tuple[str, int], dict],
+                  tables: dict[str, list[dict]], draw: Callable[[list[dict], Path], Path],
+                  clock: tuple[StealMeter, float]) -> None:
+    """``STEM.csv`` (``rows``), ``STEM.json`` (the machine, the run's seconds and CPU steal, ``tables`` and every
+    cell) and ``STEM.png`` (``draw(rows, path)``) in ``args.out``; prints their paths."""
+    steal, started = clock
+    with (args.out / f"{stem}.csv").open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    (args.out / f"{stem}.json").write_text(json.dumps(
+        {"machine": describe(), "seconds": time.perf_counter() - started, "cpu_steal_share": steal.share(),
+         "split": args.split, "seeds": args.seeds, **tables,
+         "cells": [{"dataset": d, "seed": s, "methods": cell} for (d, s), cell in cells.items()]}, indent=2) + "\n")
+    written = [args.out / f"{stem}.csv", args.out / f"{stem}.json", draw(rows, args.out / f"{stem}.png")]
+    print("written: " + ", ".join(map(str, written)))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
@@ -184,16 +202,7 @@ def main() -> None:
         print(f"{r['dataset']:<11} {r['method']:<14} {r['regime']:<26} {r['share']:>6.1%} "
               f"{r['regret']:>7.3f} ± {r['regret_std']:<5.3f} {r['shortage_rate']:>9.3f} {r['mean_action']:>8.4f} "
               f"{r['mean_demand']:>8.4f}")
-    with (args.out / "regime.csv").open("w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
-    (args.out / "regime.json").write_text(json.dumps(
-        {"machine": describe(), "seconds": time.perf_counter() - started, "cpu_steal_share": steal.share(),
-         "split": args.split, "seeds": args.seeds, "rows": rows,
-         "cells": [{"dataset": d, "seed": s, "methods": cell} for (d, s), cell in cells.items()]}, indent=2) + "\n")
-    written = [args.out / "regime.csv", args.out / "regime.json", plot(rows, args.out / "regime.png")]
-    print("written: " + ", ".join(map(str, written)))
+    write_results(args, "regime", rows, cells, {"rows": rows}, plot, (steal, started))
 
 
 if __name__ == "__main__":
