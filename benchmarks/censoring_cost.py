@@ -44,7 +44,7 @@ from regret_by_regime import (add_split_arguments, method_runs, parse_split_argu
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from picrl.datasets import DATASETS, FLEETS  # noqa: E402
+from picrl.datasets import DATASETS  # noqa: E402
 from picrl_core.config import CostConfig  # noqa: E402
 from picrl_core.costs import asymmetric_cost, critical_ratio  # noqa: E402
 from picrl_core.methods import REGISTRY  # noqa: E402
@@ -170,7 +170,9 @@ def main() -> None:
                                      formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     parser.add_argument("--out", type=Path, required=True, help="folder for censoring.csv, .json and .png")
     parser.add_argument("--datasets", nargs="+", default=["pods", "genai-mem", "genai-ctx"],
-                        choices=[*DATASETS, *FLEETS], help="bundled datasets (default pods genai-mem genai-ctx)")
+                        choices=[*DATASETS, "pods"],
+                        help="bundled single-resource datasets (default pods genai-mem genai-ctx; a multi-resource "
+                             "fleet's tables weigh each resource, which these classes do not)")
     paired = sorted(m for m in REGISTRY if f"{m}-fi" in REGISTRY)
     parser.add_argument("--methods", nargs="+", default=["pic-rl", "conformal"], choices=paired, metavar="METHOD",
                         help=f"methods with a full-information reference: {', '.join(paired)} (default pic-rl "
