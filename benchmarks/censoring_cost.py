@@ -65,9 +65,8 @@ def shortage_streak(demand: np.ndarray, actions: np.ndarray) -> np.ndarray:
     return streak
 
 
-def streak_classes(demand: np.ndarray, actions: np.ndarray) -> dict[str, np.ndarray]:
-    """Masks ``(T, N)`` of :data:`CLASSES` from the censored run's shortages ``d > a``."""
-    streak = shortage_streak(demand, actions)
+def streak_classes(streak: np.ndarray) -> dict[str, np.ndarray]:
+    """Masks ``(T, N)`` of :data:`CLASSES` from the censored run's :func:`shortage_streak`."""
     since = np.full(streak.shape, np.iinfo(np.int64).max // 2)  # ticks since the last streak ended
     for t in range(1, streak.shape[0]):
         since[t] = np.where(streak[t - 1] > 0, 0, since[t - 1] + 1)
@@ -76,26 +75,28 @@ def streak_classes(demand: np.ndarray, actions: np.ndarray) -> dict[str, np.ndar
                               covered & (since >= 1) & (since <= AFTER), covered & (since > AFTER))))
 
 
-def class_rows(censored: tuple[np.ndarray, np.ndarray], full: np.ndarray, cost: CostConfig) -> dict[str, dict]:
-    """Per class: share of ticks, the censored run's and the reference's regret over them (Eq. 2, a fleet's mean over
-    services) and their difference; the differences add up to ``regret(censored) - regret(full information)``."""
+def class_rows(censored: tuple[np.ndarray, np.ndarray], full: np.ndarray, streak: np.ndarray,
+               cost: CostConfig) -> dict[str, dict]:
+    """Per class (of the censored run's ``streak``): share of ticks, the censored run's and the reference's regret over
+    them (Eq. 2, a fleet's mean over services) and their difference; the differences add up to
+    ``regret(censored) - regret(full information)``."""
     demand, actions = censored
     services = demand.shape[1]
     paid, limit = asymmetric_cost(actions, demand, cost), asymmetric_cost(full, demand, cost)
     return {name: {"share": float(mask.mean()), "regret": float(paid[mask].sum() / services),
                    "regret_fi": float(limit[mask].sum() / services),
                    "extra": float((paid[mask].sum() - limit[mask].sum()) / services)}
-            for name, mask in streak_classes(demand, actions).items()}
+            for name, mask in streak_classes(streak).items()}
 
 
-def step_row(censored: tuple[np.ndarray, np.ndarray], full: np.ndarray, cost: CostConfig,
+def step_row(censored: tuple[np.ndarray, np.ndarray], full: np.ndarray, streak: np.ndarray, cost: CostConfig,
              position: int) -> dict[str, float]:
     """The tick after every ``position``-th shortage of a streak: how often it is short again, and its cost (Eq. 1,
     mean over events) under the method's step, the best pooled constant step, each service's best constant step (both
     in hindsight) and full information. A step is measured from the shortage's action ``a_t``: the excess
     ``d_{t+1} - a_t`` it had to cover."""
     demand, actions = censored
-    ticks, services = np.nonzero(shortage_streak(demand, actions)[:-1] == position)
+    ticks, services = np.nonzero(streak[:-1] == position)
     if not ticks.size:
         return dict.fromkeys(STEP_FIELDS, float("nan")) | {"events": 0}
     excess = demand[ticks + 1, services] - actions[ticks, services]
@@ -121,8 +122,9 @@ def run_pairs(dataset: str, seed: int, methods: list[str], split: str) -> dict[s
         demand = demand.reshape(demand.shape[0], -1)
         censored = (demand, np.asarray(runs[method].actions, dtype=np.float64).reshape(demand.shape))
         full = np.asarray(runs[f"{method}-fi"].actions, dtype=np.float64).reshape(demand.shape)
-        out[method] = {"classes": class_rows(censored, full, config.cost), "steps": {
-            str(n): step_row(censored, full, config.cost, n) for n in STREAK_STEPS}}
+        streak = shortage_streak(*censored)
+        out[method] = {"classes": class_rows(censored, full, streak, config.cost), "steps": {
+            str(n): step_row(censored, full, streak, config.cost, n) for n in STREAK_STEPS}}
     return out
 
 
