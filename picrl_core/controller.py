@@ -188,7 +188,8 @@ class PicRLController:
                                      cfg, state.step_scale)
         step_scale = (adapt_step(state.step_scale, state.censor_streak > 0, state.over_streak > 0, shortage, over)
                       if cfg.calibrator.adaptive_step else state.step_scale)
-        temperature = (track_temperature(state.temperature, y, state.mu, state.sigma, censored, cfg.calibrator)
+        centre = state.mu + state.margin + state.bias if cfg.calibrator.centred_scale else state.mu
+        temperature = (track_temperature(state.temperature, y, centre, state.sigma, censored, cfg.calibrator)
                        if self.scales_sigma else state.temperature)
         window_y, window_c = (impute_shortage(y, censored, shortage, state, censor_streak, cfg.estimator)
                               if cfg.estimator.impute_window else (y, censored))
