@@ -147,7 +147,8 @@ class CalibratorConfig:
     scale_min: float = 1.0 / 64  # the temperature's range
     scale_max: float = 8.0
     # the temperature's residual is taken around the location the calibrator acts on, mu + m + b, instead of mu: a
-    # forecast biased by beta sigma otherwise inflates T^2 to 1 + beta^2, which the margin then has to undo
+    # forecast biased by beta sigma otherwise inflates T^2 to 1 + beta^2, which the margin then has to undo. Tried and
+    # left off: within noise on the development splits (benchmarks/results/design/centred-scale)
     centred_scale: bool = False
     select_scale_rate: bool = True  # pick scale_rate among pipeline.SCALE_RATES on the validation split
     select_on_validation: bool = False  # pick delta_m, delta_b (x0.25..x4) on the validation split
