@@ -34,8 +34,10 @@ The variants form a ladder from the paper's Phase 3 to the default, one change p
     +act-on-repeat      the action at that mixture's critical-fractile quantile: on the last demand seen when the share
                         of repeats puts the fractile there (estimator.act_on_repeat, repeats.repeat_quantile)
     +validation-start   a new service starts its margin and temperature at the levels the model's own closed-loop
-                        run on the validation split settled at, not at 0 and 1 (calibrator.start_from_validation; the
-                        default)
+                        run on the validation split settled at, not at 0 and 1 (calibrator.start_from_validation)
+    +scale-skips-repeats  the online temperature's EM step weighs each tick by the repeat mixture's Gaussian
+                        responsibility: a seen demand that repeated the last one leaves T where it is
+                        (calibrator.scale_skips_repeats; the default)
 
 and options tried on top of the default and left off because they did not help here:
 
@@ -145,7 +147,8 @@ CHANGES: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
     ("+escape-handover", (("calibrator", "escape_release"), ("calibrator", "escape_growth"))),
     ("+impute-repeat", (("estimator", "impute_repeat"),)),
     ("+act-on-repeat", (("estimator", "act_on_repeat"),)),
-    ("+validation-start (default)", (("calibrator", "start_from_validation"),)),
+    ("+validation-start", (("calibrator", "start_from_validation"),)),
+    ("+scale-skips-repeats (default)", (("calibrator", "scale_skips_repeats"),)),
 )
 # A setting that two rungs change holds, between them, the value the first one gave it.
 INTERIM = {("calibrator", "delta_m"): 0.1}

@@ -88,7 +88,8 @@ def adapt_step(scale: np.ndarray, was_short: np.ndarray, was_over: np.ndarray, s
 
 
 def track_temperature(temperature: np.ndarray, y: np.ndarray, mu: np.ndarray, sigma: np.ndarray,
-                      censored: np.ndarray, cfg: CalibratorConfig) -> np.ndarray:
+                      censored: np.ndarray, cfg: CalibratorConfig,
+                      gaussian_share: np.ndarray | None = None) -> np.ndarray:
     """One online EM step of each service's temperature ``T`` of the predicted std, from the feedback of the
     forecast ``(mu_t, sigma_t)`` (``sigma_t`` already multiplied by ``T_t``) under the Tobit likelihood of the
     censored-demand estimator:
@@ -103,10 +104,15 @@ def track_temperature(temperature: np.ndarray, y: np.ndarray, mu: np.ndarray, si
     shortages do not teach the scale that the forecast was sharper than it was (Proposition 1 for the
     spread). A service whose demand holds flat gets a small ``T`` (its margin steps and ``k sigma`` shrink
     to its real residuals, so it stops sawing around the level); a volatile one a large ``T``. Kept within
-    ``[scale_min, scale_max]``."""
+    ``[scale_min, scale_max]``.
+
+    ``gaussian_share`` ``r_t`` (``calibrator.scale_skips_repeats``): the tick's posterior responsibility of the
+    Gaussian part of the repeat mixture (:mod:`picrl_core.repeats`), the EM step of that mixture's scale,
+    ``T_{t+1}^2 = T_t^2 (1 - rho r_t + rho r_t u_t)``: a tick the repeat explains leaves ``T`` where it is."""
     z = (np.asarray(y, np.float64) - mu) / sigma
     second = np.where(censored, 1.0 + z * inverse_mills_ratio(z), z * z)
-    return (temperature * np.sqrt(1.0 - cfg.scale_rate + cfg.scale_rate * second)).clip(cfg.scale_min, cfg.scale_max)
+    rate = cfg.scale_rate if gaussian_share is None else cfg.scale_rate * gaussian_share
+    return (temperature * np.sqrt(1.0 - rate + rate * second)).clip(cfg.scale_min, cfg.scale_max)
 
 
 def reactive_step(margin: np.ndarray, bias: np.ndarray, eta: np.ndarray, shortage: np.ndarray,

@@ -27,8 +27,8 @@ from picrl_core.mills import mean_above
 from picrl_core.noise import counter_normal
 from picrl_core.policy import N_OUTPUTS, PolicyNetwork, gaussian_log_prob, risk_centre, squash
 from picrl_core.predictor import GaussianLSTM, predict_gaussian
-from picrl_core.repeats import (REPEAT_TOLERANCE, inside_range, mean_above_or_repeat, repeat_quantile, repeats_in,
-                               track_repeats)
+from picrl_core.repeats import (REPEAT_TOLERANCE, gaussian_responsibility, inside_range, mean_above_or_repeat,
+                               repeat_quantile, repeats_in, track_repeats)
 from picrl_core.reward import expected_cost, step_reward
 
 
@@ -188,9 +188,6 @@ class PicRLController:
                                      cfg, state.step_scale)
         step_scale = (adapt_step(state.step_scale, state.censor_streak > 0, state.over_streak > 0, shortage, over)
                       if cfg.calibrator.adaptive_step else state.step_scale)
-        centre = state.mu + state.margin + state.bias if cfg.calibrator.centred_scale else state.mu
-        temperature = (track_temperature(state.temperature, y, centre, state.sigma, censored, cfg.calibrator)
-                       if self.scales_sigma else state.temperature)
         window_y, window_c = (impute_shortage(y, censored, shortage, state, censor_streak, cfg.estimator)
                               if cfg.estimator.impute_window else (y, censored))
         seen = ~shortage & ~censored
@@ -199,6 +196,12 @@ class PicRLController:
         if cfg.estimator.act_on_repeat:  # a shortage at or above v did not repeat; a clipped v is no value seen
             missed = shortage & (a >= state.last_seen - REPEAT_TOLERANCE)
             after_seen = after_seen & inside_range(state.last_seen)
+        centre = state.mu + state.margin + state.bias if cfg.calibrator.centred_scale else state.mu
+        gaussian_share = (gaussian_responsibility(y, censored, state.mu, state.sigma, a, state.repeat_share,
+                                                  state.last_seen, after_seen)
+                          if cfg.calibrator.scale_skips_repeats else None)
+        temperature = (track_temperature(state.temperature, y, centre, state.sigma, censored, cfg.calibrator,
+                                         gaussian_share) if self.scales_sigma else state.temperature)
         repeat_share, last_seen = track_repeats(state.repeat_share, state.last_seen, y, observed,
                                                 after_seen, cfg.estimator.repeat_rate, missed)
         escape = (escape_step(state.escape, shortage, seen, censor_streak, state.sigma, cfg.calibrator)

@@ -96,12 +96,30 @@ def repeat_quantile(action: np.ndarray, sigma: np.ndarray, share: np.ndarray, la
     return order
 
 
+def repeat_weight_above(mu: np.ndarray, sigma: np.ndarray, bound: np.ndarray, share: np.ndarray,
+                        last_seen: np.ndarray) -> np.ndarray:
+    """The posterior weight of the repeat given ``d > bound`` under the mixture of the module docstring,
+    ``w = p / (p + (1 - p)(1 - Phi((bound - mu) / sigma)))`` where ``last_seen > bound``, else 0."""
+    slab = (1.0 - share) * np.exp(log_normal_survival((bound - mu) / sigma))
+    return np.where(last_seen > bound, share / np.maximum(share + slab, np.finfo(np.float64).tiny), 0.0)
+
+
+def gaussian_responsibility(y: np.ndarray, censored: np.ndarray, mu: np.ndarray, sigma: np.ndarray,
+                            action: np.ndarray, share: np.ndarray, last_seen: np.ndarray,
+                            after_seen: np.ndarray) -> np.ndarray:
+    """Each tick's posterior responsibility of the mixture's Gaussian part (the E-step weight of its scale): 0 for a
+    seen demand that repeated ``last_seen`` right after a seen tick (the atom explains it; a density does not compete
+    with a point mass), ``1 - w`` for a censored one (:func:`repeat_weight_above` at the action), 1 otherwise."""
+    repeated = ~censored & after_seen & (np.abs(y - last_seen) <= REPEAT_TOLERANCE)
+    censored_share = 1.0 - repeat_weight_above(mu, sigma, action, share, last_seen)
+    return np.where(repeated, 0.0, np.where(censored, censored_share, 1.0))
+
+
 def mean_above_or_repeat(mu: np.ndarray, sigma: np.ndarray, bound: np.ndarray, share: np.ndarray,
                          last_seen: np.ndarray) -> np.ndarray:
     """``E[d | d > bound]`` under the mixture of the module docstring: the repeat ``last_seen`` (probability
     ``share``) or ``N(mu, sigma^2)``. Equals :func:`~picrl_core.mills.mean_above` where ``share`` is 0 or the
     repeat lies at or below the bound."""
     gaussian = mean_above(mu, sigma, bound)
-    slab = (1.0 - share) * np.exp(log_normal_survival((bound - mu) / sigma))
-    weight = np.where(last_seen > bound, share / np.maximum(share + slab, np.finfo(np.float64).tiny), 0.0)
+    weight = repeat_weight_above(mu, sigma, bound, share, last_seen)
     return weight * last_seen + (1.0 - weight) * gaussian

@@ -235,6 +235,32 @@ def test_a_centred_temperature_reads_the_residual_around_mu_plus_margin_plus_bia
     np.testing.assert_array_equal(states[0].temperature, states[1].temperature)
 
 
+def test_a_temperature_that_skips_repeats_holds_on_a_repeated_demand_and_steps_elsewhere(
+        tiny_predictor: GaussianLSTM, tiny_policy: PolicyNetwork, tiny_config: PicRLConfig) -> None:
+    """``calibrator.scale_skips_repeats``: a seen demand equal to the last one seen (the repeat mixture's atom) leaves
+    the temperature as it was; a seen demand that moved takes the default's step; a shortage the repeat cannot
+    explain (the last demand seen lies below the action) takes it too."""
+    _, history = _many(tiny_config.predictor.window)
+    keys = np.arange(5, dtype=np.uint64)
+    cal = replace(tiny_config.calibrator, online_scale=True, scale_rate=0.25)
+    on, off = (PicRLController(tiny_predictor, tiny_policy, replace(tiny_config, calibrator=replace(
+        cal, scale_skips_repeats=skips)), explore=False) for skips in (True, False))
+    state = on.initial_state(keys, history)
+    assert np.array_equal(state.temperature, off.initial_state(keys, history).temperature)
+    y = state.last_seen + np.array([0.0, 0.0, 0.05, -0.05, 0.0])  # rows 0, 1 and 4 repeat the last demand seen
+    censored = np.zeros(5, bool)
+    censored[4] = True  # row 4: short at its action, which is above the last demand seen (no repeat possible)
+    y[4] = state.action[4]
+    assert state.action[4] > state.last_seen[4] and np.all(state.censor_streak == 0)
+    skipped = on.step(state, y, censored)[0].temperature
+    stepped = off.step(state, y, censored)[0].temperature
+    expected = track_temperature(state.temperature, y, state.mu, state.sigma, censored, cal)
+    np.testing.assert_array_equal(stepped, expected)
+    np.testing.assert_array_equal(skipped[:2], state.temperature[:2])
+    np.testing.assert_array_equal(skipped[2:], expected[2:])
+    assert not np.allclose(expected[:2], state.temperature[:2])  # the default's step does move on a repeat
+
+
 def test_a_negative_streak_limit_is_refused() -> None:
     with pytest.raises(ValueError, match="impute_streak"):
         EstimatorConfig(impute_streak=-1)
