@@ -109,10 +109,15 @@ def gaussian_responsibility(y: np.ndarray, censored: np.ndarray, mu: np.ndarray,
                             after_seen: np.ndarray) -> np.ndarray:
     """Each tick's posterior responsibility of the mixture's Gaussian part (the E-step weight of its scale): 0 for a
     seen demand that repeated ``last_seen`` right after a seen tick (the atom explains it; a density does not compete
-    with a point mass), ``1 - w`` for a censored one (:func:`repeat_weight_above` at the action), 1 otherwise."""
+    with a point mass), ``1 - w`` for a censored one (:func:`repeat_weight_above` at the action), 1 otherwise.
+    ``w`` is computed only where it can be nonzero (a shortage below the last demand seen), not on every row."""
     repeated = ~censored & after_seen & (np.abs(y - last_seen) <= REPEAT_TOLERANCE)
-    censored_share = 1.0 - repeat_weight_above(mu, sigma, action, share, last_seen)
-    return np.where(repeated, 0.0, np.where(censored, censored_share, 1.0))
+    responsibility = np.where(repeated, 0.0, 1.0)
+    rows = (censored & (last_seen > action)).nonzero()[0]
+    if rows.size:
+        responsibility[rows] = 1.0 - repeat_weight_above(mu[rows], sigma[rows], action[rows], share[rows],
+                                                         last_seen[rows])
+    return responsibility
 
 
 def mean_above_or_repeat(mu: np.ndarray, sigma: np.ndarray, bound: np.ndarray, share: np.ndarray,

@@ -247,7 +247,7 @@ def test_a_temperature_that_skips_repeats_holds_on_a_repeated_demand_and_steps_e
         cal, scale_skips_repeats=skips)), explore=False) for skips in (True, False))
     state = on.initial_state(keys, history)
     assert np.array_equal(state.temperature, off.initial_state(keys, history).temperature)
-    y = state.last_seen + np.array([0.0, 0.0, 0.05, -0.05, 0.0])  # rows 0, 1 and 4 repeat the last demand seen
+    y = state.last_seen + np.array([0.0, 0.0, 0.05, -0.05, 0.0])  # rows 0 and 1 repeat the last demand seen
     censored = np.zeros(5, bool)
     censored[4] = True  # row 4: short at its action, which is above the last demand seen (no repeat possible)
     y[4] = state.action[4]
