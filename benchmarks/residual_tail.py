@@ -6,9 +6,11 @@ ratio (Eq. 8's Tobit model). If the standardized errors of the trained LSTM had 
 every imputed shortage would sit too low and a censoring streak would fall further behind with each tick.
 
 For each trace of the design ladder (``select_design.traces``: GenAI, evenly spaced real pods, four synthetic shapes)
-and seed, this trains the default's Phase-1 LSTM on the development split (the first 75% of the training split trains,
-its rest validates and calibrates ``sigma``, the validation split plays the test; the test split is never read) and
-forecasts every tick of the development validation and test parts from the true demand before it. A tick whose
+and seed, this trains the default's Phase-1 LSTM (the incremental one PIC-RL acts with, not the windowed one the
+baselines read) on the development split (the first 75% of the training split trains, its rest validates and
+calibrates ``sigma``, the validation split plays the test; the test split is never read) and forecasts every tick of
+the development validation and test parts from the true demand before it, as the controller reads the model (one
+carried stream per part). A tick whose
 demand repeats the last one is left out (the repeat mixture, not the Gaussian, explains it). On the rest it reports:
 
 - ``T``: the root mean square of ``z = (d - mu) / sigma``, the temperature a calibrated scale would have;
@@ -16,7 +18,7 @@ demand repeats the last one is left out (the repeat mixture, not the Gaussian, e
 - for ``c`` in ``z*, 1, 1.5``: the mean of ``z / T`` over the ticks above ``c`` against the Gaussian's ``lambda(c)``:
   the E-step's imputation, in units of the scaled ``sigma``, measured against what it assumes.
 
-Run on demand (not part of the test suite; ~10 seconds for the default on 2 cores):
+Run on demand (not part of the test suite; ~30 seconds for the default on 2 cores):
 
     python benchmarks/residual_tail.py --out DIR [--pods 6] [--seeds 2]
 
@@ -46,23 +48,24 @@ from picrl.comparison.runner import FULL  # noqa: E402
 from picrl_core.config import PicRLConfig  # noqa: E402
 from picrl_core.costs import critical_ratio  # noqa: E402
 from picrl_core.mills import inverse_mills_ratio  # noqa: E402
-from picrl_core.pipeline import phase1_predictor  # noqa: E402
-from picrl_core.predictor import GaussianLSTM, make_windows, predict_gaussian  # noqa: E402
-from picrl_core.series import development_series, prepare_series, segment_starts  # noqa: E402
+from picrl_core.incremental_predictor import forecasts_as_acted  # noqa: E402
+from picrl_core.pipeline import config_for, train_phase1  # noqa: E402
+from picrl_core.predictor import GaussianLSTM  # noqa: E402
+from picrl_core.series import development_series, prepare_series  # noqa: E402
 from picrl_core.training_memo import shared_training  # noqa: E402
 
 CURVE = np.linspace(0.0, 2.0, 21)  # the thresholds of the plotted mean-excess curve
 REPORTED = (1.0, 1.5)  # thresholds reported besides z*
 
 
-def standardized_errors(model: GaussianLSTM, values: np.ndarray, context: np.ndarray | None) -> np.ndarray:
-    """``(d - mu) / sigma`` of every one-step forecast inside ``values`` whose demand does not repeat the last."""
+def standardized_errors(model: GaussianLSTM, values: np.ndarray, context: np.ndarray | None,
+                        services: int) -> np.ndarray:
+    """``(d - mu) / sigma`` of every one-step forecast inside ``values``, read as the controller reads ``model``,
+    whose demand does not repeat the last."""
+    mu, sigma, target = forecasts_as_acted(model, values, context, services)
     width = model.cfg.window
-    starts = segment_starts(len(values), 1, 0, width + 1)
-    windows, targets = make_windows(values, context, width, np.random.default_rng(0), 0.0, starts=starts)
-    mu, sigma = predict_gaussian(model, windows)
-    fresh = np.abs(targets - windows[:, -1, 0]) > 1e-9
-    return ((targets.astype(np.float64) - mu) / sigma)[fresh]
+    previous = np.asarray(values, np.float64).reshape(services, -1)[:, width - 1:-1].ravel()
+    return ((target - mu) / sigma)[np.abs(target - previous) > 1e-9]
 
 
 def tail_mean(z: np.ndarray, threshold: float) -> float:
@@ -125,12 +128,13 @@ def main() -> None:
     for name, (values, context, context_names) in traces(args.pods).items():
         series = development_series(prepare_series(values, name, context, context_names))
         for seed in range(args.seeds):
+            config = config_for(series, replace(FULL.apply(PicRLConfig()), seed=seed))
             with shared_training():
-                model = phase1_predictor(series, replace(FULL.apply(PicRLConfig()), seed=seed))
+                model = train_phase1(series, config)[0].eval()
             for part, part_values, part_context in (("val", series.val, series.val_ctx),
                                                     ("test", series.test, series.test_ctx)):
                 row = {"trace": name, "seed": seed, "part": part,
-                       **summarize(standardized_errors(model, part_values, part_context), fractile)}
+                       **summarize(standardized_errors(model, part_values, part_context, series.services), fractile)}
                 rows.append(row)
                 tails = "".join(f"{row[f'mean_above_{c}']:>6.2f}/{row[f'gaussian_above_{c}']:<5.2f}"
                                 for c in ("z*", "1", "1.5"))

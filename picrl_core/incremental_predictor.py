@@ -27,7 +27,7 @@ import torch
 
 from picrl_core.batching import INVARIANT_CHUNK, in_fixed_chunks
 from picrl_core.config import PredictorConfig
-from picrl_core.predictor import (GaussianLSTM, PredictorInputError, PredictorReport, _check_series,
+from picrl_core.predictor import (GaussianLSTM, PredictorInputError, PredictorReport, _check_series, _predict_series,
                                   censor_noise_std, gaussian_nll, gaussian_output)
 
 _SEQUENCE_WINDOWS = 4  # a training sequence is this many windows long; the first one only warms the state up
@@ -176,6 +176,17 @@ def _stream_predictions(model: GaussianLSTM, series: np.ndarray, context: np.nda
             sigma.append(sd[0, window - 1:].numpy().astype(np.float64))
             target.append(series[part][window:])
     return np.concatenate(mu), np.concatenate(sigma), np.concatenate(target)
+
+
+def forecasts_as_acted(model: GaussianLSTM, series: np.ndarray, context: np.ndarray | None,
+                       services: int = 1) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(mu, sigma, target)`` of every point of ``series`` after each segment's first ``window``, from the true
+    demand before it, read as the controller reads ``model``: one carried stream per service (``kind =
+    "incremental"``) or each point's window from a zero state."""
+    series = np.asarray(series, np.float64)
+    if model.cfg.kind == "incremental":
+        return _stream_predictions(model, series, context, model.cfg.window, services)
+    return _predict_series(model, series, context, model.cfg.window, services)
 
 
 def evaluate_stream(model: GaussianLSTM, series: np.ndarray, context: np.ndarray | None, window: int,

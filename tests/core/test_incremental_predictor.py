@@ -1,6 +1,7 @@
 """The incremental predictor option: one LSTM cell step per tick on a carried (h, c)."""
 from __future__ import annotations
 
+import copy
 from dataclasses import replace
 from pathlib import Path
 
@@ -11,10 +12,11 @@ import torch
 from picrl_core.artifact import ModelArtifact, load_artifact, save_artifact
 from picrl_core.config import PicRLConfig
 from picrl_core.controller import PicRLController
-from picrl_core.incremental_predictor import (_training_sequences, advance_memory, evaluate_stream, memory_size,
-                                              start_memory, train_incremental_predictor)
+from picrl_core.incremental_predictor import (_training_sequences, advance_memory, evaluate_stream,
+                                              forecasts_as_acted, memory_size, start_memory,
+                                              train_incremental_predictor)
 from picrl_core.policy import PolicyNetwork, ValueNetwork
-from picrl_core.predictor import GaussianLSTM, train_predictor
+from picrl_core.predictor import GaussianLSTM, make_windows, predict_gaussian, train_predictor
 from picrl_core.simulator import simulate
 from picrl_core.state_codec import StateCodec
 
@@ -51,6 +53,28 @@ def test_one_cell_step_per_tick_equals_reading_the_whole_sequence(incremental_mo
         full_mu, full_sigma, _ = start_memory(incremental_model, x[:, :t + 1], chunk=4)
         np.testing.assert_allclose(mu, full_mu, rtol=1e-5, atol=1e-6)
         np.testing.assert_allclose(sigma, full_sigma, rtol=1e-5, atol=1e-6)
+
+
+def test_forecasts_as_acted_read_the_model_as_the_controller_does(incremental_model: GaussianLSTM,
+                                                                   diurnal_series: np.ndarray) -> None:
+    window, length = incremental_model.cfg.window, 60
+    series = diurnal_series[:2 * length]  # two services end to end
+    mu, sigma, target = forecasts_as_acted(incremental_model, series, None, services=2)
+    segments = series.reshape(2, length)
+    np.testing.assert_array_equal(target, segments[:, window:].ravel())
+    rows = np.stack([segments, np.zeros_like(segments)], axis=2).astype(np.float32)
+    carried, _, memory = start_memory(incremental_model, rows[:, :window], chunk=4)  # the carried stream
+    for t in range(window, window + 5):
+        np.testing.assert_allclose(carried, mu.reshape(2, -1)[:, t - window], rtol=1e-5, atol=1e-6)
+        carried, _, memory = advance_memory(incremental_model, rows[:, t], memory, chunk=4)
+    windowed = copy.deepcopy(incremental_model)
+    windowed.cfg = replace(windowed.cfg, kind="windowed")
+    starts = np.arange(length - window)
+    x, _ = make_windows(segments[0], None, window, np.random.default_rng(0), 0.0, starts=starts)
+    read, _ = predict_gaussian(windowed, x)  # each window from a zero state
+    np.testing.assert_allclose(forecasts_as_acted(windowed, series, None, services=2)[0][:starts.size], read,
+                               rtol=1e-5, atol=1e-6)
+    assert np.all(sigma > 0) and not np.allclose(read, mu[:starts.size])
 
 
 def test_a_service_decides_the_same_bits_alone_or_in_a_batch(tiny_config: PicRLConfig,
