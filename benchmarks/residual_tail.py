@@ -31,6 +31,7 @@ import argparse
 import csv
 import json
 import time
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from statistics import NormalDist
@@ -51,7 +52,7 @@ from picrl_core.mills import inverse_mills_ratio  # noqa: E402
 from picrl_core.incremental_predictor import forecasts_as_acted  # noqa: E402
 from picrl_core.pipeline import config_for, train_phase1  # noqa: E402
 from picrl_core.predictor import GaussianLSTM  # noqa: E402
-from picrl_core.series import development_series, prepare_series  # noqa: E402
+from picrl_core.series import PreparedSeries, development_series, prepare_series  # noqa: E402
 from picrl_core.training_memo import shared_training  # noqa: E402
 
 CURVE = np.linspace(0.0, 2.0, 21)  # the thresholds of the plotted mean-excess curve
@@ -111,6 +112,17 @@ def plot(rows: list[dict], path: Path) -> None:
     plt.close(fig)
 
 
+def development_models(pods: int, seeds: int) -> Iterator[tuple[str, int, PreparedSeries, GaussianLSTM]]:
+    """``(trace, seed, development series, the default's trained Phase-1 LSTM)`` for every trace of the design
+    ladder (``pods`` evenly spaced real pods) and seeds ``0 .. seeds - 1``; the test splits are never read."""
+    for name, (values, context, context_names) in traces(pods).items():
+        series = development_series(prepare_series(values, name, context, context_names))
+        for seed in range(seeds):
+            config = config_for(series, replace(FULL.apply(PicRLConfig()), seed=seed))
+            with shared_training():
+                yield name, seed, series, train_phase1(series, config)[0].eval()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
@@ -125,21 +137,16 @@ def main() -> None:
     rows = []
     print(f"{'trace':<12}{'seed':>5} {'part':<5}{'ticks':>6}{'T':>6}{'>z*':>7}   mean above c / Gaussian's: "
           f"{'z*':>11}{'1':>12}{'1.5':>12}")
-    for name, (values, context, context_names) in traces(args.pods).items():
-        series = development_series(prepare_series(values, name, context, context_names))
-        for seed in range(args.seeds):
-            config = config_for(series, replace(FULL.apply(PicRLConfig()), seed=seed))
-            with shared_training():
-                model = train_phase1(series, config)[0].eval()
-            for part, part_values, part_context in (("val", series.val, series.val_ctx),
-                                                    ("test", series.test, series.test_ctx)):
-                row = {"trace": name, "seed": seed, "part": part,
-                       **summarize(standardized_errors(model, part_values, part_context, series.services), fractile)}
-                rows.append(row)
-                tails = "".join(f"{row[f'mean_above_{c}']:>6.2f}/{row[f'gaussian_above_{c}']:<5.2f}"
-                                for c in ("z*", "1", "1.5"))
-                print(f"{name:<12}{seed:>5} {part:<5}{row['ticks']:>6}{row['temperature']:>6.2f}"
-                      f"{row['above_fractile']:>7.3f}   {'':>26}{tails}", flush=True)
+    for name, seed, series, model in development_models(args.pods, args.seeds):
+        for part, part_values, part_context in (("val", series.val, series.val_ctx),
+                                                ("test", series.test, series.test_ctx)):
+            row = {"trace": name, "seed": seed, "part": part,
+                   **summarize(standardized_errors(model, part_values, part_context, series.services), fractile)}
+            rows.append(row)
+            tails = "".join(f"{row[f'mean_above_{c}']:>6.2f}/{row[f'gaussian_above_{c}']:<5.2f}"
+                            for c in ("z*", "1", "1.5"))
+            print(f"{name:<12}{seed:>5} {part:<5}{row['ticks']:>6}{row['temperature']:>6.2f}"
+                  f"{row['above_fractile']:>7.3f}   {'':>26}{tails}", flush=True)
     columns = [k for k in rows[0] if k != "curve"]
     with (args.out / "tail.csv").open("w", newline="") as handle:
         writer = csv.DictWriter(handle, columns, extrasaction="ignore")

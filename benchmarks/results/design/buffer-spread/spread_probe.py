@@ -26,16 +26,13 @@ import torch
 
 sys.path.insert(0, "benchmarks")
 from host import describe  # noqa: E402
-from select_design import traces  # noqa: E402
+from residual_tail import development_models  # noqa: E402
 
-from picrl.comparison.runner import FULL  # noqa: E402
 from picrl_core.calibrator import track_temperature  # noqa: E402
 from picrl_core.config import PicRLConfig  # noqa: E402
 from picrl_core.costs import asymmetric_cost, critical_ratio  # noqa: E402
 from picrl_core.incremental_predictor import forecasts_as_acted  # noqa: E402
-from picrl_core.pipeline import SCALE_RATES, config_for, train_phase1  # noqa: E402
-from picrl_core.series import development_series, prepare_series  # noqa: E402
-from picrl_core.training_memo import shared_training  # noqa: E402
+from picrl_core.pipeline import SCALE_RATES  # noqa: E402
 
 COST = PicRLConfig().cost
 TAU = critical_ratio(COST)
@@ -49,8 +46,10 @@ def cost(order: np.ndarray, demand: np.ndarray) -> float:
 
 def fit(residual: np.ndarray, spread: np.ndarray, ks: np.ndarray) -> tuple[float, float]:
     """The ``(k, c)`` of lowest cost of ``c + k * spread`` against ``residual``."""
-    fits = [(cost(c + k * spread, residual), k, c)
-            for k in ks for c in [float(np.quantile(residual - k * spread, TAU))]]
+    fits = []
+    for k in ks:
+        c = float(np.quantile(residual - k * spread, TAU))  # the best offset for this k
+        fits.append((cost(c + k * spread, residual), k, c))
     return min(fits)[1:]
 
 
@@ -87,34 +86,29 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(1)
     rows = []
-    for name, (values, context, names) in traces(6).items():
-        series = development_series(prepare_series(values, name, context, names))
-        for seed in range(2):
-            config = config_for(series, replace(FULL.apply(PicRLConfig()), seed=seed))
-            with shared_training():
-                model = train_phase1(series, config)[0].eval()
-            (mv, sv, dv), (mt, st, dt) = (forecasts_as_acted(model, v, c, series.services)
-                                          for v, c in ((series.val, series.val_ctx), (series.test, series.test_ctx)))
-            rv, rt = dv - mv, dt - mt
-            spreads = {"sigma": (sv, st), "const": (np.ones_like(sv), np.ones_like(st))}
-            a, b = affine(rv, sv)
-            spreads["affine"] = (np.sqrt(a * sv ** 2 + b), np.sqrt(a * st ** 2 + b))
-            rates = {}
-            for label, base_v, base_t in (("sigma*T", sv, st), ("T", np.ones_like(sv), np.ones_like(st))):
-                chosen = min(SCALE_RATES, key=lambda rate: in_sample_cost(
-                    rv, base_v * temperature_path(mv, base_v, dv, rate, series.services)))
-                rates[f"rate_{label}"] = chosen
-                spreads[label] = tuple(base * temperature_path(m, base, d, chosen, series.services)
-                                       for base, m, d in ((base_v, mv, dv), (base_t, mt, dt)))
-            row = {"trace": name, "seed": seed, "corr_abs_residual_sigma": float(np.corrcoef(np.abs(rv), sv)[0, 1]),
-                   "affine_a": a, "affine_b_share": b / float(np.mean(rv ** 2)), **rates}
-            for label, (spread_v, spread_t) in spreads.items():
-                k, c = fit(rv, spread_v, KS if label != "const" else np.zeros(1))
-                row[label] = cost(c + k * spread_t, rt)
-            rows.append(row)
-            print(f"{name:<12}{seed:>3} ticks {rt.size} regret of sigma {row['sigma']:6.2f}  "
-                  f"corr {row['corr_abs_residual_sigma']:5.2f}  "
-                  + "  ".join(f"{lab} {row[lab] / row['sigma']:.3f}" for lab in spreads), flush=True)
+    for name, seed, series, model in development_models(6, 2):
+        (mv, sv, dv), (mt, st, dt) = (forecasts_as_acted(model, v, c, series.services)
+                                      for v, c in ((series.val, series.val_ctx), (series.test, series.test_ctx)))
+        rv, rt = dv - mv, dt - mt
+        spreads = {"sigma": (sv, st), "const": (np.ones_like(sv), np.ones_like(st))}
+        a, b = affine(rv, sv)
+        spreads["affine"] = (np.sqrt(a * sv ** 2 + b), np.sqrt(a * st ** 2 + b))
+        rates = {}
+        for label, base_v, base_t in (("sigma*T", sv, st), ("T", np.ones_like(sv), np.ones_like(st))):
+            chosen = min(SCALE_RATES, key=lambda rate: in_sample_cost(
+                rv, base_v * temperature_path(mv, base_v, dv, rate, series.services)))
+            rates[f"rate_{label}"] = chosen
+            spreads[label] = tuple(base * temperature_path(m, base, d, chosen, series.services)
+                                   for base, m, d in ((base_v, mv, dv), (base_t, mt, dt)))
+        row = {"trace": name, "seed": seed, "corr_abs_residual_sigma": float(np.corrcoef(np.abs(rv), sv)[0, 1]),
+               "affine_a": a, "affine_b_share": b / float(np.mean(rv ** 2)), **rates}
+        for label, (spread_v, spread_t) in spreads.items():
+            k, c = fit(rv, spread_v, KS if label != "const" else np.zeros(1))
+            row[label] = cost(c + k * spread_t, rt)
+        rows.append(row)
+        print(f"{name:<12}{seed:>3} ticks {rt.size} regret of sigma {row['sigma']:6.2f}  "
+              f"corr {row['corr_abs_residual_sigma']:5.2f}  "
+              + "  ".join(f"{lab} {row[lab] / row['sigma']:.3f}" for lab in spreads), flush=True)
     with (out / "spread.csv").open("w", newline="") as handle:
         writer = csv.DictWriter(handle, list(rows[0]))
         writer.writeheader()
