@@ -38,7 +38,7 @@ from picrl.datasets import load_dataset  # noqa: E402
 from picrl.kafka import LocalKafka  # noqa: E402
 from picrl_core.artifact import load_artifact  # noqa: E402
 from producers.closed_loop import ClosedLoopEnvironment, NoActionError  # noqa: E402
-from producers.workload import copies_of  # noqa: E402
+from picrl.workloads import copies_of  # noqa: E402
 from stream.topics import TopicNames, ensure_topics, topic_specs  # noqa: E402
 from tests.support.chaos import BROKER, Chaos, Fault, audit  # noqa: E402
 

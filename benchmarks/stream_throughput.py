@@ -72,7 +72,8 @@ from picrl.datasets import load_dataset
 from picrl.kafka import LocalKafka
 from picrl_core.artifact import load_artifact
 from picrl_core.simulator import censor
-from producers.workload import Workload, copies_of
+from producers.workload import Workload
+from picrl.workloads import copies_of
 from stream.decisions import DecisionEngine, Incoming
 from stream.records import UsageEvent, decode_action
 from stream.topics import TopicNames, committed_offsets, end_offsets, ensure_topics, topic_specs

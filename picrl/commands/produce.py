@@ -13,7 +13,8 @@ from picrl.reports.closed_loop import COLUMNS, write_report
 from producers.closed_loop import ClosedLoopEnvironment, ClosedLoopRecord, NoActionError, TickSummary
 from producers.replay import replay_usage
 from picrl.settings import SettingsError, resource_names
-from producers.workload import Workload, copies_of, fleet_of, resource_fleet_of
+from producers.workload import Workload
+from picrl.workloads import copies_of, fleet_of, resource_fleet_of
 from stream.topics import TopicNames
 
 TEST_FRACTION = 0.2  # the chronological test split: the part a trained model never saw

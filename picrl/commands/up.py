@@ -20,7 +20,8 @@ from picrl.kafka import LocalKafka
 from picrl.reports.closed_loop import write_report
 from picrl.settings import SettingsError
 from picrl_core.series import prepare_series
-from producers.workload import Workload, copies_of, resource_fleet_of
+from producers.workload import Workload
+from picrl.workloads import copies_of, resource_fleet_of
 from stream.topics import ensure_topics, topic_specs
 
 PARTITIONS = 4

@@ -14,7 +14,8 @@ from picrl_core.pipeline import train_offline
 from picrl_core.series import prepare_series
 from picrl_core.resources import GPU_POD
 from picrl_core.synthetic import diurnal
-from producers.workload import Workload, copies_of
+from producers.workload import Workload
+from picrl.workloads import copies_of
 
 WINDOW = 8
 

@@ -9,7 +9,8 @@ import pytest
 from picrl.datasets import Trace
 from picrl_core.artifact import ModelArtifact
 from picrl_core.reward import step_reward
-from producers.workload import Workload, copies_of
+from producers.workload import Workload
+from picrl.workloads import copies_of
 from stream.decisions import DecisionEngine, EngineSettings, Incoming, ServiceOverride
 from stream.records import Action, UsageEvent
 from tests.stream.conftest import WINDOW

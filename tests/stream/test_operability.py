@@ -13,7 +13,7 @@ from picrl.cli import main
 from picrl.datasets import Trace
 from picrl.settings import SettingsError, load_settings
 from producers.closed_loop import ClosedLoopEnvironment, TickSummary
-from producers.workload import copies_of
+from picrl.workloads import copies_of
 from stream.topics import TopicNames, ensure_topics, topic_specs
 from tests.stream.conftest import WINDOW
 from tests.support.kafka import unique

@@ -14,7 +14,7 @@ from picrl_core.config import CostConfig
 from picrl_core.methods.coupled import resource_metrics
 from picrl_core.resources import GPU_POD, killing, observe
 from producers.closed_loop import ClosedLoopRecord
-from producers.workload import copies_of, fleet_of, resource_fleet_of
+from picrl.workloads import copies_of, fleet_of, resource_fleet_of
 from stream.records import decode_usage
 from stream.topics import TopicNames, ensure_topics, topic_specs
 from tests.support.kafka import consume, unique

@@ -23,7 +23,8 @@ from picrl.kafka import LocalKafka
 from picrl_core.artifact import ModelArtifact, policy_to_bytes
 from picrl_core.policy import PolicyNetwork
 from producers.closed_loop import ClosedLoopEnvironment, ClosedLoopRecord, NoActionError, TickSummary
-from producers.workload import Workload, copies_of
+from producers.workload import Workload
+from picrl.workloads import copies_of
 from stream.decisions import DecisionEngine, Incoming
 from stream.records import PolicyVersion, UsageEvent, decode_action, decode_dead_letter
 from stream.topics import TopicNames, committed_offsets, end_offsets, ensure_topics, latest_values, topic_specs

@@ -14,7 +14,7 @@ from picrl.datasets import Trace
 from picrl_core.artifact import ModelArtifact
 from picrl_core.reward import step_reward
 from producers.closed_loop import ClosedLoopEnvironment, ClosedLoopRecord
-from producers.workload import copies_of
+from picrl.workloads import copies_of
 from stream.records import decode_policy, decode_transition
 from stream.topics import TopicNames, ensure_topics, topic_specs
 from tests.stream.conftest import WINDOW
