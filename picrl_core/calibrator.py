@@ -5,7 +5,6 @@ import numpy as np
 
 from picrl_core.config import CalibratorConfig, CostConfig, PicRLConfig
 from picrl_core.mills import inverse_mills_ratio
-from picrl_core.reward import pessimism_factor
 
 
 # Feedback above the action by less than this (scaled units) is rounding, not a shortage: a stream worker's
@@ -47,7 +46,7 @@ def over_weights(cfg: CalibratorConfig, cost: CostConfig) -> tuple[float, float]
 
 def calibrate(margin: np.ndarray, bias: np.ndarray, eta: np.ndarray, shortage: np.ndarray,
               over_provisioned: np.ndarray, cfg: CalibratorConfig, cost: CostConfig,
-              scale: np.ndarray | float = 1.0, escalation: np.ndarray | float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+              scale: np.ndarray | float = 1.0) -> tuple[np.ndarray, np.ndarray]:
     """One reactive-calibrator step for a batch of services, Eq. (12) with the weights of :func:`over_weights`:
 
         m_{t+1} = m_t + eta_t * delta_m * s_t * [1(short_t) - w_m * 1(over_t)]
@@ -56,14 +55,13 @@ def calibrate(margin: np.ndarray, bias: np.ndarray, eta: np.ndarray, shortage: n
     ``short_t = 1[d_t > a_t]`` (the censoring flag under PIC), ``over_t = 1[d_t < a_t]`` (not short and
     ``a_t > y_t``). ``s_t`` is the margin's unit: 1 in the paper; the predicted ``sigma_t`` when
     ``cfg.margin_in_sigma`` (the margin then corrects the quantile in standardized units, so its step is
-    as large as the uncertainty it corrects). ``escalation`` multiplies the margin's shortage step
-    (the pessimism factor of Eq. 9 over a censoring streak, :func:`reactive_step`). Both stay within their
+    as large as the uncertainty it corrects). Both stay within their
     configured bounds so a long streak cannot run them away.
     """
     w_margin, w_bias = over_weights(cfg, cost)
     short = shortage.astype(np.float64)
     over = over_provisioned.astype(np.float64)
-    margin = margin + eta * cfg.delta_m * scale * (escalation * short - w_margin * over)
+    margin = margin + eta * cfg.delta_m * scale * (short - w_margin * over)
     bias = bias + eta * cfg.delta_b * (short - w_bias * over)
     return margin.clip(-cfg.margin_limit, cfg.margin_limit), bias.clip(-cfg.bias_limit, cfg.bias_limit)
 
@@ -116,17 +114,14 @@ def track_temperature(temperature: np.ndarray, y: np.ndarray, mu: np.ndarray, si
 
 
 def reactive_step(margin: np.ndarray, bias: np.ndarray, eta: np.ndarray, shortage: np.ndarray,
-                  over_provisioned: np.ndarray, censor_streak: np.ndarray, sigma: np.ndarray,
-                  config: PicRLConfig, step_scale: np.ndarray | float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+                  over_provisioned: np.ndarray, sigma: np.ndarray, config: PicRLConfig,
+                  step_scale: np.ndarray | float = 1.0) -> tuple[np.ndarray, np.ndarray]:
     """:func:`calibrate` as PIC-RL's Phase 3 applies it after the feedback of ``a_t``: the margin in units
-    of the ``sigma_t`` that action was planned with when ``margin_in_sigma``, and with ``escalate`` the
-    ``n``-th censored tick in a row stepping it ``Psi(n - 1)`` times (Eq. 9's pessimism factor: a lone
-    shortage weighs 1, a streak more and more, so a surge is left faster). ``step_scale`` multiplies the
+    of the ``sigma_t`` that action was planned with when ``margin_in_sigma``. ``step_scale`` multiplies the
     margin's step (:func:`adapt_step` with ``adaptive_step``)."""
     cal = config.calibrator
-    escalation = pessimism_factor(np.maximum(censor_streak - 1, 0), config.reward) if cal.escalate else 1.0
     unit = sigma if cal.margin_in_sigma else 1.0
-    return calibrate(margin, bias, eta, shortage, over_provisioned, cal, config.cost, unit * step_scale, escalation)
+    return calibrate(margin, bias, eta, shortage, over_provisioned, cal, config.cost, unit * step_scale)
 
 
 def rescale_margin(margin: np.ndarray, previous_sigma: np.ndarray, sigma: np.ndarray,

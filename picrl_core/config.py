@@ -136,7 +136,6 @@ class CalibratorConfig:
     select_shortage_target: bool = False
     margin_limit: float = 0.5  # |m| is clipped to this bound
     bias_limit: float = 0.5  # |b| is clipped to this bound
-    escalate: bool = False  # the n-th censored tick in a row steps the margin Psi(n - 1) times (Eq. 9)
     # per-service multiplier of the margin's step, Rprop's sign rule (Riedmiller & Braun 1993): x1.2 when the
     # feedback repeats its sign (short after short, over after over), x0.5 when it flips, within [1/64, 1]
     adaptive_step: bool = False

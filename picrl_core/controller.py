@@ -184,8 +184,8 @@ class PicRLController:
         reward = step_reward(a, y, seen_censored, state.mu, state.sigma, censor_streak, cfg.cost, cfg.reward)
         if unseen is not None:
             reward[unseen] = -expected_cost(a[unseen], state.mu[unseen], state.sigma[unseen], cfg.cost)
-        margin, bias = reactive_step(state.margin, state.bias, state.eta, shortage, over, censor_streak, state.sigma,
-                                     cfg, state.step_scale)
+        margin, bias = reactive_step(state.margin, state.bias, state.eta, shortage, over, state.sigma, cfg,
+                                     state.step_scale)
         step_scale = (adapt_step(state.step_scale, state.censor_streak > 0, state.over_streak > 0, shortage, over)
                       if cfg.calibrator.adaptive_step else state.step_scale)
         window_y, window_c = (impute_shortage(y, censored, shortage, state, censor_streak, cfg.estimator)

@@ -128,7 +128,7 @@ class ThompsonProvisioner(Provisioner):
         self.bandit.update(self.rows, self.arm, reward)
         shortage, over = feedback(y, self.action, censored)
         self.margin, self.bias = reactive_step(self.margin, self.bias, self.eta_arms[self.arm], shortage, over,
-                                               self.streak, self.sigma, cfg)
+                                               self.sigma, cfg)
         self.feed.push(y, censored, context)
         return self._decide()
 

@@ -18,9 +18,9 @@ COST = CostConfig(c_under=2.0, c_over=1.0)
 
 
 def _one(margin: float, bias: float, eta: float, censored: bool, over: bool, cfg: CalibratorConfig = PAPER,
-         scale: float = 1.0, escalation: float = 1.0) -> tuple[float, float]:
+         scale: float = 1.0) -> tuple[float, float]:
     m, b = calibrate(np.array([margin]), np.array([bias]), np.array([eta]), np.array([censored]),
-                     np.array([over]), cfg, COST, scale, escalation)
+                     np.array([over]), cfg, COST, scale)
     return float(m[0]), float(b[0])
 
 
@@ -49,10 +49,10 @@ def test_pinball_rule_lowers_both_by_the_cost_ratio(cost: CostConfig) -> None:
     assert b[0] == pytest.approx(-0.03 - 2.0 * PINBALL.delta_b * cost.c_over / cost.c_under, abs=1e-15)
 
 
-def test_margin_step_scales_with_sigma_and_escalation_only_on_shortages() -> None:
-    m, _ = _one(0.0, 0.0, 1.0, censored=True, over=False, cfg=PINBALL, scale=0.2, escalation=3.0)
-    assert m == pytest.approx(PINBALL.delta_m * 0.2 * 3.0, abs=1e-15)
-    m, _ = _one(0.0, 0.0, 1.0, censored=False, over=True, cfg=PINBALL, scale=0.2, escalation=3.0)
+def test_margin_step_scales_with_sigma() -> None:
+    m, _ = _one(0.0, 0.0, 1.0, censored=True, over=False, cfg=PINBALL, scale=0.2)
+    assert m == pytest.approx(PINBALL.delta_m * 0.2, abs=1e-15)
+    m, _ = _one(0.0, 0.0, 1.0, censored=False, over=True, cfg=PINBALL, scale=0.2)
     assert m == pytest.approx(-PINBALL.delta_m * 0.2 * 0.5, abs=1e-15)
 
 
@@ -93,7 +93,7 @@ def test_long_shortage_streak_stays_within_bounds() -> None:
     margin, bias = np.zeros(1), np.zeros(1)
     for _ in range(500):
         margin, bias = calibrate(margin, bias, np.array([3.0]), np.array([True]), np.array([False]), PINBALL, COST,
-                                 1.0, 6.0)
+                                 6.0)
     assert margin[0] == PINBALL.margin_limit and bias[0] == PINBALL.bias_limit
 
 
@@ -152,7 +152,7 @@ def test_adaptive_step_stills_a_sawtooth_on_flat_demand(tiny_config: PicRLConfig
         for _ in range(200):
             action = 0.5 + margin + bias
             short, over = action < 0.5, action > 0.5
-            margin, bias = reactive_step(margin, bias, np.ones(1), short, over, short.astype(int), np.full(1, 0.1),
+            margin, bias = reactive_step(margin, bias, np.ones(1), short, over, np.full(1, 0.1),
                                          config, scale)
             if adaptive:
                 scale = adapt_step(scale, was_short, was_over, short, over)
