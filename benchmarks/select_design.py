@@ -41,7 +41,6 @@ The variants form a ladder from the paper's Phase 3 to the default, one change p
 
 and options tried on top of the default and left off because they did not help here:
 
-    +select-step        delta_m chosen per trace on validation among x0.25..x4
     +adaptive-step      Rprop's sign rule on each service's margin step (calibrator.adaptive_step)
     +forecast-censoring Phase 1's re-censored windows censored at the model's own forecast quantile mu + k sigma,
                         where the controller provisions, not at demand + noise (predictor.censor_at; the
@@ -159,8 +158,7 @@ def _with_paper_values(settings: list[tuple[str, str]],
     interim = interim or {}
     preset = json.loads(PAPER_PRESET.read_text())
     covered = {(section, key) for _, changed in CHANGES for section, key in changed}
-    missing = {(section, key) for section, values in preset.items() for key in values} - covered - {
-        ("calibrator", "select_on_validation")}
+    missing = {(section, key) for section, values in preset.items() for key in values} - covered
     if missing:
         raise ValueError(f"{PAPER_PRESET} sets {sorted(missing)}, which no rung of the ladder covers")
 
@@ -181,7 +179,6 @@ def ladder() -> dict[str, Variant]:
         kept = {s for _, changed in CHANGES[:i + 1] for s in changed}
         rungs[name] = _with_paper_values([s for _, changed in CHANGES[i + 1:] for s in changed],
                                          {s: INTERIM[s] for s in kept if s in INTERIM})
-    rungs["+select-step"] = lambda c: replace(c, calibrator=replace(c.calibrator, select_on_validation=True))
     rungs["+forecast-censoring"] = lambda c: replace(c, predictor=replace(c.predictor, censor_at="forecast",
                                                                            kind="windowed"))
     # the LSTM re-reads its window from a zero state each tick (the paper's), asked again under the window's E-step

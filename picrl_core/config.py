@@ -156,7 +156,6 @@ class CalibratorConfig:
     # scale-skips-repeats); paper: False (no online temperature)
     scale_skips_repeats: bool = True
     select_scale_rate: bool = True  # pick scale_rate among pipeline.SCALE_RATES on the validation split
-    select_on_validation: bool = False  # pick delta_m, delta_b (x0.25..x4) on the validation split
     # A new service starts its margin at initial_margin sigma_0 and its temperature at initial_scale: the levels
     # the model's own closed-loop run on the validation split settled at (pipeline.validation_run), not at 0 and 1
     # (Algorithm 1, line 17); training sets the two levels. Within noise the two times tried before; under the repeat

@@ -78,9 +78,8 @@ def train_offline(series: PreparedSeries, config: PicRLConfig, *, phase1_progres
     used in memory only (``save_artifact`` stores a Gaussian LSTM). Inside
     :func:`~picrl_core.training_memo.shared_training` identical phases are trained once; Phase 2
     never reads ``config.online``, so configs differing only there share it. With
-    ``config.calibrator.select_on_validation`` the fast step is then chosen on the validation split
-    (:func:`select_calibrator`; the report is under ``reports["phase3_selection"]``), with
-    ``select_scale_rate`` the online temperature's rate (:func:`select_scale_rate`, ``"phase3_scale_rate"``), and
+    ``calibrator.select_scale_rate`` the online temperature's rate is then chosen on the validation split
+    (:func:`select_scale_rate`, the report under ``reports["phase3_scale_rate"]``), and
     with ``reward.select_pessimism`` whether Eq. (9)'s pessimism is used at all (:func:`select_pessimism`,
     ``"phase2_pessimism"``)."""
     config = config_for(series, config)
@@ -113,9 +112,6 @@ def _phases_2_and_3(series: PreparedSeries, config: PicRLConfig, predictor: torc
                  "phase2": pretrain_report.to_dict()},
     )
     levels = None
-    if config.calibrator.select_on_validation:
-        artifact, selection = select_calibrator(artifact, series)
-        artifact = replace(artifact, reports={**artifact.reports, "phase3_selection": selection})
     if config.calibrator.online_scale and config.calibrator.select_scale_rate:
         artifact, selection, levels = select_scale_rate(artifact, series)
         artifact = replace(artifact, reports={**artifact.reports, "phase3_scale_rate": selection})
@@ -218,7 +214,7 @@ def evaluation_inputs(series: PreparedSeries, window: int, split: str = "test") 
     ``(T, N)``, with the end of validation as the cold-start history ``(N, window)`` (offline logs are
     uncensored). ``split="val"`` gives the last :data:`VALIDATION_EPISODE` ticks of the validation split
     with the ticks before them as history: what every method's knobs are chosen on
-    (:func:`select_calibrator`, :mod:`picrl_core.methods.selection`), so the test split is never read
+    (:func:`select_scale_rate`, :mod:`picrl_core.methods.selection`), so the test split is never read
     before the reported run."""
     n = series.services
 
@@ -238,10 +234,6 @@ def evaluation_inputs(series: PreparedSeries, window: int, split: str = "test") 
     return {"demand": demand.T, "history": past[:, -window:],
             "context": None if ctx is None else ctx.transpose(1, 0, 2),
             "history_context": None if past_ctx is None else past_ctx[:, -window:, :]}
-
-
-# Candidate fast-loop steps, as multiples of ``CalibratorConfig.delta_m``, tried on the validation split.
-STEP_MULTIPLIERS = (0.25, 0.5, 1.0, 2.0, 4.0)
 
 
 @dataclass(frozen=True)
@@ -282,24 +274,8 @@ def _lowest_validation_regret(artifact: ModelArtifact, series: PreparedSeries, c
     return min(runs, key=lambda key: runs[key].regret), runs
 
 
-def select_calibrator(artifact: ModelArtifact, series: PreparedSeries) -> tuple[ModelArtifact, dict[str, Any]]:
-    """Phase 3's fast steps chosen on the validation split (the option ``calibrator.select_on_validation``):
-    one validation run per candidate ``delta_m * STEP_MULTIPLIERS``, ``delta_b`` scaled alike, and the
-    artifact keeps the steps of lowest validation regret (ties: the step closest to the default)."""
-    config = artifact.config
-
-    def scaled(multiplier: float) -> PicRLConfig:
-        return replace(config, calibrator=replace(config.calibrator, delta_m=config.calibrator.delta_m * multiplier,
-                                                  delta_b=config.calibrator.delta_b * multiplier))
-    ordered = sorted(STEP_MULTIPLIERS, key=lambda m: abs(np.log(m)))
-    best, runs = _lowest_validation_regret(artifact, series, {m: scaled(m) for m in ordered})
-    report = {"multipliers": list(STEP_MULTIPLIERS), "validation_regret": [runs[m].regret for m in STEP_MULTIPLIERS],
-              "chosen": best}
-    return replace(artifact, config=scaled(best)), report
-
-
-# Candidate rates of the online temperature (calibrator.scale_rate), slowest first: as many as the baselines'
-# knobs get (picrl_core.methods.selection.CANDIDATES).
+# Candidate rates of the online temperature (calibrator.scale_rate), slowest first; the baselines' knobs get as many
+# (picrl_core.methods.selection.CANDIDATES).
 SCALE_RATES = (1 / 32, 1 / 16, 1 / 8, 1 / 4, 1 / 2)
 
 

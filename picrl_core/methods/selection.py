@@ -3,8 +3,8 @@
 A method with knobs is fitted on the training split, run under the PIC loop on the validation split
 (from the end of the training split, :func:`~picrl_core.pipeline.evaluation_inputs` with
 ``split="val"``) once per candidate, and keeps the candidate of lowest validation regret. Every tuned
-method gets the same budget, :data:`CANDIDATES` runs (PIC-RL's optional step selection,
-:func:`~picrl_core.pipeline.select_calibrator`, tries as many; PIC-RL's defaults themselves were chosen
+method gets the same budget, :data:`CANDIDATES` runs (PIC-RL's temperature rate,
+:func:`~picrl_core.pipeline.select_scale_rate`, tries as many; PIC-RL's defaults themselves were chosen
 on development splits by ``benchmarks/select_design.py``). The test split is read only by the
 reported run.
 """
@@ -19,10 +19,10 @@ import numpy as np
 from picrl_core.config import PicRLConfig
 from picrl_core.costs import mean_service_metrics
 from picrl_core.methods.base import Provisioner, run_pic_loop
-from picrl_core.pipeline import STEP_MULTIPLIERS, evaluation_inputs
+from picrl_core.pipeline import SCALE_RATES, evaluation_inputs
 from picrl_core.series import PreparedSeries
 
-CANDIDATES = len(STEP_MULTIPLIERS)  # runs on the validation split per tuned method
+CANDIDATES = len(SCALE_RATES)  # runs on the validation split per tuned method
 
 Knob = TypeVar("Knob")
 

@@ -11,8 +11,8 @@ import torch
 from picrl_core.artifact import ModelArtifact
 from picrl_core.config import PicRLConfig
 from picrl_core.costs import episode_metrics
-from picrl_core.pipeline import (SCALE_RATES, SHORTAGE_TARGETS, STEP_MULTIPLIERS, OnlineRun, config_for,
-                                 evaluation_inputs, phase2_trainings, run_online, select_calibrator,
+from picrl_core.pipeline import (SCALE_RATES, SHORTAGE_TARGETS, OnlineRun, config_for,
+                                 evaluation_inputs, phase2_trainings, run_online,
                                  select_risk_buffer, select_scale_rate, select_shortage_target, train_offline,
                                  validation_run)
 from picrl_core.series import PreparedSeries, prepare_series
@@ -64,26 +64,12 @@ def test_train_offline_builds_a_complete_artifact(artifact: ModelArtifact, serie
     expected = config_for(series, tiny_config)
     assert artifact.config == replace(expected, calibrator=replace(
         expected.calibrator, scale_rate=rate, initial_margin=start["margin_in_sigma"], initial_scale=start["scale"]))
-    assert "phase3_selection" not in artifact.reports  # the fast step is chosen on validation only when asked
     assert artifact.config.predictor.context_channels == 0
     assert artifact.scaling["series"] == series.scaler.to_dict() and artifact.scaling["context"] == []
     assert artifact.reports["series"] == "synthetic-diurnal"
     assert 1 <= artifact.reports["phase1"]["epochs_run"] <= tiny_config.predictor.epochs
     assert artifact.reports["phase2"]["iterations"] == tiny_config.pretrain.iterations
     assert all(math.isfinite(v) for v in artifact.reports["phase2"]["value_loss"])
-
-
-def test_select_calibrator_keeps_the_step_of_lowest_validation_regret(artifact: ModelArtifact,
-                                                                      series: PreparedSeries) -> None:
-    poisoned = replace(series, test=np.full_like(series.test, np.nan))  # the test split is never read
-    chosen_artifact, selection = select_calibrator(artifact, poisoned)
-    chosen = selection["chosen"]
-    assert selection["multipliers"] == list(STEP_MULTIPLIERS)
-    assert selection["validation_regret"][selection["multipliers"].index(chosen)] == min(selection["validation_regret"])
-    assert len(set(selection["validation_regret"])) > 1  # the step matters on this series
-    cal = artifact.config.calibrator
-    assert chosen_artifact.config.calibrator == replace(cal, delta_m=cal.delta_m * chosen, delta_b=cal.delta_b * chosen)
-    assert chosen_artifact.predictor is artifact.predictor and chosen_artifact.policy is artifact.policy
 
 
 def test_select_scale_rate_keeps_the_rate_of_lowest_validation_regret(artifact: ModelArtifact,
