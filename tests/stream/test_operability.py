@@ -111,6 +111,6 @@ def test_a_running_worker_is_observable_and_explainable(kafka_bootstrap: str, ti
 def test_the_configuration_reference_lists_every_setting() -> None:
     from picrl.settings import SPECS
 
-    doc = (Path(__file__).resolve().parents[2] / "docs" / "configuration.md").read_text()
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "reference" / "configuration.md").read_text()
     for name in SPECS:
         assert f"`{name}` | `PICRL_{name.upper()}`" in doc, name
