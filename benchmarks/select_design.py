@@ -41,7 +41,6 @@ The variants form a ladder from the paper's Phase 3 to the default, one change p
 
 and options tried on top of the default and left off because they did not help here:
 
-    +adaptive-step      Rprop's sign rule on each service's margin step (calibrator.adaptive_step)
     +forecast-censoring Phase 1's re-censored windows censored at the model's own forecast quantile mu + k sigma,
                         where the controller provisions, not at demand + noise (predictor.censor_at; the
                         windowed LSTM's, measured when it was the default)
@@ -201,7 +200,6 @@ def ladder() -> dict[str, Variant]:
     rungs["+pessimism"] = lambda c: replace(c, reward=replace(c.reward, use_pessimism=True))  # Eq. 9 back
     rungs["+select-pessimism"] = lambda c: replace(c, reward=replace(c.reward, use_pessimism=True,
                                                                      select_pessimism=True))
-    rungs["+adaptive-step"] = lambda c: replace(c, calibrator=replace(c.calibrator, adaptive_step=True))
     rungs["+no-censored-reward"] = lambda c: replace(c, reward=replace(c.reward, use_censored_reward=False))
     rungs["+no-k-sigma"] = lambda c: replace(c, ablation=replace(c.ablation, use_k_sigma=False))
     # k held at the newsvendor fractile z* (its range shrunk to a point): Phase 2's policy sets eta alone

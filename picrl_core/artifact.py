@@ -19,7 +19,7 @@ from picrl_core.config import PicRLConfig
 from picrl_core.policy import PolicyNetwork, ValueNetwork
 from picrl_core.predictor import GaussianLSTM
 
-FORMAT_VERSION = 3  # 3: the config holds the online temperature and its chosen rate (a state row of 348 B)
+FORMAT_VERSION = 4  # 4: the config without the switches of rejected ideas (a state row of 364 B windowed)
 WEIGHTS = "weights.safetensors"
 MANIFEST = "artifact.json"
 

@@ -66,25 +66,6 @@ def calibrate(margin: np.ndarray, bias: np.ndarray, eta: np.ndarray, shortage: n
     return margin.clip(-cfg.margin_limit, cfg.margin_limit), bias.clip(-cfg.bias_limit, cfg.bias_limit)
 
 
-# Rprop's factors and the step multiplier's range (calibrator.adaptive_step)
-STEP_GROWTH, STEP_SHRINK, STEP_SCALE_MIN = 1.2, 0.5, 1.0 / 64
-
-
-def adapt_step(scale: np.ndarray, was_short: np.ndarray, was_over: np.ndarray, short: np.ndarray,
-               over: np.ndarray) -> np.ndarray:
-    """Rprop's sign rule (Riedmiller & Braun, ICNN 1993) on each service's margin step: the pinball
-    subgradient ``[1(short) - w 1(over)]`` that repeats its sign grows the step by :data:`STEP_GROWTH`
-    (the margin is behind a drift), one that flips shrinks it by :data:`STEP_SHRINK` (the margin
-    oscillates around the quantile), within ``[STEP_SCALE_MIN, 1]``; a tick that is neither leaves it.
-    On a flat demand the oscillation then dies out instead of settling into a sawtooth of constant
-    amplitude. The multiplier a tick steps with is the one from the ticks before it, so on stationary
-    demand the margin's balance point (the critical fractile) is unchanged."""
-    same = (short & was_short) | (over & was_over)
-    flip = (short & was_over) | (over & was_short)
-    factor = np.where(same, STEP_GROWTH, np.where(flip, STEP_SHRINK, 1.0))
-    return np.clip(scale * factor, STEP_SCALE_MIN, 1.0)
-
-
 def track_temperature(temperature: np.ndarray, y: np.ndarray, mu: np.ndarray, sigma: np.ndarray,
                       censored: np.ndarray, cfg: CalibratorConfig,
                       gaussian_share: np.ndarray | None = None) -> np.ndarray:
@@ -114,14 +95,12 @@ def track_temperature(temperature: np.ndarray, y: np.ndarray, mu: np.ndarray, si
 
 
 def reactive_step(margin: np.ndarray, bias: np.ndarray, eta: np.ndarray, shortage: np.ndarray,
-                  over_provisioned: np.ndarray, sigma: np.ndarray, config: PicRLConfig,
-                  step_scale: np.ndarray | float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+                  over_provisioned: np.ndarray, sigma: np.ndarray, config: PicRLConfig) -> tuple[np.ndarray, np.ndarray]:
     """:func:`calibrate` as PIC-RL's Phase 3 applies it after the feedback of ``a_t``: the margin in units
-    of the ``sigma_t`` that action was planned with when ``margin_in_sigma``. ``step_scale`` multiplies the
-    margin's step (:func:`adapt_step` with ``adaptive_step``)."""
+    of the ``sigma_t`` that action was planned with when ``margin_in_sigma``."""
     cal = config.calibrator
     unit = sigma if cal.margin_in_sigma else 1.0
-    return calibrate(margin, bias, eta, shortage, over_provisioned, cal, config.cost, unit * step_scale)
+    return calibrate(margin, bias, eta, shortage, over_provisioned, cal, config.cost, unit)
 
 
 def rescale_margin(margin: np.ndarray, previous_sigma: np.ndarray, sigma: np.ndarray,

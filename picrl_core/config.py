@@ -136,9 +136,6 @@ class CalibratorConfig:
     select_shortage_target: bool = False
     margin_limit: float = 0.5  # |m| is clipped to this bound
     bias_limit: float = 0.5  # |b| is clipped to this bound
-    # per-service multiplier of the margin's step, Rprop's sign rule (Riedmiller & Braun 1993): x1.2 when the
-    # feedback repeats its sign (short after short, over after over), x0.5 when it flips, within [1/64, 1]
-    adaptive_step: bool = False
     # per-service temperature of sigma learned online from the feedback (calibrator.track_temperature): an EM step
     # of the Tobit likelihood, E[z^2] for an uncensored residual and E[z^2 | z > z_c] for a censored one
     online_scale: bool = True  # paper: False

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from picrl_core.batching import in_fixed_chunks
-from picrl_core.calibrator import (adapt_step, escape_step, feedback, reactive_step, release_escape, rescale_margin,
+from picrl_core.calibrator import (escape_step, feedback, reactive_step, release_escape, rescale_margin,
                                   track_temperature)
 from picrl_core.censored_estimator import ROWS_PER_THREAD, CensoredDemandEstimate, estimate_censored_demand
 from picrl_core.config import EstimatorConfig, PicRLConfig
@@ -60,7 +60,6 @@ class ControllerState:
     est_mean: np.ndarray  # (B,) float64 censored-demand estimate (mean) of this window: the next tick's warm start
     est_std: np.ndarray  # (B,) float64 censored-demand estimate (std), likewise
     memory: np.ndarray  # (B, M) float32 the incremental predictor's (h, c) after this window (M = 0 when windowed)
-    step_scale: np.ndarray  # (B,) float64 multiplier of the margin's step (calibrator.adaptive_step; else 1)
     temperature: np.ndarray  # (B,) float64 the service's online scale of sigma (calibrator.online_scale; else 1)
     escape: np.ndarray  # (B,) float64 the censoring-streak escape e_t added to the action (calibrator.escape; else 0)
     repeat_share: np.ndarray  # (B,) float64 running share of seen ticks that repeated the last seen demand (repeats)
@@ -149,7 +148,7 @@ class PicRLController:
             tick=np.broadcast_to(np.asarray(start_tick, dtype=np.int64), (n,)).copy(),
             observations=observations, censored=np.zeros_like(observations, dtype=bool), context=context,
             margin=zeros, bias=zeros.copy(), censor_streak=np.zeros(n, np.int64), over_streak=np.zeros(n, np.int64),
-            estimate_start=None, memory=None, step_scale=np.ones(n), temperature=np.full(n, scale),
+            estimate_start=None, memory=None, temperature=np.full(n, scale),
             escape=zeros.copy(),  # the padding is no repeat
             repeat_share=repeats_in(history[:, -self.window:], self.config.estimator.act_on_repeat),
             last_seen=observations[:, -1].astype(np.float64),
@@ -184,10 +183,7 @@ class PicRLController:
         reward = step_reward(a, y, seen_censored, state.mu, state.sigma, censor_streak, cfg.cost, cfg.reward)
         if unseen is not None:
             reward[unseen] = -expected_cost(a[unseen], state.mu[unseen], state.sigma[unseen], cfg.cost)
-        margin, bias = reactive_step(state.margin, state.bias, state.eta, shortage, over, state.sigma, cfg,
-                                     state.step_scale)
-        step_scale = (adapt_step(state.step_scale, state.censor_streak > 0, state.over_streak > 0, shortage, over)
-                      if cfg.calibrator.adaptive_step else state.step_scale)
+        margin, bias = reactive_step(state.margin, state.bias, state.eta, shortage, over, state.sigma, cfg)
         window_y, window_c = (impute_shortage(y, censored, shortage, state, censor_streak, cfg.estimator)
                               if cfg.estimator.impute_window else (y, censored))
         seen = ~shortage & ~censored
@@ -219,7 +215,7 @@ class PicRLController:
             context=_shift(state.context, row_context[:, 0, :]),
             margin=margin, bias=bias, censor_streak=censor_streak, over_streak=over_streak,
             estimate_start=(state.est_mean, state.est_std) if self.config.estimator.warm_start else None,
-            memory=state.memory, step_scale=step_scale, temperature=temperature, escape=escape,
+            memory=state.memory, temperature=temperature, escape=escape,
             repeat_share=repeat_share, last_seen=last_seen, previous_sigma=state.sigma,
             seen=(state.escape, seen if unseen is None else seen & ~unseen, y),
         )
@@ -242,7 +238,7 @@ class PicRLController:
     def _decide(self, *, keys: np.ndarray, tick: np.ndarray, observations: np.ndarray, censored: np.ndarray,
                 context: np.ndarray, margin: np.ndarray, bias: np.ndarray, censor_streak: np.ndarray,
                 over_streak: np.ndarray, estimate_start: tuple[np.ndarray, np.ndarray] | None,
-                memory: np.ndarray | None, step_scale: np.ndarray, temperature: np.ndarray, escape: np.ndarray,
+                memory: np.ndarray | None, temperature: np.ndarray, escape: np.ndarray,
                 repeat_share: np.ndarray, last_seen: np.ndarray,
                 start_margin: float = 0.0, previous_sigma: np.ndarray | None = None,
                 seen: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> ControllerState:
@@ -293,8 +289,7 @@ class PicRLController:
             keys=keys, tick=tick, observations=observations, censored=censored, context=context,
             margin=margin, bias=bias, censor_streak=censor_streak, over_streak=over_streak,
             action=action, mu=mu, sigma=sigma, eta=eta, k=k, pre=pre, log_prob=log_prob, features=features,
-            est_mean=censored_demand.mean, est_std=censored_demand.std, memory=memory, step_scale=step_scale,
-            temperature=temperature, escape=escape, repeat_share=repeat_share, last_seen=last_seen,
+            est_mean=censored_demand.mean, est_std=censored_demand.std, memory=memory, temperature=temperature, escape=escape, repeat_share=repeat_share, last_seen=last_seen,
         )
 
     def unclipped(self, state: ControllerState) -> np.ndarray:

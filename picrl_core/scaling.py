@@ -71,8 +71,7 @@ SPREAD_FIELDS = ("sigma", "margin", "bias", "est_std", "escape")
 # clips observations and actions
 _UNCLIPPED_LEVELS = ("mu", "est_mean", "last_seen")
 UNIT_FREE_FIELDS = ("keys", "tick", "censored", "context", "censor_streak", "over_streak", "eta", "k", "pre",
-                    "log_prob", "features", "memory", "step_scale",
-                    "temperature", "repeat_share")
+                    "log_prob", "features", "memory", "temperature", "repeat_share")
 # ``memory`` (the incremental predictor's LSTM state) is not rescaled: no affine map carries an LSTM's hidden
 # state to other units. Its mu stays anchored on the rescaled newest observation (mu = y_last + head(h)),
 # and the state adapts over the next ticks as the LSTM's forget gates let it.

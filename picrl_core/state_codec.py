@@ -3,7 +3,7 @@
 A stream worker keeps each service's state in a changelog-backed table; packing a batch into a
 structured array (and back) is one ``tobytes``/``frombuffer`` per batch instead of a Python object
 per field. The row layout depends only on the window ``W``, the context channels ``C`` and the
-feature count ``F``; its size is :attr:`StateCodec.row_bytes` (372 bytes for W=32, C=0; 628 with the
+feature count ``F``; its size is :attr:`StateCodec.row_bytes` (364 bytes for W=32, C=0; 620 with the
 incremental predictor's memory).
 """
 from __future__ import annotations
@@ -35,7 +35,7 @@ class StateCodec:
             ("margin", "<f8"), ("bias", "<f8"), ("censor_streak", "<i8"), ("over_streak", "<i8"),
             ("action", "<f8"), ("mu", "<f8"), ("sigma", "<f8"), ("eta", "<f8"), ("k", "<f8"),
             ("pre", "<f4", (N_OUTPUTS,)), ("log_prob", "<f4"), ("features", "<f4", (n_features,)),
-            ("est_mean", "<f8"), ("est_std", "<f8"), ("memory", "<f4", (memory,)), ("step_scale", "<f8"),
+            ("est_mean", "<f8"), ("est_std", "<f8"), ("memory", "<f4", (memory,)),
             ("temperature", "<f8"), ("escape", "<f8"), ("repeat_share", "<f8"), ("last_seen", "<f8"),
         ])
         missing = {f.name for f in fields(ControllerState)} ^ set(self.dtype.names or ())

@@ -100,13 +100,13 @@ def test_a_modified_byte_is_rejected(saved: tuple[ModelArtifact, Path]) -> None:
         load_artifact(folder)
 
 
-@pytest.mark.parametrize("version", [4, 2, 1, 0, None, "3"])
+@pytest.mark.parametrize("version", [5, 3, 2, 1, 0, None, "4"])
 def test_wrong_format_version_is_rejected(saved: tuple[ModelArtifact, Path], version: int | str | None) -> None:
     _, folder = saved
     manifest = _manifest(folder)
     manifest["format_version"] = version
     _write_manifest(folder, manifest)
-    with pytest.raises(ArtifactError, match="format version .* this picrl reads version 3"):
+    with pytest.raises(ArtifactError, match="format version .* this picrl reads version 4"):
         load_artifact(folder)
 
 

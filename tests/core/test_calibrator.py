@@ -6,10 +6,10 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from picrl_core.calibrator import (SHORTAGE_TOLERANCE, STEP_SCALE_MIN, adapt_step, calibrate, escape_step, feedback,
+from picrl_core.calibrator import (SHORTAGE_TOLERANCE, calibrate, escape_step, feedback,
                                   over_weights, reactive_step, release_escape, rescale_margin,
                                   track_temperature)
-from picrl_core.config import CalibratorConfig, CostConfig, PicRLConfig
+from picrl_core.config import CalibratorConfig, CostConfig
 
 PAPER = CalibratorConfig(rule="paper", margin_in_sigma=False, delta_m=0.01, delta_b=0.002, gamma=0.5,
                          margin_limit=0.3, bias_limit=0.2)
@@ -130,36 +130,6 @@ def test_feedback_reads_the_flag_under_pic_and_y_above_a_under_full_information(
     short, over = feedback(y, a, np.array([True, False, False, False, False]))
     np.testing.assert_array_equal(short, [True, False, False, True, False])
     np.testing.assert_array_equal(over, [False, False, True, False, False])
-
-
-def test_adaptive_step_grows_on_a_repeated_sign_and_shrinks_on_a_flip() -> None:
-    scale = np.array([0.5, 0.5, 0.5, 0.5, STEP_SCALE_MIN, 1.0])
-    was_short = np.array([True, True, False, False, True, True])
-    was_over = ~was_short & np.array([True, True, True, False, False, False])
-    short = np.array([True, False, True, False, False, True])
-    over = np.array([False, True, False, False, True, False])
-    np.testing.assert_allclose(adapt_step(scale, was_short, was_over, short, over),
-                               [0.6, 0.25, 0.25, 0.5, STEP_SCALE_MIN, 1.0])
-
-
-def test_adaptive_step_stills_a_sawtooth_on_flat_demand(tiny_config: PicRLConfig) -> None:
-    """A constant demand: with Rprop's rule the margin's steps shrink, without it they keep their size."""
-    amplitude = {}
-    for adaptive in (False, True):
-        config = replace(tiny_config, calibrator=replace(tiny_config.calibrator, adaptive_step=adaptive, delta_m=0.1))
-        margin, bias, scale = np.full(1, 0.0123), np.zeros(1), np.ones(1)  # starts off the demand
-        was_short, was_over, actions = np.zeros(1, bool), np.zeros(1, bool), []
-        for _ in range(200):
-            action = 0.5 + margin + bias
-            short, over = action < 0.5, action > 0.5
-            margin, bias = reactive_step(margin, bias, np.ones(1), short, over, np.full(1, 0.1),
-                                         config, scale)
-            if adaptive:
-                scale = adapt_step(scale, was_short, was_over, short, over)
-            was_short, was_over = short, over
-            actions.append(action[0])
-        amplitude[adaptive] = np.ptp(actions[-50:])
-    assert amplitude[True] < 0.1 * amplitude[False]
 
 
 def _tracked_temperature(spread: float, censoring: bool, tobit: bool = True, ticks: int = 20_000) -> float:

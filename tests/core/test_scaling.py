@@ -23,7 +23,7 @@ def _state(services: int = 3, window: int = 4, seed: int = 0) -> ControllerState
         eta=unit(services), k=unit(services), pre=unit(services, 2).astype(np.float32),
         log_prob=unit(services).astype(np.float32), features=unit(services, 5).astype(np.float32),
         est_mean=unit(services) + 0.5, est_std=0.1 * unit(services), memory=unit(services, 6).astype(np.float32),
-        step_scale=unit(services), temperature=unit(services), escape=0.05 * unit(services),
+        temperature=unit(services), escape=0.05 * unit(services),
         repeat_share=unit(services), last_seen=unit(services))
 
 
