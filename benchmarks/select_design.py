@@ -63,8 +63,6 @@ and options tried on top of the default and left off because they did not help h
     +windowed-predictor the paper's windowed LSTM again (predictor.kind), asked once the window's E-step was in
     +no-escape          the escape off (calibrator.escape), likewise
     +escape-from-16     the escape's first step 16 margin steps, the other candidate of the round that chose 4
-    +standardized-margin  the margin held in units of sigma_t (rescaled by sigma_{t+1} / sigma_t each tick), so it
-                        corrects the standardized residual's quantile (calibrator.standardized_margin)
     +escape-halve       the default's search growing by 4, but halving once the demand is seen (either change alone)
     +escape-doubling    the default's handover, but a search that doubles
     +escape-hold        once the demand is seen the escape halves, but not below what keeps the action's centre
@@ -184,7 +182,6 @@ def ladder() -> dict[str, Variant]:
     rungs["+windowed-predictor"] = lambda c: replace(c, predictor=replace(c.predictor, kind="windowed"))
     # the escape off again: adopted while the window kept a shortage's bound; the E-step now answers a streak too
     rungs["+no-escape"] = lambda c: replace(c, calibrator=replace(c.calibrator, escape=False))
-    rungs["+standardized-margin"] = lambda c: replace(c, calibrator=replace(c.calibrator, standardized_margin=True))
     rungs["+escape-halve"] = lambda c: replace(c, calibrator=replace(c.calibrator, escape_release="halve"))
     rungs["+escape-doubling"] = lambda c: replace(c, calibrator=replace(c.calibrator, escape_growth=2.0))
     rungs["+escape-hold"] = lambda c: replace(c, calibrator=replace(c.calibrator, escape_release="hold",

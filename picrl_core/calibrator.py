@@ -103,20 +103,6 @@ def reactive_step(margin: np.ndarray, bias: np.ndarray, eta: np.ndarray, shortag
     return calibrate(margin, bias, eta, shortage, over_provisioned, cal, config.cost, unit)
 
 
-def rescale_margin(margin: np.ndarray, previous_sigma: np.ndarray, sigma: np.ndarray,
-                   cfg: CalibratorConfig) -> np.ndarray:
-    """The margin in force for the next action when it is held in units of the forecast's std
-    (``calibrator.standardized_margin``): ``m_{t+1} <- m_{t+1} sigma_{t+1} / sigma_t``, within ``margin_limit``.
-
-    With the margin's step ``delta_m sigma_t`` (:func:`reactive_step`) this is Eq. (12) on the standardized
-    margin ``m~ = m / sigma``, ``m~_{t+1} = m~_t + eta_t delta_m [1(short_t) - w 1(over_t)]``, acting as
-    ``a = mu + (k + m~) sigma``: the pinball step of the standardized residual's critical-fractile quantile
-    (normalized conformal prediction's score, Lei et al., JASA 2018, Sec. 5.2). The Gaussian ``k`` then need not
-    be right: a skewed residual's quantile sits elsewhere, and the margin finds it in the same units, so a
-    correction made while ``sigma`` was large does not stay in force, whole, once it is small."""
-    return (margin * (sigma / previous_sigma)).clip(-cfg.margin_limit, cfg.margin_limit)
-
-
 def escape_step(escape: np.ndarray, shortage: np.ndarray, seen: np.ndarray, censor_streak: np.ndarray,
                 sigma: np.ndarray, cfg: CalibratorConfig) -> np.ndarray:
     """The censoring-streak escape ``e_t``, added to the action of Eq. (11): an exponential search for a demand level

@@ -171,11 +171,6 @@ class CalibratorConfig:
     # beyond the noise than the 1 it was adopted with, once the window's E-step was in (16: within noise;
     # benchmarks/results/design/escape-start)
     escape_start: float = 4.0
-    # the margin is held in units of the forecast's sigma: each tick it is rescaled by sigma_{t+1} / sigma_t, so it
-    # corrects the quantile of the standardized residual (a = mu + (k + m / sigma) sigma, a location-scale quantile)
-    # instead of moving the action by a fixed amount whatever sigma does (calibrator.rescale_margin). Tried and left
-    # off: worse on the development splits (benchmarks/results/design/standardized-margin)
-    standardized_margin: bool = False
     # the escape's growth: each further shortage of a streak adds escape_growth times the last step (2: doubling)
     # and what it does once the demand is seen (calibrator.release_escape): "halve" it; "hold": halve it, but not
     # below what keeps the action's centre at that demand until the forecast reaches it; "handover": only that.

@@ -16,8 +16,7 @@ import numpy as np
 import torch
 
 from picrl_core.batching import in_fixed_chunks
-from picrl_core.calibrator import (escape_step, feedback, reactive_step, release_escape, rescale_margin,
-                                  track_temperature)
+from picrl_core.calibrator import escape_step, feedback, reactive_step, release_escape, track_temperature
 from picrl_core.censored_estimator import ROWS_PER_THREAD, CensoredDemandEstimate, estimate_censored_demand
 from picrl_core.config import EstimatorConfig, PicRLConfig
 from picrl_core.costs import critical_ratio
@@ -216,7 +215,7 @@ class PicRLController:
             margin=margin, bias=bias, censor_streak=censor_streak, over_streak=over_streak,
             estimate_start=(state.est_mean, state.est_std) if self.config.estimator.warm_start else None,
             memory=state.memory, temperature=temperature, escape=escape,
-            repeat_share=repeat_share, last_seen=last_seen, previous_sigma=state.sigma,
+            repeat_share=repeat_share, last_seen=last_seen,
             seen=(state.escape, seen if unseen is None else seen & ~unseen, y),
         )
         transition = Transition(features=state.features, pre=state.pre, log_prob=state.log_prob, reward=reward,
@@ -239,15 +238,12 @@ class PicRLController:
                 context: np.ndarray, margin: np.ndarray, bias: np.ndarray, censor_streak: np.ndarray,
                 over_streak: np.ndarray, estimate_start: tuple[np.ndarray, np.ndarray] | None,
                 memory: np.ndarray | None, temperature: np.ndarray, escape: np.ndarray,
-                repeat_share: np.ndarray, last_seen: np.ndarray,
-                start_margin: float = 0.0, previous_sigma: np.ndarray | None = None,
+                repeat_share: np.ndarray, last_seen: np.ndarray, start_margin: float = 0.0,
                 seen: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> ControllerState:
         """Predict (mu, sigma), build s_t, plan (eta, k) and act: a = clip(mu + k*sigma + m + b + e, 0, 1), with ``e``
         the censoring-streak escape (0 unless ``calibrator.escape``; :func:`~picrl_core.calibrator.escape_step`).
-        A cold start adds ``start_margin`` sigma to the margin (:meth:`initial_state`); with
-        ``calibrator.standardized_margin`` a later tick rescales it by ``sigma / previous_sigma``
-        (:func:`~picrl_core.calibrator.rescale_margin`). ``seen``: ``(e_t, seen_t, y_t)``, whose
-        escape :func:`~picrl_core.calibrator.release_escape` releases at the new forecast.
+        A cold start adds ``start_margin`` sigma to the margin (:meth:`initial_state`). ``seen``:
+        ``(e_t, seen_t, y_t)``, whose escape :func:`~picrl_core.calibrator.release_escape` releases at the new forecast.
 
         The censored-demand estimator starts from ``estimate_start`` (the previous tick's estimate, whose
         window differs by one point) where given, and from the window's sample moments otherwise. The
@@ -272,8 +268,6 @@ class PicRLController:
             sigma = sigma * temperature
         if start_margin:
             margin = margin + start_margin * sigma
-        if previous_sigma is not None and cfg.calibrator.standardized_margin:
-            margin = rescale_margin(margin, previous_sigma, sigma, cfg.calibrator)
         if seen is not None and cfg.calibrator.escape:
             escape = release_escape(escape, *seen, mu, cfg.calibrator)
         features = state_features(

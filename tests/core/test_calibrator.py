@@ -6,9 +6,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from picrl_core.calibrator import (SHORTAGE_TOLERANCE, calibrate, escape_step, feedback,
-                                  over_weights, reactive_step, release_escape, rescale_margin,
-                                  track_temperature)
+from picrl_core.calibrator import (SHORTAGE_TOLERANCE, calibrate, escape_step, feedback, over_weights, reactive_step,
+                                  release_escape, track_temperature)
 from picrl_core.config import CalibratorConfig, CostConfig
 
 PAPER = CalibratorConfig(rule="paper", margin_in_sigma=False, delta_m=0.01, delta_b=0.002, gamma=0.5,
@@ -228,13 +227,6 @@ def test_an_escape_limit_and_start_must_be_positive() -> None:
     with pytest.raises(ValueError, match="escape_start"):
         CalibratorConfig(escape_start=0.0)
 
-
-
-def test_a_standardized_margin_follows_sigma_within_its_limit() -> None:
-    cfg = CalibratorConfig(standardized_margin=True, margin_limit=0.05)
-    margin = rescale_margin(np.array([-0.01, 0.02, 0.02, -0.03]), np.array([0.02, 0.01, 0.01, 0.01]),
-                            np.array([0.01, 0.02, 0.05, 0.03]), cfg)
-    np.testing.assert_allclose(margin, [-0.005, 0.04, 0.05, -0.05], rtol=1e-12)  # m sigma' / sigma, then the clip
 
 
 @pytest.mark.parametrize("release, expected", [
