@@ -202,7 +202,6 @@ def ladder() -> dict[str, Variant]:
     # k held at the newsvendor fractile z* (its range shrunk to a point): Phase 2's policy sets eta alone
     rungs["+k-at-fractile"] = lambda c: replace(c, policy=replace(c.policy, k_low=0.0, k_high=0.0))
     rungs["+select-k"] = lambda c: replace(c, policy=replace(c.policy, select_k=True))
-    rungs["+centred-scale"] = lambda c: replace(c, calibrator=replace(c.calibrator, centred_scale=True))
     for label, target in (("1/4", 1 / 4), ("1/6", 1 / 6)):
         rungs[f"+shortage-{label}"] = lambda c, target=target: replace(c, calibrator=replace(
             c.calibrator, shortage_target=target))

@@ -73,7 +73,7 @@ def track_temperature(temperature: np.ndarray, y: np.ndarray, mu: np.ndarray, si
     forecast ``(mu_t, sigma_t)`` (``sigma_t`` already multiplied by ``T_t``) under the Tobit likelihood of the
     censored-demand estimator:
 
-        z_t = (y_t - mu_t) / sigma_t                 (mu_t: the forecast, or mu_t + m_t + b_t with centred_scale)
+        z_t = (y_t - mu_t) / sigma_t
         u_t = z_t^2                                  (uncensored: y_t = d_t)
         u_t = E[Z^2 | Z > z_t] = 1 + z_t lambda(z_t)   (censored: d_t >= y_t, lambda the inverse Mills ratio)
         T_{t+1}^2 = T_t^2 (1 - rho + rho u_t)

@@ -142,10 +142,6 @@ class CalibratorConfig:
     scale_rate: float = 1.0 / 32  # EMA weight of one tick in the temperature's second moment
     scale_min: float = 1.0 / 64  # the temperature's range
     scale_max: float = 8.0
-    # the temperature's residual is taken around the location the calibrator acts on, mu + m + b, instead of mu: a
-    # forecast biased by beta sigma otherwise inflates T^2 to 1 + beta^2, which the margin then has to undo. Tried and
-    # left off: within noise on the development splits (benchmarks/results/design/centred-scale)
-    centred_scale: bool = False
     # the temperature is the scale of the repeat mixture's Gaussian part (picrl_core.repeats), so its EM step weighs
     # each tick by the Gaussian's posterior responsibility: a seen tick that repeated the last seen demand belongs
     # to the mixture's atom and leaves T where it is; a shortage counts 1 - w, w the repeat's posterior given d > a.

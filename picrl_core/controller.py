@@ -191,11 +191,10 @@ class PicRLController:
         if cfg.estimator.act_on_repeat:  # a shortage at or above v did not repeat; a clipped v is no value seen
             missed = shortage & (a >= state.last_seen - REPEAT_TOLERANCE)
             after_seen = after_seen & inside_range(state.last_seen)
-        centre = state.mu + state.margin + state.bias if cfg.calibrator.centred_scale else state.mu
         gaussian_share = (gaussian_responsibility(y, censored, state.mu, state.sigma, a, state.repeat_share,
                                                   state.last_seen, after_seen)
                           if cfg.calibrator.scale_skips_repeats else None)
-        temperature = (track_temperature(state.temperature, y, centre, state.sigma, censored, cfg.calibrator,
+        temperature = (track_temperature(state.temperature, y, state.mu, state.sigma, censored, cfg.calibrator,
                                          gaussian_share) if self.scales_sigma else state.temperature)
         repeat_share, last_seen = track_repeats(state.repeat_share, state.last_seen, y, observed,
                                                 after_seen, cfg.estimator.repeat_rate, missed)

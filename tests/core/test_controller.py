@@ -209,32 +209,6 @@ def test_a_streak_limit_imputes_only_the_first_shortages_of_a_censoring_streak(
     assert seen["imputed"] >= 3 and seen["kept"] >= 1
 
 
-def test_a_centred_temperature_reads_the_residual_around_mu_plus_margin_plus_bias(
-        tiny_predictor: GaussianLSTM, tiny_policy: PolicyNetwork, tiny_config: PicRLConfig) -> None:
-    """``calibrator.centred_scale``: the temperature's EM step takes ``y - (mu + m + b)``, not ``y - mu``; at a zero
-    margin and bias the two are one step."""
-    demand, history = _many(tiny_config.predictor.window)
-    keys = np.arange(5, dtype=np.uint64)
-    cal = replace(tiny_config.calibrator, online_scale=True, start_from_validation=True, initial_margin=-0.6)
-    stepped = {}
-    for centred in (False, True):
-        controller = PicRLController(tiny_predictor, tiny_policy, replace(tiny_config, calibrator=replace(
-            cal, centred_scale=centred)), explore=False)
-        state = controller.initial_state(keys, history)
-        y = demand[0]
-        stepped[centred] = controller.step(state, y, np.zeros(5, bool))[0].temperature
-        centre = state.mu + state.margin + state.bias if centred else state.mu
-        expected = track_temperature(state.temperature, y, centre, state.sigma, np.zeros(5, bool),
-                                     controller.config.calibrator)
-        np.testing.assert_array_equal(stepped[centred], expected)
-    assert not np.allclose(stepped[True], stepped[False])
-    at_zero = replace(cal, initial_margin=0.0)
-    same = [PicRLController(tiny_predictor, tiny_policy, replace(tiny_config, calibrator=replace(
-        at_zero, centred_scale=centred)), explore=False) for centred in (False, True)]
-    states = [c.step(c.initial_state(keys, history), demand[0], np.zeros(5, bool))[0] for c in same]
-    np.testing.assert_array_equal(states[0].temperature, states[1].temperature)
-
-
 def test_a_temperature_that_skips_repeats_holds_on_a_repeated_demand_and_steps_elsewhere(
         tiny_predictor: GaussianLSTM, tiny_policy: PolicyNetwork, tiny_config: PicRLConfig) -> None:
     """``calibrator.scale_skips_repeats``: a seen demand equal to the last one seen (the repeat mixture's atom) leaves
