@@ -49,9 +49,6 @@ and options tried on top of the default and left off because they did not help h
     +online-scale-1/32 .. -1/2   the online temperature at one fixed rate (what the selection chooses among)
     +margin-step-1/2    delta_m = 0.05, the other candidate of the round that chose 0.025
     +margin-step-1/8    delta_m = 0.0125, the next halving, asked once the escape answered censoring streaks
-    +shortage-1/4, +shortage-1/6   the calibrator aims at a shortage rate below the critical fractile
-                        (calibrator.shortage_target): stocking above the myopic newsvendor buys uncensored observations
-    +select-shortage    that target chosen per model on the validation split (calibrator.select_shortage_target)
     +relative-censor-noise  Phase 1's synthetic threshold noise in units of each window's own one-step change
                         (predictor.censor_noise)
     +no-censored-reward, +no-k-sigma   ablations A2 and A4 of the default (they lowered the test regret on
@@ -202,10 +199,6 @@ def ladder() -> dict[str, Variant]:
     # k held at the newsvendor fractile z* (its range shrunk to a point): Phase 2's policy sets eta alone
     rungs["+k-at-fractile"] = lambda c: replace(c, policy=replace(c.policy, k_low=0.0, k_high=0.0))
     rungs["+select-k"] = lambda c: replace(c, policy=replace(c.policy, select_k=True))
-    for label, target in (("1/4", 1 / 4), ("1/6", 1 / 6)):
-        rungs[f"+shortage-{label}"] = lambda c, target=target: replace(c, calibrator=replace(
-            c.calibrator, shortage_target=target))
-    rungs["+select-shortage"] = lambda c: replace(c, calibrator=replace(c.calibrator, select_shortage_target=True))
     rungs["+relative-censor-noise"] = lambda c: replace(c, predictor=replace(c.predictor, censor_noise="relative"))
     rungs["+margin-step-1/2"] = lambda c: replace(c, calibrator=replace(c.calibrator, delta_m=INTERIM[
         ("calibrator", "delta_m")] / 2))  # the other candidate of the round that chose a quarter

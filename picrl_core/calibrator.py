@@ -34,13 +34,11 @@ def over_weights(cfg: CalibratorConfig, cost: CostConfig) -> tuple[float, float]
     ``"pinball"``: ``(c_over / c_under, c_over / c_under)``, the stochastic (sub)gradient of the
     asymmetric cost Eq. (1) in the action, which is computable under PIC because ``1[d > a]`` is the
     censoring flag (the censored newsvendor step of Huh & Rusmevichientong, Math. of OR 2009). Both
-    variables then settle at the shortage rate ``c_over / (c_under + c_over)``, the critical fractile; with
-    ``shortage_target`` ``alpha`` at ``alpha`` (weights ``alpha / (1 - alpha)``).
+    variables then settle at the shortage rate ``c_over / (c_under + c_over)``, the critical fractile.
     """
     if cfg.rule == "paper":
         return 1.0, cfg.gamma
-    target = cfg.shortage_target
-    ratio = target / (1.0 - target) if target else cost.c_over / cost.c_under
+    ratio = cost.c_over / cost.c_under
     return ratio, ratio
 
 

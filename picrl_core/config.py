@@ -127,13 +127,6 @@ class CalibratorConfig:
     delta_m: float = 0.025
     delta_b: float = 0.0005  # bias step (slow drift-tracking variable)
     gamma: float = 0.5  # rule "paper" only: bias decrease ratio on over-provisioned steps
-    # rule "pinball" only: the shortage rate both variables settle at; 0: the cost's critical fractile
-    # c_over / (c_under + c_over). Below it, the controller buys uncensored observations (the censored newsvendor's
-    # value of information: Ding, Puterman & Bisi, Oper. Res. 2002)
-    shortage_target: float = 0.0
-    # pick shortage_target among pipeline.SHORTAGE_TARGETS on the validation split; both tried and left off: within
-    # noise on the development splits (benchmarks/results/design/shortage-target)
-    select_shortage_target: bool = False
     margin_limit: float = 0.5  # |m| is clipped to this bound
     bias_limit: float = 0.5  # |b| is clipped to this bound
     # per-service temperature of sigma learned online from the feedback (calibrator.track_temperature): an EM step
@@ -178,8 +171,6 @@ class CalibratorConfig:
     def __post_init__(self) -> None:
         if self.rule not in ("pinball", "paper"):
             raise ValueError(f"calibrator.rule must be 'pinball' or 'paper'; got {self.rule!r}")
-        if not 0.0 <= self.shortage_target < 1.0:
-            raise ValueError(f"calibrator.shortage_target must be in [0, 1); got {self.shortage_target}")
         if not (0.0 < self.scale_rate <= 1.0 and 0.0 < self.scale_min <= 1.0 <= self.scale_max):
             raise ValueError("calibrator.scale_rate must be in (0, 1] and scale_min <= 1 <= scale_max (both > 0); "
                              f"got {self.scale_rate}, [{self.scale_min}, {self.scale_max}]")

@@ -115,9 +115,6 @@ def _phases_2_and_3(series: PreparedSeries, config: PicRLConfig, predictor: torc
     if config.calibrator.online_scale and config.calibrator.select_scale_rate:
         artifact, selection, levels = select_scale_rate(artifact, series)
         artifact = replace(artifact, reports={**artifact.reports, "phase3_scale_rate": selection})
-    if config.calibrator.select_shortage_target and config.calibrator.rule == "pinball":
-        artifact, selection, levels = select_shortage_target(artifact, series, levels)
-        artifact = replace(artifact, reports={**artifact.reports, "phase3_shortage_target": selection})
     if config.policy.select_k:
         artifact, selection, levels = select_risk_buffer(artifact, series, levels)
         artifact = replace(artifact, reports={**artifact.reports, "phase3_risk_buffer": selection})
@@ -294,35 +291,6 @@ def select_scale_rate(artifact: ModelArtifact,
     return (replace(artifact, config=with_rate(best)),
             {"rates": list(SCALE_RATES), "validation_regret": [runs[r].regret for r in SCALE_RATES], "chosen": best},
             runs[best])
-
-
-# Candidate shortage rates of the fast loop (calibrator.shortage_target; 0: the cost's critical fractile, 1/3 here),
-# the fractile first: as many as the temperature's rates get, less the one already run.
-SHORTAGE_TARGETS = (0.0, 1 / 4, 1 / 6, 1 / 8)
-
-
-def select_shortage_target(artifact: ModelArtifact, series: PreparedSeries, fractile_run: ValidationRun | None = None
-                           ) -> tuple[ModelArtifact, dict[str, Any], ValidationRun]:
-    """The shortage rate the fast loop aims at, chosen on the validation split (``calibrator.select_shortage_target``):
-    one validation run per target of :data:`SHORTAGE_TARGETS` (``fractile_run``, the artifact's own run, stands for
-    the fractile's), and the artifact keeps the target of lowest validation regret (ties: the fractile's side).
-
-    The critical fractile is the myopic newsvendor's answer. Under censoring a shortage also hides the demand the
-    next forecasts read, so provisioning above it buys information (the censored newsvendor, Ding, Puterman & Bisi,
-    Oper. Res. 2002). How much that is worth depends on the series: on the development splits a fixed 1/6 lowered
-    the 91-pod fleet's regret by 13-17% and raised single pods' and GenAI's by 5-93%, so this option fits it per
-    model like the temperature's rate. Within noise of the fractile on those splits, so off by default
-    (``benchmarks/results/design/shortage-target``)."""
-    config = artifact.config
-
-    def with_target(target: float) -> PicRLConfig:
-        return replace(config, calibrator=replace(config.calibrator, shortage_target=target))
-    known = {config.calibrator.shortage_target: fractile_run} if fractile_run is not None else {}
-    candidates = {target: with_target(target) for target in SHORTAGE_TARGETS}
-    best, runs = _lowest_validation_regret(artifact, series, candidates, known)
-    return (replace(artifact, config=with_target(best)),
-            {"targets": list(SHORTAGE_TARGETS), "validation_regret": [runs[t].regret for t in SHORTAGE_TARGETS],
-             "chosen": best}, runs[best])
 
 
 def select_risk_buffer(artifact: ModelArtifact, series: PreparedSeries, learnt_run: ValidationRun | None = None

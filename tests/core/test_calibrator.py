@@ -6,8 +6,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from picrl_core.calibrator import (SHORTAGE_TOLERANCE, calibrate, escape_step, feedback, over_weights, reactive_step,
-                                  release_escape, track_temperature)
+from picrl_core.calibrator import (SHORTAGE_TOLERANCE, calibrate, escape_step, feedback, over_weights, release_escape,
+                                  track_temperature)
 from picrl_core.config import CalibratorConfig, CostConfig
 
 PAPER = CalibratorConfig(rule="paper", margin_in_sigma=False, delta_m=0.01, delta_b=0.002, gamma=0.5,
@@ -55,13 +55,10 @@ def test_margin_step_scales_with_sigma() -> None:
     assert m == pytest.approx(-PINBALL.delta_m * 0.2 * 0.5, abs=1e-15)
 
 
-@pytest.mark.parametrize(("cfg", "expected"), [(PINBALL, 1 / 3), (PAPER, 1 / 2),
-                                               (replace(PINBALL, shortage_target=1 / 6), 1 / 6),
-                                               (replace(PAPER, shortage_target=1 / 6), 1 / 2)])
+@pytest.mark.parametrize(("cfg", "expected"), [(PINBALL, 1 / 3), (PAPER, 1 / 2)])
 def test_margin_settles_at_its_rules_shortage_rate(cfg: CalibratorConfig, expected: float) -> None:
     """Acting ``a = m`` on i.i.d. uniform demand, the shortage rate the margin settles at: the critical
-    fractile c_over / (c_under + c_over) = 1/3 under the pinball rule (``shortage_target`` where set), 1/2
-    under Eq. (12) as printed (which has no target)."""
+    fractile c_over / (c_under + c_over) = 1/3 under the pinball rule, 1/2 under Eq. (12) as printed."""
     rng = np.random.default_rng(0)
     n, steps = 2000, 3000
     cfg = replace(cfg, delta_b=0.0, margin_limit=2.0)
@@ -99,12 +96,6 @@ def test_long_shortage_streak_stays_within_bounds() -> None:
 def test_unknown_rule_is_refused() -> None:
     with pytest.raises(ValueError, match="pinball"):
         CalibratorConfig(rule="adaptive")
-
-
-@pytest.mark.parametrize("target", [-0.1, 1.0, 1.5])
-def test_a_shortage_target_outside_0_1_is_refused(target: float) -> None:
-    with pytest.raises(ValueError, match="shortage_target"):
-        CalibratorConfig(shortage_target=target)
 
 
 def test_batch_equals_row_by_row() -> None:

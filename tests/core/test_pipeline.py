@@ -11,9 +11,9 @@ import torch
 from picrl_core.artifact import ModelArtifact
 from picrl_core.config import PicRLConfig
 from picrl_core.costs import episode_metrics
-from picrl_core.pipeline import (SCALE_RATES, SHORTAGE_TARGETS, OnlineRun, config_for,
+from picrl_core.pipeline import (SCALE_RATES, OnlineRun, config_for,
                                  evaluation_inputs, phase2_trainings, run_online,
-                                 select_risk_buffer, select_scale_rate, select_shortage_target, train_offline,
+                                 select_risk_buffer, select_scale_rate, train_offline,
                                  validation_run)
 from picrl_core.series import PreparedSeries, prepare_series
 from picrl_core.simulator import Trajectory
@@ -125,21 +125,6 @@ def test_start_from_validation_keeps_the_levels_of_the_chosen_validation_run(ser
     assert (run.margin, run.scale) == (cal.initial_margin, cal.initial_scale)
     assert cal.initial_margin != 0.0 and cal.scale_min <= cal.initial_scale <= cal.scale_max
     assert cal.initial_scale != 1.0
-
-
-def test_select_shortage_target_keeps_the_target_of_lowest_validation_regret(artifact: ModelArtifact,
-                                                                            series: PreparedSeries) -> None:
-    poisoned = replace(series, test=np.full_like(series.test, np.nan))  # the test split is never read
-    fractile = validation_run(artifact, poisoned)
-    chosen_artifact, selection, run = select_shortage_target(artifact, poisoned, fractile)
-    assert selection["targets"] == list(SHORTAGE_TARGETS)
-    assert selection["validation_regret"][0] == fractile.regret  # the artifact's own run stands for the fractile
-    assert selection["validation_regret"][SHORTAGE_TARGETS.index(selection["chosen"])] == run.regret == min(
-        selection["validation_regret"])
-    assert len(set(selection["validation_regret"])) > 1  # the target matters on this series
-    assert chosen_artifact.config.calibrator == replace(artifact.config.calibrator, shortage_target=selection["chosen"])
-    _, again, _ = select_shortage_target(artifact, poisoned)  # without it, the fractile is run too: the same regret
-    assert again == selection
 
 
 def test_select_risk_buffer_keeps_the_k_of_lowest_validation_regret(artifact: ModelArtifact,
