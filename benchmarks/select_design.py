@@ -198,7 +198,6 @@ def ladder() -> dict[str, Variant]:
     rungs["+no-k-sigma"] = lambda c: replace(c, ablation=replace(c.ablation, use_k_sigma=False))
     # k held at the newsvendor fractile z* (its range shrunk to a point): Phase 2's policy sets eta alone
     rungs["+k-at-fractile"] = lambda c: replace(c, policy=replace(c.policy, k_low=0.0, k_high=0.0))
-    rungs["+select-k"] = lambda c: replace(c, policy=replace(c.policy, select_k=True))
     rungs["+relative-censor-noise"] = lambda c: replace(c, predictor=replace(c.predictor, censor_noise="relative"))
     rungs["+margin-step-1/2"] = lambda c: replace(c, calibrator=replace(c.calibrator, delta_m=INTERIM[
         ("calibrator", "delta_m")] / 2))  # the other candidate of the round that chose a quarter

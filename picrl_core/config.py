@@ -197,15 +197,8 @@ class PolicyConfig:
     k_low: float = -1.0  # k's range is centre + [k_low, k_high]; paper: [0, 2] around 0
     k_high: float = 1.0
     k_around_fractile: bool = True  # centre = Phi^-1(c_under / (c_under + c_over)), the fractile; paper: False
-    # keep Phase 2's k or hold k at the fractile z* (k_low = k_high = 0), whichever has the lower validation regret
-    # (pipeline.select_risk_buffer): one more validation run per model, no second Phase 2; needs k_around_fractile
-    select_k: bool = False
     init_log_std: float = -1.0  # exploration std in pre-squash space at initialisation
     horizon: int = 512  # ticks that make "progress through the episode" reach 1
-
-    def __post_init__(self) -> None:
-        if self.select_k and not self.k_around_fractile:
-            raise ValueError("policy.select_k compares Phase 2's k with the fractile z*: set policy.k_around_fractile")
 
 
 @dataclass(frozen=True)

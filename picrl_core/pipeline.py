@@ -115,9 +115,6 @@ def _phases_2_and_3(series: PreparedSeries, config: PicRLConfig, predictor: torc
     if config.calibrator.online_scale and config.calibrator.select_scale_rate:
         artifact, selection, levels = select_scale_rate(artifact, series)
         artifact = replace(artifact, reports={**artifact.reports, "phase3_scale_rate": selection})
-    if config.policy.select_k:
-        artifact, selection, levels = select_risk_buffer(artifact, series, levels)
-        artifact = replace(artifact, reports={**artifact.reports, "phase3_risk_buffer": selection})
     if config.calibrator.start_from_validation:
         levels = levels if levels is not None else validation_run(artifact, series)
         calibrator = replace(artifact.config.calibrator, initial_margin=levels.margin, initial_scale=levels.scale)
@@ -290,23 +287,6 @@ def select_scale_rate(artifact: ModelArtifact,
     best, runs = _lowest_validation_regret(artifact, series, {rate: with_rate(rate) for rate in SCALE_RATES})
     return (replace(artifact, config=with_rate(best)),
             {"rates": list(SCALE_RATES), "validation_regret": [runs[r].regret for r in SCALE_RATES], "chosen": best},
-            runs[best])
-
-
-def select_risk_buffer(artifact: ModelArtifact, series: PreparedSeries, learnt_run: ValidationRun | None = None
-                       ) -> tuple[ModelArtifact, dict[str, Any], ValidationRun]:
-    """The risk buffer ``k`` of Eq. (11) chosen on the validation split (``policy.select_k``): Phase 2's policy's ``k``
-    (``learnt_run``, the artifact's own validation run, where one was made) or ``k = z*``, the critical fractile of
-    the Gaussian forecast, with the policy setting ``eta`` alone (``k_low = k_high = 0``); the artifact keeps the one
-    of lower validation regret (ties: the policy's). Phase 2 learns ``k`` from simulator rollouts of the training
-    split; whether that beats the newsvendor's ``z*`` on the held-out days depends on the series, so it is chosen per
-    model like the temperature's rate."""
-    config = artifact.config
-    fixed = replace(config, policy=replace(config.policy, k_low=0.0, k_high=0.0))
-    known = {"policy": learnt_run} if learnt_run is not None else {}
-    best, runs = _lowest_validation_regret(artifact, series, {"policy": config, "fractile": fixed}, known)
-    return (replace(artifact, config=fixed if best == "fractile" else config),
-            {"candidates": list(runs), "validation_regret": [run.regret for run in runs.values()], "chosen": best},
             runs[best])
 
 

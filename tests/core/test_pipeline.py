@@ -13,7 +13,7 @@ from picrl_core.config import PicRLConfig
 from picrl_core.costs import episode_metrics
 from picrl_core.pipeline import (SCALE_RATES, OnlineRun, config_for,
                                  evaluation_inputs, phase2_trainings, run_online,
-                                 select_risk_buffer, select_scale_rate, train_offline,
+                                 select_scale_rate, train_offline,
                                  validation_run)
 from picrl_core.series import PreparedSeries, prepare_series
 from picrl_core.simulator import Trajectory
@@ -125,28 +125,6 @@ def test_start_from_validation_keeps_the_levels_of_the_chosen_validation_run(ser
     assert (run.margin, run.scale) == (cal.initial_margin, cal.initial_scale)
     assert cal.initial_margin != 0.0 and cal.scale_min <= cal.initial_scale <= cal.scale_max
     assert cal.initial_scale != 1.0
-
-
-def test_select_risk_buffer_keeps_the_k_of_lowest_validation_regret(artifact: ModelArtifact,
-                                                                  series: PreparedSeries) -> None:
-    poisoned = replace(series, test=np.full_like(series.test, np.nan))  # the test split is never read
-    learnt = validation_run(artifact, poisoned)
-    fixed = replace(artifact.config, policy=replace(artifact.config.policy, k_low=0.0, k_high=0.0))
-    at_fractile = validation_run(replace(artifact, config=fixed), poisoned)
-    assert at_fractile.regret != learnt.regret  # the policy's k is not z* on this series
-    chosen_artifact, selection, run = select_risk_buffer(artifact, poisoned, learnt)
-    assert selection["candidates"] == ["policy", "fractile"]
-    assert selection["validation_regret"] == [learnt.regret, at_fractile.regret]
-    assert run.regret == min(learnt.regret, at_fractile.regret)
-    assert selection["chosen"] == ("fractile" if at_fractile.regret < learnt.regret else "policy")
-    assert chosen_artifact.config == (fixed if selection["chosen"] == "fractile" else artifact.config)
-    _, again, _ = select_risk_buffer(artifact, poisoned)  # without it, the policy's run is made too: the same regret
-    assert again == selection
-
-
-def test_select_k_needs_k_around_the_fractile() -> None:
-    with pytest.raises(ValueError, match="k_around_fractile"):
-        replace(PicRLConfig().policy, select_k=True, k_around_fractile=False)
 
 
 def test_run_online_single_service(artifact: ModelArtifact, series: PreparedSeries) -> None:
