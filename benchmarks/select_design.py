@@ -56,7 +56,6 @@ and options tried on top of the default and left off because they did not help h
     +k-at-fractile      k held at the newsvendor fractile z* (policy.k_low = k_high = 0): Phase 2's policy sets eta
                         alone (does its learnt k beat the fractile?)
     +pessimism          Eq. 9's Psi back on top of the window's E-step (the paper's hedge and the default's, both)
-    +select-pessimism   Eq. 9's pessimism kept or dropped per model, by the validation regret (reward.select_pessimism)
     +windowed-predictor the paper's windowed LSTM again (predictor.kind), asked once the window's E-step was in
     +no-escape          the escape off (calibrator.escape), likewise
     +escape-from-16     the escape's first step 16 margin steps, the other candidate of the round that chose 4
@@ -192,8 +191,6 @@ def ladder() -> dict[str, Variant]:
         rungs[f"+repeat-rate-{label}"] = lambda c, rate=rate: replace(c, estimator=replace(
             c.estimator, repeat_rate=rate))
     rungs["+pessimism"] = lambda c: replace(c, reward=replace(c.reward, use_pessimism=True))  # Eq. 9 back
-    rungs["+select-pessimism"] = lambda c: replace(c, reward=replace(c.reward, use_pessimism=True,
-                                                                     select_pessimism=True))
     rungs["+no-censored-reward"] = lambda c: replace(c, reward=replace(c.reward, use_censored_reward=False))
     rungs["+no-k-sigma"] = lambda c: replace(c, ablation=replace(c.ablation, use_k_sigma=False))
     # k held at the newsvendor fractile z* (its range shrunk to a point): Phase 2's policy sets eta alone

@@ -111,9 +111,6 @@ class RewardConfig:
     # third tick by design, weighs 1; the pessimism grows over a streak (the paper: Psi(n), 1 + beta on the first).
     # Tried and left off (benchmarks/results/design/streak-pessimism)
     pessimism_after_first: bool = False
-    # with use_pessimism: keep Eq. 9's pessimism or drop it (Psi = 1), whichever has the lower validation regret
-    # (pipeline.select_pessimism): Phase 2 trains twice
-    select_pessimism: bool = False
 
 
 @dataclass(frozen=True)

@@ -79,26 +79,18 @@ def train_offline(series: PreparedSeries, config: PicRLConfig, *, phase1_progres
     :func:`~picrl_core.training_memo.shared_training` identical phases are trained once; Phase 2
     never reads ``config.online``, so configs differing only there share it. With
     ``calibrator.select_scale_rate`` the online temperature's rate is then chosen on the validation split
-    (:func:`select_scale_rate`, the report under ``reports["phase3_scale_rate"]``), and
-    with ``reward.select_pessimism`` whether Eq. (9)'s pessimism is used at all (:func:`select_pessimism`,
-    ``"phase2_pessimism"``)."""
+    (:func:`select_scale_rate`, the report under ``reports["phase3_scale_rate"]``)."""
     config = config_for(series, config)
     predictor, predictor_report = train_phase1(series, config, model_factory=model_factory,
                                                progress=phase1_progress)
-    phase1_report = predictor_report.to_dict()  # one report for every Phase-2 candidate
-
-    def trained(candidate: PicRLConfig, progress: Progress | None) -> tuple[ModelArtifact, ValidationRun | None]:
-        return _phases_2_and_3(series, candidate, predictor, phase1_report, model_factory, pretrainer, progress)
-    if phase2_trainings(config) > 1:
-        return select_pessimism(series, config, trained, phase2_progress)
-    return trained(config, phase2_progress)[0]
+    return _phases_2_and_3(series, config, predictor, predictor_report.to_dict(), model_factory, pretrainer,
+                           phase2_progress)
 
 
 def _phases_2_and_3(series: PreparedSeries, config: PicRLConfig, predictor: torch.nn.Module, predictor_report: dict,
                     model_factory: Callable[[PredictorConfig], torch.nn.Module], pretrainer: Pretrainer,
-                    phase2_progress: Progress | None) -> tuple[ModelArtifact, ValidationRun | None]:
-    """Phase 2 on ``predictor`` and the Phase-3 settings chosen on the validation split (:func:`train_offline`);
-    with the validation run of the artifact as returned, when a selection made one."""
+                    phase2_progress: Progress | None) -> ModelArtifact:
+    """Phase 2 on ``predictor`` and the Phase-3 settings chosen on the validation split (:func:`train_offline`)."""
     offline_config = replace(config, online=OnlineConfig())
     policy, value, pretrain_report = memoized(
         ("phase2", series_fingerprint(series), offline_config, model_factory, pretrainer),
@@ -121,8 +113,7 @@ def _phases_2_and_3(series: PreparedSeries, config: PicRLConfig, predictor: torc
         artifact = replace(artifact, config=replace(artifact.config, calibrator=calibrator),
                            reports={**artifact.reports, "phase3_start": {"margin_in_sigma": levels.margin,
                                                                          "scale": levels.scale}})
-        levels = None  # the run was from the cold start the artifact no longer makes
-    return artifact, levels
+    return artifact
 
 
 @dataclass
@@ -288,36 +279,3 @@ def select_scale_rate(artifact: ModelArtifact,
     return (replace(artifact, config=with_rate(best)),
             {"rates": list(SCALE_RATES), "validation_regret": [runs[r].regret for r in SCALE_RATES], "chosen": best},
             runs[best])
-
-
-# Eq. (9)'s pessimism on and off (Psi = 1), the paper's first: ties keep it.
-PESSIMISM_CANDIDATES = (True, False)
-
-
-def phase2_trainings(config: PicRLConfig) -> int:
-    """How many Phase-2 trainings :func:`train_offline` runs for ``config`` (the candidates of
-    :func:`select_pessimism`, or one)."""
-    return len(PESSIMISM_CANDIDATES) if config.reward.select_pessimism and config.reward.use_pessimism else 1
-
-
-def select_pessimism(series: PreparedSeries, config: PicRLConfig,
-                     trained: Callable[[PicRLConfig, Progress | None], tuple[ModelArtifact, ValidationRun | None]],
-                     progress: Progress | None = None) -> ModelArtifact:
-    """Eq. (9)'s pessimism kept or dropped per model on the validation split (``reward.select_pessimism``): Phase 2
-    (and the slow loop, which shares its reward) trained once with ``Psi(n) = 1 + beta min(n, N_max)`` and once with
-    ``Psi = 1`` (the paper's ablation A3), each through its own Phase-3 selections (``trained``), and the artifact of
-    lower validation regret is kept (ties: the paper's pessimism). The pessimism hedges against Proposition 1's trap by
-    charging a censoring streak more than its naive cost; how much that hedge is worth is a property of the series (on
-    the development splits it halves a spiky pod's regret and costs a smooth aggregate 1-2%), so it is measured in the
-    true cost of the split that follows training, like the temperature's rate. The report is under
-    ``reports["phase2_pessimism"]``."""
-    runs: dict[bool, tuple[ModelArtifact, ValidationRun]] = {}
-    for pessimism in PESSIMISM_CANDIDATES:
-        candidate = replace(config, reward=replace(config.reward, use_pessimism=pessimism))
-        artifact, run = trained(candidate, progress)
-        runs[pessimism] = artifact, run if run is not None else validation_run(artifact, series)
-    kept = min(PESSIMISM_CANDIDATES, key=lambda pessimism: runs[pessimism][1].regret)
-    artifact = runs[kept][0]
-    report = {"validation_regret": {"pessimism": runs[True][1].regret, "none": runs[False][1].regret},
-              "chosen": "pessimism" if kept else "none"}
-    return replace(artifact, reports={**artifact.reports, "phase2_pessimism": report})

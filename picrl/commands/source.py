@@ -110,15 +110,15 @@ def cache_key(trace: Trace, config: PicRLConfig) -> str:
 
 def train_with_progress(series: PreparedSeries, config: PicRLConfig) -> ModelArtifact:
     """Phases 1 and 2 with a progress bar each."""
-    from picrl_core.pipeline import phase2_trainings, train_offline
+    from picrl_core.pipeline import train_offline
 
     with PhaseBars() as bars:
         return train_offline(
             series, config,
             phase1_progress=bars.phase(config.predictor.epochs, "phase 1: predictor", "epoch",
                                        ("train_nll", "val_nll", "val_mae")),
-            phase2_progress=bars.phase(config.pretrain.iterations * phase2_trainings(config),
-                                       "phase 2: actor-critic", "iter", ("value_loss", "mean_reward", "censor_rate")))
+            phase2_progress=bars.phase(config.pretrain.iterations, "phase 2: actor-critic", "iter",
+                                       ("value_loss", "mean_reward", "censor_rate")))
 
 
 def cached_model(trace: Trace, series: PreparedSeries, config: PicRLConfig, cache: Path | None = None) -> tuple[ModelArtifact, Path, bool]:

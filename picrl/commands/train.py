@@ -39,9 +39,6 @@ def run(args: argparse.Namespace) -> int:
         "phase1": {k: p1[k] for k in ("epochs_run", "best_epoch", "val_nll", "val_mae", "coverage_1sigma", "coverage_2sigma")},
         "phase2_value_loss_first_last": [p2["value_loss"][0], p2["value_loss"][-1]] if p2["value_loss"] else [],
     }
-    pessimism = artifact.reports.get("phase2_pessimism")
-    if pessimism is not None:
-        summary["phase2_pessimism"] = pessimism
     for key in ("phase3_scale_rate", "phase3_start"):
         if key in artifact.reports:
             summary[key] = artifact.reports[key]
@@ -50,10 +47,6 @@ def run(args: argparse.Namespace) -> int:
           f"mu+-sigma {p1['coverage_1sigma']:.0%}, mu+-2sigma {p1['coverage_2sigma']:.0%} (epochs {p1['epochs_run']})")
     if p2["value_loss"]:
         print(f"phase 2: value loss {p2['value_loss'][0]:.4f} -> {p2['value_loss'][-1]:.4f} over {p2['iterations']} iterations")
-    if pessimism is not None:  # reward.select_pessimism: which of the two Phase 2s was kept, and why
-        regret = pessimism["validation_regret"]
-        print(f"phase 2: Eq. 9's pessimism {'kept' if pessimism['chosen'] == 'pessimism' else 'dropped'} "
-              f"(validation regret {regret['pessimism']:.2f} with it, {regret['none']:.2f} without)")
     start = artifact.reports.get("phase3_start")
     if start is not None:  # calibrator.start_from_validation: where every new service's fast loop starts
         print(f"phase 3: a new service starts at margin {start['margin_in_sigma']:+.2f} sigma, temperature "

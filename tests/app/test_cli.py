@@ -56,22 +56,6 @@ def test_train_then_evaluate_with_the_model(trace_csv: Path, tiny_config: str, t
     assert (tmp_path / "eval" / "phase3.png").stat().st_size > 10_000
 
 
-def test_train_reports_which_phase_2_the_pessimism_selection_kept(trace_csv: Path, tmp_path: Path,
-                                                                  capsys: pytest.CaptureFixture[str]) -> None:
-    config = tmp_path / "select.json"
-    config.write_text(json.dumps({**TINY, "reward": {"use_pessimism": True, "select_pessimism": True}}))
-    assert main(["train", "--trace", str(trace_csv), "--column", "gpu_mem_gib", "--time-column", "t", "--config",
-                 str(config), "--out", str(tmp_path / "model")]) == 0
-    chosen = json.loads((tmp_path / "model" / "training.json").read_text())["phase2_pessimism"]
-    regret = chosen["validation_regret"]
-    assert chosen["chosen"] == ("none" if regret["none"] < regret["pessimism"] else "pessimism")
-    verb = "kept" if chosen["chosen"] == "pessimism" else "dropped"
-    assert (f"phase 2: Eq. 9's pessimism {verb} (validation regret {regret['pessimism']:.2f} with it, "
-            f"{regret['none']:.2f} without)") in capsys.readouterr().out
-    artifact = json.loads((tmp_path / "model" / "artifact.json").read_text())
-    assert artifact["config"]["reward"]["use_pessimism"] == (chosen["chosen"] == "pessimism")
-
-
 def test_evaluate_trains_once_then_reuses_the_cache(trace_csv: Path, tiny_config: str, tmp_path: Path,
                                                     capsys: pytest.CaptureFixture[str]) -> None:
     args = ["evaluate", "--trace", str(trace_csv), "--column", "gpu_mem_gib", "--config", tiny_config,

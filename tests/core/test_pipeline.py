@@ -12,7 +12,7 @@ from picrl_core.artifact import ModelArtifact
 from picrl_core.config import PicRLConfig
 from picrl_core.costs import episode_metrics
 from picrl_core.pipeline import (SCALE_RATES, OnlineRun, config_for,
-                                 evaluation_inputs, phase2_trainings, run_online,
+                                 evaluation_inputs, run_online,
                                  select_scale_rate, train_offline,
                                  validation_run)
 from picrl_core.series import PreparedSeries, prepare_series
@@ -83,33 +83,6 @@ def test_select_scale_rate_keeps_the_rate_of_lowest_validation_regret(artifact: 
     assert run.regret == min(selection["validation_regret"])
     assert len(set(selection["validation_regret"])) > 1  # the rate matters on this series
     assert chosen_artifact.config.calibrator == replace(online.config.calibrator, scale_rate=selection["chosen"])
-
-
-def test_select_pessimism_keeps_the_phase_2_of_lower_validation_regret(series: PreparedSeries,
-                                                                       tiny_config: PicRLConfig) -> None:
-    poisoned = replace(series, test=np.full_like(series.test, np.nan))  # the test split is never read
-    config = replace(tiny_config, reward=replace(tiny_config.reward, use_pessimism=True, select_pessimism=True))
-    iterations: list[int] = []
-    chosen = train_offline(poisoned, config, phase2_progress=lambda report: iterations.append(1))
-    report = chosen.reports["phase2_pessimism"]
-    assert len(iterations) == phase2_trainings(config) * config.pretrain.iterations == 2 * config.pretrain.iterations
-    candidates = {name: train_offline(poisoned, replace(config, reward=replace(
-        config.reward, select_pessimism=False, use_pessimism=name == "pessimism"))) for name in ("pessimism", "none")}
-    for name, artifact in candidates.items():  # each candidate is the artifact its own config trains, its run scored
-        assert report["validation_regret"][name] == pytest.approx(validation_run(artifact, poisoned).regret)
-    assert report["validation_regret"]["pessimism"] != report["validation_regret"]["none"]
-    assert report["chosen"] == min(report["validation_regret"], key=report["validation_regret"].get)
-    kept = candidates[report["chosen"]]
-    assert chosen.config.reward.use_pessimism == (report["chosen"] == "pessimism")
-    assert chosen.config.calibrator == kept.config.calibrator
-    for a, b in zip(chosen.policy.parameters(), kept.policy.parameters()):
-        assert torch.equal(a, b)
-
-
-def test_select_pessimism_is_off_under_ablation_a3(tiny_config: PicRLConfig) -> None:
-    a3 = replace(tiny_config, reward=replace(tiny_config.reward, select_pessimism=True, use_pessimism=False))
-    paper = replace(tiny_config, reward=replace(tiny_config.reward, use_pessimism=True))
-    assert phase2_trainings(a3) == 1 and phase2_trainings(paper) == 1
 
 
 def test_start_from_validation_keeps_the_levels_of_the_chosen_validation_run(series: PreparedSeries,
