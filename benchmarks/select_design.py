@@ -44,8 +44,6 @@ and options tried on top of the default and left off because they did not help h
     +forecast-censoring Phase 1's re-censored windows censored at the model's own forecast quantile mu + k sigma,
                         where the controller provisions, not at demand + noise (predictor.censor_at; the
                         windowed LSTM's, measured when it was the default)
-    +impute-first-shortage  the window's E-step for the first shortage of a censoring streak only; from the second on the window
-                        keeps the bound and its flag (estimator.impute_streak = 1)
     +online-scale-1/32 .. -1/2   the online temperature at one fixed rate (what the selection chooses among)
     +margin-step-1/2    delta_m = 0.05, the other candidate of the round that chose 0.025
     +margin-step-1/8    delta_m = 0.0125, the next halving, asked once the escape answered censoring streaks
@@ -186,7 +184,6 @@ def ladder() -> dict[str, Variant]:
     rungs["+escape-from-1"] = lambda c: replace(c, calibrator=replace(c.calibrator, escape_start=1.0))
     # the escape's first step at 16 margin steps, the other candidate of the round that chose 4
     rungs["+escape-from-16"] = lambda c: replace(c, calibrator=replace(c.calibrator, escape_start=16.0))
-    rungs["+impute-first-shortage"] = lambda c: replace(c, estimator=replace(c.estimator, impute_streak=1))
     for label, rate in (("1/8", 1 / 8), ("1/128", 1 / 128)):  # the repeat share's step, around one window's 1/32
         rungs[f"+repeat-rate-{label}"] = lambda c, rate=rate: replace(c, estimator=replace(
             c.estimator, repeat_rate=rate))

@@ -72,11 +72,6 @@ class EstimatorConfig:
     # pessimism (reward.use_pessimism): chosen together on the development splits
     # (benchmarks/results/design/impute-without-pessimism); paper: False
     impute_window: bool = True
-    # with impute_window, only the first `impute_streak` shortages of a censoring streak take the E-step; from the next
-    # one on the window keeps the bound and its flag (0: every shortage). A lone shortage is the calibrator's designed
-    # 1-in-3 event, which the forecast's E-step describes; a streak says the forecast itself is off (at the critical
-    # fractile two in a row have probability 1/9), and its E-step would hide how far
-    impute_streak: int = 0
     # with impute_window, the E-step's forecast is a mixture: the last demand seen, repeated with each service's
     # running share p of seen ticks that repeated the one before, or N(mu, sigma^2) (picrl_core.repeats). Real pods'
     # demand repeats on 88% of ticks, where the Gaussian alone imputed twice the true excess; a series that never
@@ -91,8 +86,6 @@ class EstimatorConfig:
     act_on_repeat: bool = True
 
     def __post_init__(self) -> None:
-        if self.impute_streak < 0:
-            raise ValueError(f"estimator.impute_streak must be >= 0; got {self.impute_streak}")
         if not 0.0 < self.repeat_rate <= 1.0:
             raise ValueError(f"estimator.repeat_rate must be in (0, 1]; got {self.repeat_rate}")
 

@@ -183,7 +183,7 @@ class PicRLController:
         if unseen is not None:
             reward[unseen] = -expected_cost(a[unseen], state.mu[unseen], state.sigma[unseen], cfg.cost)
         margin, bias = reactive_step(state.margin, state.bias, state.eta, shortage, over, state.sigma, cfg)
-        window_y, window_c = (impute_shortage(y, censored, shortage, state, censor_streak, cfg.estimator)
+        window_y, window_c = (impute_shortage(y, censored, shortage, state, cfg.estimator)
                               if cfg.estimator.impute_window else (y, censored))
         seen = ~shortage & ~censored
         observed = ~censored if unseen is None else ~censored & ~unseen
@@ -384,18 +384,14 @@ def unclipped_action(mu: np.ndarray, k: np.ndarray, sigma: np.ndarray, margin: n
 
 
 def impute_shortage(y: np.ndarray, censored: np.ndarray, shortage: np.ndarray, pending: ControllerState,
-                    censor_streak: np.ndarray, cfg: EstimatorConfig) -> tuple[np.ndarray, np.ndarray]:
+                    cfg: EstimatorConfig) -> tuple[np.ndarray, np.ndarray]:
     """What the window keeps of a tick with ``estimator.impute_window``: a shortage (``d > a``, seen as ``y = a``)
     as its Tobit E-step ``E[d | d > a]`` under the forecast ``N(mu, sigma^2)`` its action was planned with, and
     uncensored (the E-step of data augmentation for censored time series, Park, Genton & Ghosh, Can. J. Stat.
     2007); every other tick as it came. With ``estimator.impute_repeat`` the forecast is the mixture of that
-    Gaussian and a repeat of the last demand seen (:func:`~picrl_core.repeats.mean_above_or_repeat`). With
-    ``estimator.impute_streak`` ``n > 0`` only the first ``n`` shortages of a censoring streak (``censor_streak``,
-    this tick included) are imputed; later ones keep the bound and flag. The reward, the calibrator and the
-    temperature still read ``(y, c)``."""
+    Gaussian and a repeat of the last demand seen (:func:`~picrl_core.repeats.mean_above_or_repeat`). The reward,
+    the calibrator and the temperature still read ``(y, c)``."""
     imputed = shortage & censored
-    if cfg.impute_streak:
-        imputed &= censor_streak <= cfg.impute_streak
     window_y = y.copy()
     rows = imputed.nonzero()[0]
     if rows.size:  # the E-step only where it is kept (elementwise, so a row's value does not depend on the others)

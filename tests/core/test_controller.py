@@ -10,7 +10,7 @@ import torch
 
 from picrl_core.calibrator import track_temperature
 from picrl_core.censored_estimator import ROWS_PER_THREAD
-from picrl_core.config import EstimatorConfig, PicRLConfig
+from picrl_core.config import PicRLConfig
 from picrl_core.controller import ControllerState, PicRLController
 from picrl_core.costs import asymmetric_cost
 from picrl_core.mills import mean_above
@@ -187,28 +187,6 @@ def test_imputed_window_holds_each_shortage_at_its_tobit_expectation_and_uncenso
     assert shortages >= 5
 
 
-def test_a_streak_limit_imputes_only_the_first_shortages_of_a_censoring_streak(
-        tiny_predictor: GaussianLSTM, tiny_policy: PolicyNetwork, tiny_config: PicRLConfig,
-        diurnal_series: np.ndarray) -> None:
-    config = replace(tiny_config, estimator=replace(tiny_config.estimator, impute_window=True, impute_streak=1))
-    demand, history = _segment(diurnal_series, config.predictor.window)
-    controller = PicRLController(tiny_predictor, tiny_policy, config)
-    state = controller.initial_state(np.zeros(1, np.uint64), history)
-    seen = {"imputed": 0, "kept": 0}
-    for t in range(T):
-        y, c = censor(demand[t], state.action)
-        new, _ = controller.step(state, y, c)
-        if c[0] and new.censor_streak[0] == 1:  # the first of a streak: the E-step, uncensored
-            assert new.observations[0, -1] == np.float32(mean_above(state.mu, state.sigma, state.action)[0])
-            assert not new.censored[0, -1]
-            seen["imputed"] += 1
-        elif c[0]:  # later in the streak: the bound it showed, with its flag
-            assert new.observations[0, -1] == np.float32(y[0]) and new.censored[0, -1]
-            seen["kept"] += 1
-        state = new
-    assert seen["imputed"] >= 3 and seen["kept"] >= 1
-
-
 def test_a_temperature_that_skips_repeats_holds_on_a_repeated_demand_and_steps_elsewhere(
         tiny_predictor: GaussianLSTM, tiny_policy: PolicyNetwork, tiny_config: PicRLConfig) -> None:
     """``calibrator.scale_skips_repeats``: a seen demand equal to the last one seen (the repeat mixture's atom) leaves
@@ -233,11 +211,6 @@ def test_a_temperature_that_skips_repeats_holds_on_a_repeated_demand_and_steps_e
     np.testing.assert_array_equal(skipped[:2], state.temperature[:2])
     np.testing.assert_array_equal(skipped[2:], expected[2:])
     assert not np.allclose(expected[:2], state.temperature[:2])  # the default's step does move on a repeat
-
-
-def test_a_negative_streak_limit_is_refused() -> None:
-    with pytest.raises(ValueError, match="impute_streak"):
-        EstimatorConfig(impute_streak=-1)
 
 
 def test_a_new_service_starts_at_the_validation_levels_or_at_the_papers_zero(
