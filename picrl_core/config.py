@@ -100,10 +100,6 @@ class RewardConfig:
     # Psi of Eq. 9 (the paper's censoring hedge); off by default (Psi = 1), where the window's E-step
     # (estimator.impute_window) hedges instead; ablation A3 switches off whichever of the two is on. Paper: True
     use_pessimism: bool = False
-    # Psi(n - 1) on the n-th censored step in a row: a lone shortage, which at the critical fractile comes every
-    # third tick by design, weighs 1; the pessimism grows over a streak (the paper: Psi(n), 1 + beta on the first).
-    # Tried and left off (benchmarks/results/design/streak-pessimism)
-    pessimism_after_first: bool = False
 
 
 @dataclass(frozen=True)

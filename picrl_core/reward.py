@@ -66,7 +66,7 @@ def step_reward(a: ArrayLike, y: ArrayLike, censored: ArrayLike, mu: ArrayLike, 
 
     Uncensored steps (``y = d``): Eq. (10), ``-l(a, y)``. Censored steps: the surrogate Eq. (9) with
     ``n_consecutive`` = number of consecutive censored steps *including this one* (so ``>= 1``,
-    ``Psi = 1 + beta`` on the first; ``Psi(n - 1)``, 1 on the first, with ``reward.pessimism_after_first``).
+    ``Psi = 1 + beta`` on the first).
     ``mu``/``sigma`` are only read on censored steps.
     With ``reward.use_censored_reward`` off (ablation A2) every step gets the naive ``-l(a, y)``,
     which on a censored step (``y = a``) is 0: censoring then looks free.
@@ -81,6 +81,5 @@ def step_reward(a: ArrayLike, y: ArrayLike, censored: ArrayLike, mu: ArrayLike, 
             raise RewardInputError(
                 "n_consecutive counts the current censored step too, so it must be >= 1 wherever "
                 f"censored is True; got {n[censored].min()}")
-        streak = n[censored] - 1.0 if reward.pessimism_after_first else n[censored]
-        rewards[censored] = surrogate_reward(a[censored], mu[censored], sigma[censored], streak, cost, reward)
+        rewards[censored] = surrogate_reward(a[censored], mu[censored], sigma[censored], n[censored], cost, reward)
     return rewards

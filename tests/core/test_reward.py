@@ -116,13 +116,3 @@ def test_step_reward_broadcasts_scalars_and_keeps_shape() -> None:
 def test_censored_steps_count_themselves() -> None:
     with pytest.raises(RewardInputError, match="including|counts the current"):
         step_reward([0.5], [0.5], [True], 0.5, 0.1, [0], COST, REWARD)
-
-
-def test_pessimism_after_first_charges_a_lone_shortage_once_and_a_streak_more() -> None:
-    cost, after = CostConfig(), replace(REWARD, pessimism_after_first=True)
-    a, mu, sigma = np.full(3, 0.5), np.full(3, 0.55), np.full(3, 0.1)
-    streak = np.array([1.0, 2.0, 3.0])
-    got = step_reward(a, a, np.ones(3, bool), mu, sigma, streak, cost, after)
-    np.testing.assert_allclose(got, surrogate_reward(a, mu, sigma, streak - 1.0, cost, REWARD))
-    assert got[0] == pytest.approx(-cost.c_under * float(expected_gap(0.5, 0.55, 0.1)))  # Psi(0) = 1
-    assert got[0] > got[1] > got[2]  # the pessimism grows over the streak
