@@ -47,8 +47,6 @@ and options tried on top of the default and left off because they did not help h
     +online-scale-1/32 .. -1/2   the online temperature at one fixed rate (what the selection chooses among)
     +margin-step-1/2    delta_m = 0.05, the other candidate of the round that chose 0.025
     +margin-step-1/8    delta_m = 0.0125, the next halving, asked once the escape answered censoring streaks
-    +relative-censor-noise  Phase 1's synthetic threshold noise in units of each window's own one-step change
-                        (predictor.censor_noise)
     +no-censored-reward, +no-k-sigma   ablations A2 and A4 of the default (they lowered the test regret on
                         GenAI in two rounds of tables: do the development splits say so too?)
     +k-at-fractile      k held at the newsvendor fractile z* (policy.k_low = k_high = 0): Phase 2's policy sets eta
@@ -192,7 +190,6 @@ def ladder() -> dict[str, Variant]:
     rungs["+no-k-sigma"] = lambda c: replace(c, ablation=replace(c.ablation, use_k_sigma=False))
     # k held at the newsvendor fractile z* (its range shrunk to a point): Phase 2's policy sets eta alone
     rungs["+k-at-fractile"] = lambda c: replace(c, policy=replace(c.policy, k_low=0.0, k_high=0.0))
-    rungs["+relative-censor-noise"] = lambda c: replace(c, predictor=replace(c.predictor, censor_noise="relative"))
     rungs["+margin-step-1/2"] = lambda c: replace(c, calibrator=replace(c.calibrator, delta_m=INTERIM[
         ("calibrator", "delta_m")] / 2))  # the other candidate of the round that chose a quarter
     rungs["+margin-step-1/8"] = lambda c: replace(c, calibrator=replace(c.calibrator, delta_m=INTERIM[

@@ -35,10 +35,6 @@ class PredictorConfig:
     # (windowed LSTM only), at the model's previous-epoch forecast quantile mu + k sigma, where the controller provisions;
     # tried and left off (benchmarks/results/design/imputation)
     censor_at: str = "noise"
-    # the noise of a "noise" threshold: "absolute", its std drawn from [0.01, 0.1] in scaled units (the paper's); or
-    # "relative", from [0.25, 2.5] times the window's RMS one-step change (predictor.censor_noise_std); tried and left
-    # off (benchmarks/results/design/relative-censor-noise)
-    censor_noise: str = "absolute"
     max_train_windows: int = 20_000  # windows sampled per epoch (bounded epoch time on long traces)
     calibrate_sigma: bool = True  # temperature of sigma fitted on the validation split by NLL; paper: False
     # "windowed": the LSTM re-reads the last `window` steps from a zero state every tick (the paper's);
@@ -50,8 +46,6 @@ class PredictorConfig:
     def __post_init__(self) -> None:
         if self.kind not in ("windowed", "incremental"):
             raise ValueError(f"predictor.kind must be 'windowed' or 'incremental'; got {self.kind!r}")
-        if self.censor_noise not in ("absolute", "relative"):
-            raise ValueError(f"predictor.censor_noise must be 'absolute' or 'relative'; got {self.censor_noise!r}")
         if self.censor_at not in ("forecast", "noise"):
             raise ValueError(f"predictor.censor_at must be 'forecast' or 'noise'; got {self.censor_at!r}")
         if self.censor_at == "forecast" and self.kind != "windowed":

@@ -137,8 +137,7 @@ def _inputs(d: np.ndarray, context: np.ndarray | None) -> np.ndarray:
 
 
 def _training_sequences(d: np.ndarray, context: np.ndarray | None, starts: np.ndarray, length: int, block: int,
-                        rng: np.random.Generator, censor_prob: float,
-                        relative_noise: bool = False) -> tuple[np.ndarray, np.ndarray]:
+                        rng: np.random.Generator, censor_prob: float) -> tuple[np.ndarray, np.ndarray]:
     """Sequences ``X`` ``(N, length, 2 + C)`` starting at ``starts`` and their targets ``(N, length)`` (the
     demand one step later); blocks of ``block`` steps are censored with probability ``censor_prob`` under
     a threshold ``clip(d + eps, 0, 1)``, ``eps ~ N(0, s)`` with ``s`` drawn per block (:func:`~picrl_core.
@@ -148,7 +147,7 @@ def _training_sequences(d: np.ndarray, context: np.ndarray | None, starts: np.nd
     n, blocks = len(starts), -(-length // block)
     censored_block = np.repeat(rng.random((n, blocks)) < censor_prob, block, axis=1)[:, :length]
     padded = np.pad(demand, ((0, 0), (0, blocks * block - length)), mode="edge")  # the last block may be short
-    stds = censor_noise_std(padded.reshape(n, blocks, block), rng, relative_noise)
+    stds = censor_noise_std(padded.reshape(n, blocks, block), rng)
     noise = np.repeat(stds, block, axis=1)[:, :length]
     threshold = np.clip(demand + rng.standard_normal((n, length)) * noise, 0.0, 1.0)
     cens = censored_block & (demand > threshold)
@@ -232,8 +231,7 @@ def train_incremental_predictor(
     best_nll, best_epoch, best_state = math.inf, 0, copy.deepcopy(model.state_dict())
     for epoch in range(1, cfg.epochs + 1):
         starts = every[rng.permutation(every.size)[:per_epoch]]
-        x_np, t_np = _training_sequences(train, train_context, starts, length, window, rng, cfg.censor_prob,
-                                         cfg.censor_noise == "relative")
+        x_np, t_np = _training_sequences(train, train_context, starts, length, window, rng, cfg.censor_prob)
         x, t = torch.from_numpy(x_np), torch.from_numpy(t_np)
         total, count = 0.0, 0
         for lo in range(0, per_epoch, batch):

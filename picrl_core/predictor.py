@@ -26,12 +26,9 @@ from picrl_core.batching import INVARIANT_CHUNK, in_fixed_chunks
 from picrl_core.config import PredictorConfig
 from picrl_core.series import segment_starts
 
-# Std of the per-step noise of the synthetic provisioning threshold, drawn per window from this range
-# (predictor.censor_noise = "absolute", in the series' scaled units) ...
+# Std of the per-step noise of the synthetic provisioning threshold, drawn per window from this range (in the
+# series' scaled units).
 _CENSOR_NOISE_RANGE = (0.01, 0.1)
-# ... or from this range times the window's own one-step variability ("relative"; at least _NOISE_FLOOR)
-_RELATIVE_NOISE_RANGE = (0.25, 2.5)
-_NOISE_FLOOR = 1e-3
 # Predicted std at initialisation (demand lives in [0, 1]); keeps the first NLL gradients moderate.
 _INITIAL_SIGMA = 0.1
 # Windows built at once when evaluating a whole series: bounds the memory of the window copies.
@@ -148,20 +145,10 @@ def _check_series(d: np.ndarray, context: np.ndarray | None, window: int, channe
             raise PredictorInputError(f"{name} context contains NaN or infinite values")
 
 
-def censor_noise_std(demand: np.ndarray, rng: np.random.Generator, relative: bool) -> np.ndarray:
-    """Per row of ``demand`` ``(..., L)``, the std ``(...)`` of the synthetic threshold's noise: drawn from
-    ``_CENSOR_NOISE_RANGE`` (``relative`` False: the paper's absolute range, in scaled units), or from
-    ``_RELATIVE_NOISE_RANGE`` times the row's RMS one-step change (at least ``_NOISE_FLOOR``). Online, the
-    controller provisions within a few residual stds of the demand, so a shortage hides an excess of that order:
-    relative noise makes a flag in training mean what it means online on a flat pod and on a volatile one alike
-    (a fleet scaled by one scaler has pods whose whole variability is below the absolute range's bottom). An option,
-    off by default: on the development splits it was worse on that fleet (``benchmarks/results/design/
-    relative-censor-noise``)."""
-    rows = demand.shape[:-1]
-    if not relative:
-        return rng.uniform(*_CENSOR_NOISE_RANGE, size=rows)
-    change = np.sqrt(np.mean(np.diff(demand, axis=-1) ** 2, axis=-1)) if demand.shape[-1] > 1 else np.zeros(rows)
-    return rng.uniform(*_RELATIVE_NOISE_RANGE, size=rows) * np.maximum(change, _NOISE_FLOOR)
+def censor_noise_std(demand: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Per row of ``demand`` ``(..., L)``, the std ``(...)`` of the synthetic threshold's noise, drawn uniformly
+    from ``_CENSOR_NOISE_RANGE`` (the paper's range, in scaled units)."""
+    return rng.uniform(*_CENSOR_NOISE_RANGE, size=demand.shape[:-1])
 
 
 def make_windows(
@@ -173,7 +160,6 @@ def make_windows(
     *,
     starts: np.ndarray | None = None,
     capacity: tuple[np.ndarray, np.ndarray, tuple[float, float]] | None = None,
-    relative_noise: bool = False,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Training windows that mimic online PIC inputs, from a fully observed series.
 
@@ -202,7 +188,7 @@ def make_windows(
     demand = sliding_window_view(d[:-1], window)[idx]  # (N, W) copy
     n = len(idx)
     censored_window = rng.random(n) < censor_prob
-    noise_std = censor_noise_std(demand, rng, relative_noise)
+    noise_std = censor_noise_std(demand, rng)
     threshold = demand + rng.standard_normal((n, window)) * noise_std[:, None]
     if capacity is not None:
         mu, sigma, (k_low, k_high) = capacity
@@ -371,7 +357,7 @@ def train_predictor(
         if cfg.censor_at == "forecast" and epoch > 1:
             capacity = (*one_step_forecast(model, train, train_context, cfg.window, services), capacity_range)
         x_np, t_np = make_windows(train, train_context, cfg.window, rng, cfg.censor_prob, starts=starts,
-                                  capacity=capacity, relative_noise=cfg.censor_noise == "relative")
+                                  capacity=capacity)
         x, t = torch.from_numpy(x_np), torch.from_numpy(t_np)
         total = 0.0
         for lo in range(0, per_epoch, cfg.batch_size):

@@ -12,7 +12,7 @@ import torch
 from picrl_core.artifact import ModelArtifact, load_artifact, save_artifact
 from picrl_core.config import PicRLConfig
 from picrl_core.controller import PicRLController
-from picrl_core.incremental_predictor import (_training_sequences, advance_memory, evaluate_stream,
+from picrl_core.incremental_predictor import (advance_memory, evaluate_stream,
                                               forecasts_as_acted, memory_size, start_memory,
                                               train_incremental_predictor)
 from picrl_core.policy import PolicyNetwork, ValueNetwork
@@ -140,17 +140,3 @@ def test_only_the_gaussian_lstm_can_be_carried(tiny_config: PicRLConfig, diurnal
     with pytest.raises(ValueError, match="cannot be carried"):
         train_predictor(diurnal_series[:1600], diurnal_series[1600:2000], _incremental(tiny_config).predictor,
                         seed=0, model_factory=Other)
-
-
-def test_relative_censor_noise_is_drawn_per_block_from_the_blocks_own_variability() -> None:
-    """A sequence whose first block is flat and second volatile: with relative noise a censored step of the flat
-    block hides an excess of the order of that block's own change, one of the volatile block far more."""
-    rng = np.random.default_rng(4)
-    d = np.concatenate([np.full(16, 0.4) + rng.normal(0, 0.0005, 16), 0.5 + rng.normal(0, 0.05, 17)])
-    starts = np.zeros(400, np.int64)  # the same 32-step sequence 400 times, each with its own draws
-    x, _ = _training_sequences(d, None, starts, 32, 16, np.random.default_rng(1), 1.0, True)
-    gap = np.where(x[:, :, 1] > 0, d[:32][None, :] - x[:, :, 0], np.nan)
-    flat, volatile = np.nanmean(gap[:, :16]), np.nanmean(gap[:, 16:])
-    assert flat < 3e-3 and volatile > 10 * flat
-    x_abs, _ = _training_sequences(d, None, starts, 32, 16, np.random.default_rng(1), 1.0, False)
-    assert np.nanmean(np.where(x_abs[:, :16, 1] > 0, d[:16][None, :] - x_abs[:, :16, 0], np.nan)) > 0.01

@@ -109,31 +109,12 @@ def test_one_step_forecast_is_the_window_before_each_point_with_nan_before_the_f
     assert np.nanmean(z[np.isfinite(z)] ** 2) == pytest.approx(1.0, rel=1e-6)  # sigma at the NLL-optimal scale
 
 
-def test_relative_censor_noise_follows_each_windows_own_variability() -> None:
-    """A flat stretch and a volatile one of the same series: with absolute noise a flag hides the same excess in
-    both; with relative noise an excess of the order of each window's own one-step change."""
-    rng = np.random.default_rng(3)
-    d = np.concatenate([np.full(300, 0.4) + rng.normal(0, 0.0005, 300), 0.5 + rng.normal(0, 0.05, 300)])
-    demand = np.lib.stride_tricks.sliding_window_view(d[:-1], 16)
-    change = np.sqrt(np.mean(np.diff(demand, axis=1) ** 2, axis=1))
-    flat, volatile = np.arange(len(demand)) < 250, np.arange(len(demand)) >= 320
-    excess = {}
-    for relative in (False, True):
-        x, _ = make_windows(d, None, 16, np.random.default_rng(5), 1.0, relative_noise=relative)
-        gap = np.where(x[:, :, 1] > 0, demand - x[:, :, 0], np.nan)
-        excess[relative] = (np.nanmean(gap[flat]), np.nanmean(gap[volatile]))
-    assert excess[False][0] > 0.01  # absolute: a flag on the flat stretch hides ~0.01-0.1, 10x its whole change
-    assert excess[True][0] < 3 * max(change[flat].max(), 1e-3)  # relative: of the order of its own change
-    assert excess[True][1] > 10 * excess[True][0]  # and a volatile window's flag hides far more
-    stds = censor_noise_std(demand, np.random.default_rng(0), True)
-    assert np.all(stds >= 0.25 * np.maximum(change, 1e-3) - 1e-12) and np.all(stds <= 2.5 * np.maximum(change, 1e-3))
-    absolute = censor_noise_std(demand, np.random.default_rng(0), False)
-    assert np.all((absolute >= 0.01) & (absolute <= 0.1))
+def test_censor_noise_is_drawn_per_window_from_the_papers_range() -> None:
+    stds = censor_noise_std(np.zeros((500, 16)), np.random.default_rng(0))
+    assert stds.shape == (500,) and np.all((stds >= 0.01) & (stds <= 0.1))
 
 
 def test_censor_at_is_checked() -> None:
-    with pytest.raises(ValueError, match="censor_noise"):
-        PredictorConfig(censor_noise="loud")
     with pytest.raises(ValueError, match="censor_at"):
         PredictorConfig(censor_at="sometimes")
     with pytest.raises(ValueError, match="kind = 'windowed'"):  # the carried LSTM trains on sequences, not windows
