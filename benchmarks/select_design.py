@@ -41,9 +41,6 @@ The variants form a ladder from the paper's Phase 3 to the default, one change p
 
 and options tried on top of the default and left off because they did not help here:
 
-    +forecast-censoring Phase 1's re-censored windows censored at the model's own forecast quantile mu + k sigma,
-                        where the controller provisions, not at demand + noise (predictor.censor_at; the
-                        windowed LSTM's, measured when it was the default)
     +online-scale-1/32 .. -1/2   the online temperature at one fixed rate (what the selection chooses among)
     +margin-step-1/2    delta_m = 0.05, the other candidate of the round that chose 0.025
     +margin-step-1/8    delta_m = 0.0125, the next halving, asked once the escape answered censoring streaks
@@ -168,8 +165,6 @@ def ladder() -> dict[str, Variant]:
         kept = {s for _, changed in CHANGES[:i + 1] for s in changed}
         rungs[name] = _with_paper_values([s for _, changed in CHANGES[i + 1:] for s in changed],
                                          {s: INTERIM[s] for s in kept if s in INTERIM})
-    rungs["+forecast-censoring"] = lambda c: replace(c, predictor=replace(c.predictor, censor_at="forecast",
-                                                                           kind="windowed"))
     # the LSTM re-reads its window from a zero state each tick (the paper's), asked again under the window's E-step
     rungs["+windowed-predictor"] = lambda c: replace(c, predictor=replace(c.predictor, kind="windowed"))
     # the escape off again: adopted while the window kept a shortage's bound; the E-step now answers a streak too

@@ -31,10 +31,6 @@ class PredictorConfig:
     lr: float = 2e-3
     patience: int = 5  # epochs without validation-NLL improvement before stopping
     censor_prob: float = 0.3  # share of training windows re-censored so the model sees PIC inputs
-    # where a re-censored window's synthetic capacity sits: "noise" (the paper's), at demand + N(0, s^2); "forecast"
-    # (windowed LSTM only), at the model's previous-epoch forecast quantile mu + k sigma, where the controller provisions;
-    # tried and left off (benchmarks/results/design/imputation)
-    censor_at: str = "noise"
     max_train_windows: int = 20_000  # windows sampled per epoch (bounded epoch time on long traces)
     calibrate_sigma: bool = True  # temperature of sigma fitted on the validation split by NLL; paper: False
     # "windowed": the LSTM re-reads the last `window` steps from a zero state every tick (the paper's);
@@ -46,11 +42,6 @@ class PredictorConfig:
     def __post_init__(self) -> None:
         if self.kind not in ("windowed", "incremental"):
             raise ValueError(f"predictor.kind must be 'windowed' or 'incremental'; got {self.kind!r}")
-        if self.censor_at not in ("forecast", "noise"):
-            raise ValueError(f"predictor.censor_at must be 'forecast' or 'noise'; got {self.censor_at!r}")
-        if self.censor_at == "forecast" and self.kind != "windowed":
-            raise ValueError("predictor.censor_at = 'forecast' re-censors the windowed LSTM's training windows; "
-                             "set predictor.kind = 'windowed' with it")
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from picrl_core.config import OnlineConfig, PicRLConfig, PredictorConfig
 from picrl_core.controller import ControllerState, PicRLController, Transition
 from picrl_core.costs import EpisodeMetrics, episode_metrics
 from picrl_core.online import ReplayBuffer, SlowPolicyLearner, SlowUpdateStats
-from picrl_core.policy import N_FEATURES, PolicyNetwork, ValueNetwork, risk_centre
+from picrl_core.policy import N_FEATURES, PolicyNetwork, ValueNetwork
 from picrl_core.predictor import GaussianLSTM, PredictorReport, train_predictor
 from picrl_core.pretrain import pretrain_policy
 from picrl_core.series import PreparedSeries
@@ -45,13 +45,8 @@ def train_phase1(series: PreparedSeries, config: PicRLConfig, *,
     def train() -> tuple[torch.nn.Module, PredictorReport]:
         return train_predictor(series.train, series.val, config.predictor, seed=config.seed,
                                train_context=series.train_ctx, val_context=series.val_ctx, progress=progress,
-                               model_factory=model_factory, services=series.services, capacity_range=capacity_range)
-    capacity_range = None  # only forecast censoring reads it (and only then may it tell two trainings apart)
-    if config.predictor.censor_at == "forecast":
-        centre = risk_centre(config)
-        capacity_range = (centre + config.policy.k_low, centre + config.policy.k_high)
-    return memoized(("phase1", series_fingerprint(series), config.seed, config.predictor, model_factory,
-                     capacity_range), train)
+                               model_factory=model_factory, services=series.services)
+    return memoized(("phase1", series_fingerprint(series), config.seed, config.predictor, model_factory), train)
 
 
 def with_windowed_predictor(config: PicRLConfig) -> PicRLConfig:

@@ -4,11 +4,7 @@ The predictor reads a window of the online PIC inputs, channels ``[y, c, ctx_1..
 ``y_t = min(d_t, a_t)`` is the observation and ``c_t = 1[d_t > a_t]`` the censoring indicator, and
 predicts the demand of the next step as a Gaussian ``(mu, sigma)``. Training uses a fully observed
 historical series; a share of the training windows is re-censored under synthetic provisioning
-thresholds so the model has seen censored inputs before it meets them online. With
-``censor_at = "forecast"`` those thresholds are where the controller would provision: the model's own
-previous-epoch forecast quantile ``mu + k sigma``, ``k`` drawn per window over the policy's range around
-the critical fractile, so a censored input hides the demand it hides online (a sliver above a level the
-forecast had right, a jump it missed) instead of symmetric noise around the demand.
+thresholds so the model has seen censored inputs before it meets them online.
 """
 from __future__ import annotations
 
@@ -159,7 +155,6 @@ def make_windows(
     censor_prob: float,
     *,
     starts: np.ndarray | None = None,
-    capacity: tuple[np.ndarray, np.ndarray, tuple[float, float]] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Training windows that mimic online PIC inputs, from a fully observed series.
 
@@ -167,10 +162,7 @@ def make_windows(
     target is ``d[s + window]``. A ``censor_prob`` share of windows is censored under a synthetic
     threshold ``a_t = clip(d_t + eps_t, 0, 1)`` with ``eps_t ~ N(0, s_w)`` and ``s_w`` drawn per window
     (:func:`censor_noise_std`; clipped like the online action): ``y = min(d, a)``,
-    ``c = 1[d > a]``. Other windows are uncensored (``y = d``, ``c = 0``). With ``capacity = (mu, sigma,
-    (k_low, k_high))`` (one-step forecasts of every point of ``d``, NaN where there is none) a censored
-    window's threshold is ``mu_t + k sigma_t`` instead, ``k ~ U(k_low, k_high)`` per window (the noisy one
-    where the forecast is NaN).
+    ``c = 1[d > a]``. Other windows are uncensored (``y = d``, ``c = 0``).
 
     Returns ``X`` (N, window, 2 + C) float32 with channels ``[y, c, ctx...]`` and ``target`` (N,)
     float32. Deterministic given ``rng``.
@@ -189,13 +181,7 @@ def make_windows(
     n = len(idx)
     censored_window = rng.random(n) < censor_prob
     noise_std = censor_noise_std(demand, rng)
-    threshold = demand + rng.standard_normal((n, window)) * noise_std[:, None]
-    if capacity is not None:
-        mu, sigma, (k_low, k_high) = capacity
-        k = rng.uniform(k_low, k_high, size=n)
-        planned = sliding_window_view(mu[:-1], window)[idx] + k[:, None] * sliding_window_view(sigma[:-1], window)[idx]
-        threshold = np.where(np.isfinite(planned), planned, threshold)
-    threshold = np.clip(threshold, 0.0, 1.0)
+    threshold = np.clip(demand + rng.standard_normal((n, window)) * noise_std[:, None], 0.0, 1.0)
     cens = censored_window[:, None] & (demand > threshold)
     x = np.empty((n, window, 2 + channels), dtype=np.float32)
     x[:, :, 0] = np.where(cens, threshold, demand)
@@ -248,19 +234,6 @@ def _predict_series(model: GaussianLSTM, series: np.ndarray, context: np.ndarray
     return np.concatenate(mu), np.concatenate(sigma), np.concatenate(target)
 
 
-def one_step_forecast(model: GaussianLSTM, series: np.ndarray, context: np.ndarray | None, window: int,
-                      services: int = 1) -> tuple[np.ndarray, np.ndarray]:
-    """``(mu_t, sigma_t)`` for every point of ``series`` from the uncensored window before it (NaN for the first
-    ``window`` points of each segment), ``sigma`` temperature-scaled to the NLL-optimal ``sqrt(mean(z^2))`` of
-    these very forecasts (as :func:`calibrate_sigma` will scale it): where a calibrated controller provisions."""
-    m, s, t = _predict_series(model, series, context, window, services)
-    every = segment_starts(len(series), services, 0, window + 1) + window
-    mu, sigma = np.full(len(series), np.nan), np.full(len(series), np.nan)
-    mu[every] = m
-    sigma[every] = s * np.sqrt(np.mean(((t - m) / s) ** 2))
-    return mu, sigma
-
-
 def evaluate_predictor(
     model: GaussianLSTM, series: np.ndarray, context: np.ndarray | None, window: int, services: int = 1
 ) -> dict[str, float]:
@@ -303,7 +276,6 @@ def train_predictor(
     progress: Callable[[dict[str, float]], None] | None = None,
     model_factory: Callable[[PredictorConfig], Predictor] = GaussianLSTM,  # type: ignore[assignment]
     services: int = 1,
-    capacity_range: tuple[float, float] | None = None,
 ) -> tuple[Predictor, PredictorReport]:
     """Phase 1 / Algorithm 1 line 2: ``theta* = argmin_theta sum NLL(d_i; f_theta(x_i))``, Eq. (3).
 
@@ -314,10 +286,7 @@ def train_predictor(
     global torch RNG is left untouched. ``progress`` receives ``{"epoch", "train_nll", "val_nll",
     "val_mae"}`` once per epoch. ``model_factory`` builds the model from ``cfg`` (the Gaussian LSTM;
     the Phase-1 substitutions of the comparison pass theirs and train by the same loop). A fleet's
-    splits hold ``services`` series end to end; no window straddles two. With ``cfg.censor_at = "forecast"``
-    every epoch after the first re-censors at the previous epoch's :func:`one_step_forecast` quantiles
-    ``mu + k sigma``, ``k`` in ``capacity_range`` (the controller's ``k`` range, :func:`~picrl_core.policy.squash`;
-    required then, unread otherwise).
+    splits hold ``services`` series end to end; no window straddles two.
     """
     if cfg.kind == "incremental":  # the carried LSTM trains on sequences (its own module); a Gaussian LSTM only
         from picrl_core.incremental_predictor import train_incremental_predictor
@@ -334,8 +303,6 @@ def train_predictor(
     val_context = None if val_context is None else np.asarray(val_context, dtype=np.float64)
     _check_series(train, train_context, cfg.window, cfg.context_channels, "training")
     _check_series(val, val_context, cfg.window, cfg.context_channels, "validation")
-    if cfg.censor_at == "forecast" and capacity_range is None:
-        raise PredictorInputError("censor_at = 'forecast' needs the controller's capacity_range (k_low, k_high)")
     if cfg.epochs < 1 or cfg.batch_size < 1 or cfg.max_train_windows < 1 or cfg.patience < 1:
         raise PredictorInputError(
             "predictor epochs, batch_size, max_train_windows and patience must all be >= 1"
@@ -353,11 +320,7 @@ def train_predictor(
     best_nll, best_epoch, best_state = math.inf, 0, copy.deepcopy(model.state_dict())
     for epoch in range(1, cfg.epochs + 1):
         starts = every[rng.permutation(every.size)[:per_epoch]]
-        capacity = None
-        if cfg.censor_at == "forecast" and epoch > 1:
-            capacity = (*one_step_forecast(model, train, train_context, cfg.window, services), capacity_range)
-        x_np, t_np = make_windows(train, train_context, cfg.window, rng, cfg.censor_prob, starts=starts,
-                                  capacity=capacity)
+        x_np, t_np = make_windows(train, train_context, cfg.window, rng, cfg.censor_prob, starts=starts)
         x, t = torch.from_numpy(x_np), torch.from_numpy(t_np)
         total = 0.0
         for lo in range(0, per_epoch, cfg.batch_size):

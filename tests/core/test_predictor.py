@@ -18,7 +18,6 @@ from picrl_core.predictor import (
     evaluate_predictor,
     gaussian_nll,
     make_windows,
-    one_step_forecast,
     predict_gaussian,
     train_predictor,
 )
@@ -79,52 +78,9 @@ def test_censored_windows_hold_threshold_below_demand() -> None:
     assert np.all(demand[c] - y[c] < 0.5)  # thresholds are d + small noise
 
 
-def test_forecast_capacity_censors_at_mu_plus_k_sigma_and_falls_back_where_there_is_no_forecast() -> None:
-    d = noisy_sine(400, seed=1)
-    mu, sigma = np.full(400, 0.5), np.full(400, 0.1)
-    mu[:30] = np.nan  # no forecast for the first steps: the noisy threshold there
-    x, _ = make_windows(d, None, 16, np.random.default_rng(5), 1.0, capacity=(mu, sigma, (0.0, 1.0)))
-    demand = np.lib.stride_tricks.sliding_window_view(d[:-1], 16)
-    y, c = x[:, :, 0], x[:, :, 1].astype(bool)
-    planned = np.lib.stride_tricks.sliding_window_view(mu[:-1], 16)
-    forecast_steps = np.isfinite(planned)
-    assert np.all((y[c & forecast_steps] >= 0.5 - 1e-6) & (y[c & forecast_steps] <= 0.6 + 1e-6))  # 0.5 + k 0.1
-    assert np.all(demand[c & ~forecast_steps] - y[c & ~forecast_steps] < 0.5)  # d + noise before the forecast
-    k = (y[c & forecast_steps] - 0.5) / 0.1  # one k per window: every censored step of a window shares it
-    rows = np.nonzero(c & forecast_steps)[0]
-    assert all(np.ptp(k[rows == r]) < 1e-4 for r in np.unique(rows)[:20])
-    np.testing.assert_allclose(y[~c], demand[~c], rtol=1e-6)
-
-
-def test_one_step_forecast_is_the_window_before_each_point_with_nan_before_the_first_window(trained) -> None:
-    model = trained[0]
-    series = noisy_sine(200, seed=9)
-    mu, sigma = one_step_forecast(model, series, None, SMALL.window, services=2)
-    for segment in (0, 100):  # two services end to end: no window straddles them
-        assert np.isnan(mu[segment:segment + SMALL.window]).all() and np.isnan(sigma[segment:segment + 16]).all()
-    windows, _ = make_windows(series[100:], None, SMALL.window, np.random.default_rng(0), 0.0, starts=np.array([10]))
-    m, s = predict_gaussian(model, windows)
-    assert mu[110 + SMALL.window] == pytest.approx(m[0], rel=1e-6)
-    z = (series - mu) / sigma
-    assert np.nanmean(z[np.isfinite(z)] ** 2) == pytest.approx(1.0, rel=1e-6)  # sigma at the NLL-optimal scale
-
-
 def test_censor_noise_is_drawn_per_window_from_the_papers_range() -> None:
     stds = censor_noise_std(np.zeros((500, 16)), np.random.default_rng(0))
     assert stds.shape == (500,) and np.all((stds >= 0.01) & (stds <= 0.1))
-
-
-def test_censor_at_is_checked() -> None:
-    with pytest.raises(ValueError, match="censor_at"):
-        PredictorConfig(censor_at="sometimes")
-    with pytest.raises(ValueError, match="kind = 'windowed'"):  # the carried LSTM trains on sequences, not windows
-        PredictorConfig(censor_at="forecast", kind="incremental")
-
-
-def test_forecast_censoring_needs_the_controllers_k_range(sine) -> None:
-    train, val = sine
-    with pytest.raises(PredictorInputError, match="capacity_range"):
-        train_predictor(train, val, replace(SMALL, censor_at="forecast"), seed=0)
 
 
 def test_censor_prob_sets_share_of_censored_windows_and_rng_determines_output() -> None:
