@@ -34,9 +34,7 @@ class PredictorConfig:
     max_train_windows: int = 20_000  # windows sampled per epoch (bounded epoch time on long traces)
     calibrate_sigma: bool = True  # temperature of sigma fitted on the validation split by NLL; paper: False
     # "windowed": the LSTM re-reads the last `window` steps from a zero state every tick (the paper's);
-    # "incremental": it carries (h, c) per service and takes one cell step per tick (picrl_core.incremental_predictor),
-    # the default: lower regret than the windowed one on the development splits over two seeds
-    # (benchmarks/results/design/incremental-predictor) and ~3x the controller's throughput
+    # "incremental": it carries (h, c) per service and takes one cell step per tick (picrl_core.incremental_predictor)
     kind: str = "incremental"
 
     def __post_init__(self) -> None:
@@ -54,20 +52,17 @@ class EstimatorConfig:
     warm_start: bool = True  # Newton starts from the previous tick's estimate (kept in the state row), not cold
     # the window keeps a shortage tick as its Tobit E-step E[d | d > a] under that tick's forecast, uncensored, instead
     # of the bound a with its flag (controller.impute_shortage). The default's censoring hedge, in place of Eq. 9's
-    # pessimism (reward.use_pessimism): chosen together on the development splits
-    # (benchmarks/results/design/impute-without-pessimism); paper: False
+    # pessimism (reward.use_pessimism); paper: False
     impute_window: bool = True
     # with impute_window, the E-step's forecast is a mixture: the last demand seen, repeated with each service's
-    # running share p of seen ticks that repeated the one before, or N(mu, sigma^2) (picrl_core.repeats). Real pods'
-    # demand repeats on 88% of ticks, where the Gaussian alone imputed twice the true excess; a series that never
-    # repeats (p = 0) gets the Gaussian E-step exactly (benchmarks/results/design/impute-repeat); paper: False
+    # running share p of seen ticks that repeated the one before, or N(mu, sigma^2) (picrl_core.repeats). A series
+    # that never repeats (p = 0) gets the Gaussian E-step exactly; paper: False
     impute_repeat: bool = True
     repeat_rate: float = 1 / 32  # step of p's running share: one estimator window
     # the action is the critical-fractile quantile of that same mixture forecast (picrl_core.repeats.repeat_quantile):
     # after a seen tick the last demand seen is an atom of mass p, so with p large enough the action sits on it; p then
     # also counts a shortage at an action at or above the last seen demand as no repeat, and leaves out repeats at the
-    # range's bounds (values the scaling clipped). Development splits: better, the fleet -6%
-    # (benchmarks/results/design/act-on-repeat); paper: False
+    # range's bounds (values the scaling clipped); paper: False
     act_on_repeat: bool = True
 
     def __post_init__(self) -> None:
@@ -93,8 +88,7 @@ class CalibratorConfig:
 
     rule: str = "pinball"  # "pinball": both step on the cost's subgradient; "paper": Eq. (12) as printed
     margin_in_sigma: bool = True  # the margin's step is delta_m * sigma_t (standardized units); paper: False
-    # margin step (fast variable), in units of sigma_t when margin_in_sigma; paper: 0.004; 0.1 until the development
-    # splits chose a quarter of it (benchmarks/select_design.py, rung +margin-step-1/4; docs/algorithm.md)
+    # margin step (fast variable), in units of sigma_t when margin_in_sigma; paper: 0.004
     delta_m: float = 0.025
     delta_b: float = 0.0005  # bias step (slow drift-tracking variable)
     gamma: float = 0.5  # rule "paper" only: bias decrease ratio on over-provisioned steps
@@ -109,33 +103,25 @@ class CalibratorConfig:
     # the temperature is the scale of the repeat mixture's Gaussian part (picrl_core.repeats), so its EM step weighs
     # each tick by the Gaussian's posterior responsibility: a seen tick that repeated the last seen demand belongs
     # to the mixture's atom and leaves T where it is; a shortage counts 1 - w, w the repeat's posterior given d > a.
-    # Better beyond the noise on both halves of 52 development trace-seeds, -1.6% (benchmarks/results/design/
-    # scale-skips-repeats); paper: False (no online temperature)
+    # Paper: False (no online temperature)
     scale_skips_repeats: bool = True
     select_scale_rate: bool = True  # pick scale_rate among pipeline.SCALE_RATES on the validation split
     # A new service starts its margin at initial_margin sigma_0 and its temperature at initial_scale: the levels
     # the model's own closed-loop run on the validation split settled at (pipeline.validation_run), not at 0 and 1
-    # (Algorithm 1, line 17); training sets the two levels. Within noise the two times tried before; under the repeat
-    # mixture's action better on both halves of 52 development trace-seeds, -3.5% (benchmarks/results/design/
-    # validation-start-again); paper: False
+    # (Algorithm 1, line 17); training sets the two levels; paper: False
     start_from_validation: bool = True
     initial_margin: float = 0.0  # in units of sigma_0, the service's first forecast std (after its temperature)
     initial_scale: float = 1.0  # the temperature a new service starts at (online_scale)
     # the censoring-streak escape (calibrator.escape_step): from the second shortage in a row the action rises by a few
     # margin steps, then each step escape_growth times the last (an exponential search), and once the demand is seen
-    # it is released by escape_release; paper: False. Better beyond the noise on the development splits
-    # (benchmarks/results/design/escape)
+    # it is released by escape_release; paper: False
     escape: bool = True
     escape_limit: float = 1.0  # the escape's cap, in scaled units (1: the whole range)
-    # the escape's first step, in margin steps (delta_m sigma_t); it grows by escape_growth from there. 4: better
-    # beyond the noise than the 1 it was adopted with, once the window's E-step was in (16: within noise;
-    # benchmarks/results/design/escape-start)
+    # the escape's first step, in margin steps (delta_m sigma_t); it grows by escape_growth from there
     escape_start: float = 4.0
     # the escape's growth: each further shortage of a streak adds escape_growth times the last step (2: doubling)
     # and what it does once the demand is seen (calibrator.release_escape): "halve" it; "hold": halve it, but not
-    # below what keeps the action's centre at that demand until the forecast reaches it; "handover": only that.
-    # Handover with growth 4: better beyond the noise than halving with doubling, which it was adopted with; either
-    # alone was not (benchmarks/results/design/escape-release)
+    # below what keeps the action's centre at that demand until the forecast reaches it; "handover": only that
     escape_growth: float = 4.0
     escape_release: str = "handover"
 

@@ -58,8 +58,7 @@ def with_windowed_predictor(config: PicRLConfig) -> PicRLConfig:
 def phase1_predictor(series: PreparedSeries, config: PicRLConfig) -> torch.nn.Module:
     """The baselines' Phase-1 Gaussian LSTM, in eval mode: trained as PIC-RL's windowed predictor is (same config,
     seed and splits). The baselines read windows of the last ``W`` ticks (:class:`~picrl_core.methods.conformal.
-    PredictorFeed`), so they get the windowed LSTM whatever ``predictor.kind`` says (the paper's, which their knobs
-    and the development ladder were measured with)."""
+    PredictorFeed`), so they get the windowed LSTM whatever ``predictor.kind`` says (the paper's)."""
     return train_phase1(series, config_for(series, with_windowed_predictor(config)))[0].eval()
 
 

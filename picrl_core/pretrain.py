@@ -7,8 +7,7 @@ the true cost (the controller's ``step_reward``), and takes one advantage actor-
 advantages). An episode of ``chunk_len`` steps spans ``segments`` iterations (:class:`_Rollouts`):
 ``chunks * segments`` episodes advance ``chunk_len / segments`` steps per iteration, so the same
 transitions come from fewer, wider controller steps (8 segments: 16 steps of 512 services instead of
-128 steps of 64; the per-step cost is mostly fixed). ``benchmarks/offline_training.py`` measured the
-value loss and the validation regret of both schemes (``docs/performance.md``, section 3).
+128 steps of 64; the per-step cost is mostly fixed).
 """
 from __future__ import annotations
 

@@ -100,7 +100,7 @@ def linear_drift(n: int, start: float = 0.3, end: float = 0.8, period: int = 144
 def shared_load_pods(n: int, pods: int = 24, period: int = 288, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """Pods whose GPU memory and GPU compute follow one load, ``(memory, compute)``, each ``(n, pods)``: the
     shape where a memory shortage hides compute demand, which the bundled pods lack (their compute idles
-    through the test split, ``docs/results.md``).
+    through the test split).
 
     Each pod's load is :func:`surges` (a daily wave of ``period`` steps at a phase of its own, with surges);
     memory is weights plus a per-request share, ``0.3 + 0.5 * load``, with little noise (0.005), and compute is
