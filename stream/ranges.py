@@ -1,0 +1,85 @@
+"""Each service's native range ``[low, high]``: the controller works in ``[0, 1]`` of it (``picrl_core.scaling``).
+
+The first range comes from the operator (``ServiceOverride.low``/``high``), else from the model artifact
+(``scaling="artifact"``) or from the warm-up window widened by ``headroom`` on each side.
+
+Ranges that grow: capacities stay within the service's range, so a service that outgrows it would be short
+for ever with the capacity pinned at the top. When a tick is short with the capacity in force at the top of
+the range and makes a run of ``grow_after`` short ticks, the range grows upward to ``range_growth`` times its
+span (``picrl_core.scaling.outgrown`` and ``grown_high``) and the controller state is carried over to it
+(``rescale_state``: same native history, prediction, calibrator offsets and capacity in force), so the next
+decisions can go above the old top. An operator's range is carried over at the service's next event and
+never grows. Each change is reported as a :class:`stream.batch.RangeChange`.
+"""
+from __future__ import annotations
+
+from typing import Literal
+
+import numpy as np
+
+from picrl_core.controller import ControllerState
+from picrl_core.scaling import grown_high, outgrown, rescale_state, window_range
+from picrl_core.series import MinMaxScaler
+from stream.batch import Incoming, RangeChange
+from stream.engine_settings import EngineSettings
+
+
+class RangeKeeper:
+    """Sets, follows and grows the ranges of a batch's services (their rows' ``low`` and ``high``)."""
+
+    def __init__(self, settings: EngineSettings, series: MinMaxScaler | None) -> None:
+        if settings.scaling == "artifact" and series is None:
+            raise ValueError("scaling 'artifact' needs a model whose artifact records its series range")
+        self.settings = settings
+        self.series = series  # the model's series range ("artifact" scaling)
+
+    def first(self, warm_usage: np.ndarray, items: list[Incoming]) -> tuple[np.ndarray, np.ndarray]:
+        """The first ranges: the operator's, else the model's (``scaling="artifact"``) or the window's."""
+        if self.settings.scaling == "artifact":
+            assert self.series is not None
+            n = warm_usage.shape[0]
+            low, high = np.full(n, self.series.low), np.full(n, self.series.high)
+        else:
+            low, high = window_range(warm_usage, self.settings.headroom)
+        return self._operators(items, low, high)
+
+    def follow_operator(self, sub: np.ndarray, state: ControllerState, items: list[Incoming],
+                        changes: list[RangeChange]) -> ControllerState:
+        """Carry ``state`` (the rows ``sub``) over to the operator's ranges where they differ from the rows'."""
+        return _move(sub, state, *self._operators(items, sub["low"], sub["high"]), items, "operator", changes)
+
+    def grow(self, sub: np.ndarray, before: ControllerState, after: ControllerState, short: np.ndarray,
+             items: list[Incoming], changes: list[RangeChange]) -> ControllerState:
+        """Grow the ranges the tick just observed (``short``, with ``before.action`` in force) shows outgrown,
+        except an operator's, and carry the stepped state ``after`` over to them."""
+        if self.settings.range_growth > 1:
+            low, high = sub["low"].copy(), sub["high"].copy()
+            grow = outgrown(before.action, short, after.censor_streak, self.settings.grow_after)
+            grow &= np.array([getattr(self.settings.overrides.get(item.service), "low", None) is None
+                              for item in items])  # an operator's range stays
+            new_high = np.where(grow, grown_high(low, high, self.settings.range_growth), high)
+            return _move(sub, after, low, new_high, items, "outgrown", changes)
+        return after
+
+    def _operators(self, items: list[Incoming], low: np.ndarray, high: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(low, high)`` with the operator's range where one is set."""
+        low, high = low.copy(), high.copy()
+        for j, item in enumerate(items):
+            override = self.settings.overrides.get(item.service)
+            if override is not None and override.low is not None:
+                low[j], high[j] = override.low, override.high
+        return low, high
+
+
+def _move(sub: np.ndarray, state: ControllerState, new_low: np.ndarray, new_high: np.ndarray, items: list[Incoming],
+          reason: Literal["outgrown", "operator"], changes: list[RangeChange]) -> ControllerState:
+    """Carry ``state`` over to the new ranges (identical ones are left exactly as they are)."""
+    low, high = sub["low"].copy(), sub["high"].copy()
+    moved = (new_low != low) | (new_high != high)
+    if not moved.any():
+        return state
+    for j in np.flatnonzero(moved):
+        changes.append(RangeChange(items[j].service, int(items[j].event.tick), reason, float(low[j]),
+                                   float(high[j]), float(new_low[j]), float(new_high[j])))
+    sub["low"], sub["high"] = new_low, new_high
+    return rescale_state(state, low, high, new_low, new_high)
