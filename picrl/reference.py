@@ -1,7 +1,7 @@
 """The configuration reference, ``docs/reference/configuration.md``, rendered from the code that defines it.
 
 It reads the worker and trainer settings (:data:`picrl.settings.SPECS`), the per-service overrides
-(``stream.decisions.ServiceOverride``) and the model's hyper-parameters (the dataclasses under
+(``stream.engine_settings.ServiceOverride``) and the model's hyper-parameters (the dataclasses under
 ``picrl_core.config.PicRLConfig``): each field's name, type, default and the comment written beside or above it.
 The dataclasses are read from their source with :mod:`ast` and :mod:`tokenize`, without importing the stream's
 modules (they load torch and Faust). Regenerate the page with::
@@ -161,7 +161,7 @@ def _overrides_section(override: DataclassSource) -> list[str]:
         "## Per-service overrides (settings file only)",
         "",
         f'{_first_paragraph(override.doc)} Keyed by service id under `"services"` in the settings file '
-        "(`stream.decisions.ServiceOverride`); a worker deciding several resources keys each resource's row as "
+        "(`stream.engine_settings.ServiceOverride`); a worker deciding several resources keys each resource's row as "
         '`"<service>/<resource>"`. Values are in the service\'s native unit.',
         "",
         "```json",
@@ -218,7 +218,7 @@ def _model_section(classes: dict[str, DataclassSource], paper: dict[str, Any]) -
 def render(paper_preset: Path = PAPER_PRESET) -> str:
     """The whole page, as ``docs/reference/configuration.md`` holds it."""
     config = read_dataclasses(module_source("picrl_core.config"))
-    override = read_dataclasses(module_source("stream.decisions"))["ServiceOverride"]
+    override = read_dataclasses(module_source("stream.engine_settings"))["ServiceOverride"]
     paper = json.loads(paper_preset.read_text())
     lines = [
         "# Configuration reference",
