@@ -17,7 +17,7 @@ incremental``: the carried LSTM, scored as it runs: one stream over the split). 
 rollouts, fresh 128-step chunks every iteration). ``--budget compare`` trains with ``picrl compare``'s full budget
 instead of ``picrl train``'s, ``--chunks`` overrides Phase 2's rollout chunks per iteration, and ``--model`` trains
 one of the comparison's transformer substitutions in place of the LSTM (with the windowed config they read
-windows with): what sizing the comparison's Phase 2 was measured with (``docs/performance.md``, section 3).
+windows with): what sizing the comparison's Phase 2 was measured with (``docs/performance.md``, "``picrl compare``").
 """
 from __future__ import annotations
 

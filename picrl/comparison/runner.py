@@ -65,7 +65,7 @@ class Budget:
 # actor-critic step). 32 chunks, not the 128 of the runs until 25 Nov: the transformer substitutions roll their
 # predictor out over every episode of every step, so Phase 2 was 70-80% of the comparison's time; at 32 chunks it
 # costs a quarter, and the validation regret of the trained controllers was the same within seed noise
-# (benchmarks/offline_training.py --budget compare --chunks 32 / 128; docs/performance.md, section 3).
+# (benchmarks/offline_training.py --budget compare --chunks 32 / 128; docs/performance.md, "`picrl compare`").
 FULL = Budget("full", predictor_epochs=40, predictor_windows=8_000, pretrain_iterations=30, pretrain_chunks=32,
               test_ticks=None)
 # A look in under 3 minutes: a few epochs, the first 300 test ticks, Phase 2 as 2 iterations of 128 chunks

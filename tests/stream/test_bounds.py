@@ -1,7 +1,7 @@
 """Bounded resources: the replay buffer, a worker's per-service state and decision history, and what a
 flood of refused input costs, all stay within their documented bounds when fed 10x the bound.
 
-Bounds (docs/reliability.md): the replay buffer holds ``OnlineConfig.buffer_size`` transitions
+Bounds (docs/guide/reliability.md): the replay buffer holds ``OnlineConfig.buffer_size`` transitions
 (preallocated); a worker holds one fixed-size state row per service, at most ``max_services`` of
 them, and the last ``RECENT_DECISIONS`` actions of at most ``RECENT_SERVICES`` services; refused
 input is written to the dead-letter topic (retention 14 days / 64 MiB per partition) and not kept.
