@@ -33,7 +33,7 @@ import time
 from collections import Counter, OrderedDict, deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import cast
+from typing import Any, cast
 
 import faust
 from aiokafka.admin import AIOKafkaAdminClient
@@ -53,7 +53,7 @@ from stream.state_table import ServiceStateTable
 from stream.take import acknowledge, forget, take_ready
 from stream.topics import TopicNames, committed_offsets
 from stream.transport import TRANSACTION_ERRORS, HoldingConsumer, RawRecords, WorkerApp
-from stream.views import add_views
+from stream.views import Health, add_views, service_view
 
 log = logging.getLogger("picrl.worker")
 
@@ -147,7 +147,7 @@ class StreamWorker:
         self.app.on_rebalance_complete.connect(self._freeze_heap)
         self.app.task(self.follower.run)
         if settings.web_port is not None:
-            add_views(self)
+            add_views(self.app, self)
 
     async def _hold_records_until_seeked(self, app: faust.App, **_: object) -> None:
         """Keep usage records out of the stream until Faust has seeked to the committed offsets.
@@ -276,6 +276,16 @@ class StreamWorker:
     def usage_partitions(self) -> set[int]:
         """The usage partitions assigned to this worker now."""
         return {tp.partition for tp in self.app.consumer.assignment() if tp.topic == self.topics.usage}
+
+    def health(self) -> Health:
+        """``GET /healthz``: ready once the worker follows the policy topic and is assigned partitions."""
+        ready = self.follower.ready.is_set() and bool(self.app.consumer.assignment())
+        return Health(ready, self.engine.policy_version, self.states.services(), sorted(self.usage_partitions()))
+
+    def explain(self, service: str) -> dict[str, Any] | None:
+        """``GET /services/<id>``: the service's row and last decisions (None: this worker does not hold it)."""
+        raw = self.states.get(service.encode())
+        return None if raw is None else service_view(self.engine, service, raw, self.recent.get(service, ()))
 
     def _adopt(self, policy: PolicyNetwork, version: int) -> None:
         self.engine.set_policy(policy, version)

@@ -176,18 +176,16 @@ def test_the_service_cap_counts_pods_and_overrides_are_keyed_by_resource_row(tin
 
 def test_the_service_view_shows_each_resources_row(tiny_artifact: ModelArtifact, native_trace: Trace) -> None:
     """``GET /services/<id>`` of a worker deciding two resources: one entry per resource, each its own range."""
-    from types import SimpleNamespace
-
     from stream.views import service_view
 
     workload = two_resource_workload(native_trace, 1, WINDOW + 4)
     engine = DecisionEngine(tiny_artifact, EngineSettings(headroom=0.5, resources=GPU_POD))
     loop = CoupledLoop(engine, workload).run()
-    worker = SimpleNamespace(engine=engine, recent={}, states={b"pod-0": loop.rows["pod-0"]})
-    view = service_view(worker, "pod-0")  # type: ignore[arg-type]
-    assert view is not None and set(view["resources"]) == set(NAMES) and view["last_decisions"] == []
+    last = loop.actions["pod-0", WINDOW + 4]
+    view = service_view(engine, "pod-0", loop.rows["pod-0"], [last])
+    assert view["service"] == "pod-0" and set(view["resources"]) == set(NAMES)
+    assert view["last_decisions"] == [last.to_dict()]
     memory, compute = view["resources"]["gpu_mem"], view["resources"]["gpu_compute"]
     assert memory["phase"] == compute["phase"] == "control" and memory["next_tick"] == WINDOW + 4
     assert memory["range"] != compute["range"]
-    assert compute["capacity"] == loop.actions["pod-0", WINDOW + 4].resources["gpu_compute"].capacity
-    assert service_view(worker, "pod-9") is None  # type: ignore[arg-type]
+    assert compute["capacity"] == last.resources["gpu_compute"].capacity
