@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 
 from picrl.datasets import Trace
+from picrl.workloads import copies_of
 from picrl_core.artifact import ModelArtifact
 from picrl_core.reward import step_reward
 from producers.workload import Workload
-from picrl.workloads import copies_of
 from stream.decisions import DecisionEngine, EngineSettings, Incoming, ServiceOverride
 from stream.records import Action, UsageEvent
 from tests.stream.conftest import WINDOW
@@ -46,7 +46,7 @@ class Loop:
             self.capacity[action.tick, self.workload.services.index(action.service)] = action.capacity
         self.transitions += outcome.transitions
 
-    def run(self) -> "Loop":
+    def run(self) -> Loop:
         ticks, n = self.workload.demand.shape
         for t in range(ticks):
             batch = [self.event(t, j) for j in range(n)]

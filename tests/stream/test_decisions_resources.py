@@ -49,7 +49,7 @@ class CoupledLoop:
             batch.append(Incoming(ResourceUsageEvent(service, t, resources), 0, self.offset))
         return batch
 
-    def run(self) -> "CoupledLoop":
+    def run(self) -> CoupledLoop:
         for t in range(self.demand.shape[0]):
             batch = self.events(t)
             for part in ([[e] for e in batch] if self.single else [batch]):
@@ -73,8 +73,8 @@ class CoupledLoop:
 
 @pytest.mark.parametrize("one_event_per_batch, kills", [(False, False), (True, False), (False, True)])
 def test_coupled_decisions_equal_the_embedded_loop_whatever_the_batching(tiny_artifact: ModelArtifact,
-                                                                         native_trace: Trace,
-                                                                         one_event_per_batch: bool, kills: bool) -> None:
+                                                                         native_trace: Trace, one_event_per_batch: bool,
+                                                                         kills: bool) -> None:
     """``kills``: a memory shortage kills the pod (``--hard-shortage pod``), so compute is observed at 0."""
     workload = two_resource_workload(native_trace, 3, WINDOW + 40)
     if kills:

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 from picrl.datasets import Trace
+from picrl.workloads import copies_of
 from picrl_core.artifact import ModelArtifact
 from picrl_core.pipeline import train_offline
 from picrl_core.series import prepare_series
-from picrl.workloads import copies_of
 from stream.decisions import DecisionEngine, EngineSettings
 from tests.stream.conftest import WINDOW, tiny_stream_config
 from tests.stream.test_decisions import Loop
