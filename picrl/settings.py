@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # imported where used: the worker's modules load torch and Faust, `picrl config` needs neither
     from stream.decisions import ServiceOverride
+    from stream.topics import Replication
     from stream.worker import WorkerSettings
 
 
@@ -66,6 +67,22 @@ def _non_negative(value: Any) -> float:
     return number
 
 
+def _port(value: Any) -> int:
+    if isinstance(value, bool):
+        raise ValueError("expected a port number from 0 to 65535")
+    number = value if isinstance(value, int) else int(str(value).strip())
+    if not 0 <= number <= 65_535:
+        raise ValueError("expected a port number from 0 to 65535")
+    return number
+
+
+def _positive(value: Any) -> float:
+    number = float(value)
+    if not number > 0:
+        raise ValueError("expected a number > 0")
+    return number
+
+
 def _optional(parse: Callable[[Any], Any]) -> Callable[[Any], Any]:
     return lambda value: None if value in (None, "", "none") else parse(value)
 
@@ -92,6 +109,12 @@ class Spec:
 
 SPECS: dict[str, Spec] = {
     "bootstrap": Spec(_optional(str), None, "Kafka bootstrap HOST:PORT (none: the local broker of `picrl kafka start`)"),
+    "bootstrap_timeout": Spec(_positive, 120.0, "seconds a starting worker, trainer or producer waits for Kafka to "
+                                               "answer before it exits with an error"),
+    "replication_factor": Spec(_optional(_positive_int), None, "replicas of each topic picrl or Faust creates "
+                                                               "(none: min(3, live brokers))"),
+    "min_insync_replicas": Spec(_optional(_positive_int), None, "min.insync.replicas of each topic picrl or Faust "
+                                                                "creates (none: replication factor - 1, at least 1)"),
     "prefix": Spec(str, "picrl", "topic name prefix"),
     "partitions": Spec(_positive_int, 8, "partitions of the keyed topics"),
     "app_id": Spec(str, "picrl-worker", "Faust app id of the workers (consumer group, changelog names)"),
@@ -120,7 +143,8 @@ SPECS: dict[str, Spec] = {
     "score_margin": Spec(_non_negative, 0.05, "policy guardrail: largest validation-score drop below the parent"),
     "c_under": Spec(_non_negative, None, "cost of a unit short (none: the model's, 2)"),
     "c_over": Spec(_non_negative, None, "cost of a unit idle (none: the model's, 1)"),
-    "web_port": Spec(_optional(_positive_int), None, "worker web server port (/healthz, /metrics, /services/<id>)"),
+    "web_port": Spec(_port, 6066, "worker web server port (/healthz, /metrics, /services/<id>; 0: off); when the "
+                                  "default is taken, the next free port"),
     "log_format": Spec(_choice("json", "text"), "json", "log lines as JSON objects or plain text"),
 }
 
@@ -136,9 +160,13 @@ class Settings:
     def __getitem__(self, name: str) -> Any:
         return self.values[name]
 
-    def worker(self, bootstrap: str) -> WorkerSettings:
+    def worker(self, bootstrap: str, replication: Replication | None = None,
+               web_port: int | None = None) -> WorkerSettings:
+        """The worker's settings, with the replication of the topics it creates (default: 1 replica) and the
+        port of its web server (None: off) as resolved against the cluster and the host."""
         from picrl_core.resources import resources_named
         from stream.decisions import EngineSettings
+        from stream.topics import Replication
         from stream.worker import WorkerSettings
 
         v = self.values
@@ -154,9 +182,22 @@ class Settings:
             bootstrap=bootstrap, prefix=v["prefix"], app_id=v["app_id"], partitions=v["partitions"],
             guarantee=v["guarantee"], policy_name=v["policy_name"], batch_max=v["batch_max"],
             batch_within=v["batch_within"], commit_interval=v["commit_interval"],
-            session_timeout=v["session_timeout"], stall_timeout=v["stall_timeout"], web_port=v["web_port"],
-            max_policy_kl=v["max_kl"],
+            session_timeout=v["session_timeout"], stall_timeout=v["stall_timeout"], web_port=web_port,
+            replication=replication or Replication(), max_policy_kl=v["max_kl"],
             policy_score_margin=v["score_margin"], engine=engine)
+
+
+    def replication(self, brokers: int) -> Replication:
+        """The replication of the topics to create on a cluster of ``brokers`` live brokers: the settings'
+        ``replication_factor`` and ``min_insync_replicas``, each by default as :meth:`Replication.for_brokers`."""
+        from stream.topics import Replication
+
+        try:
+            return Replication.for_brokers(brokers, self.values["replication_factor"],
+                                           self.values["min_insync_replicas"])
+        except ValueError as exc:
+            raise SettingsError(f"settings replication_factor (from {self.sources['replication_factor']}) and "
+                                f"min_insync_replicas (from {self.sources['min_insync_replicas']}): {exc}") from None
 
 
 def _parse(name: str, raw: Any, source: str) -> Any:

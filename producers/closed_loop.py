@@ -106,7 +106,7 @@ class ClosedLoopEnvironment:
             control=np.zeros((ticks, n), bool), policy_version=np.full((ticks, n), -1, np.int64),
             breakdown={name: np.full((ticks, n), np.nan) for name in _BREAKDOWN})
         record.capacity[0] = w.demand.max(axis=0) * self.initial_headroom
-        producer = AIOKafkaProducer(bootstrap_servers=self.bootstrap, enable_idempotence=True, linger_ms=1)
+        producer = AIOKafkaProducer(bootstrap_servers=self.bootstrap, acks="all", enable_idempotence=True, linger_ms=1)
         consumer = AIOKafkaConsumer(bootstrap_servers=self.bootstrap, enable_auto_commit=False,
                                     isolation_level="read_committed")
         await producer.start()

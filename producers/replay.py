@@ -27,7 +27,7 @@ async def replay_usage(bootstrap: str, topics: TopicNames, workload: Workload, *
     if capacity_headroom <= 0:
         raise ValueError(f"capacity headroom must be > 0; got {capacity_headroom}")
     capacity = workload.demand.max(axis=0) * capacity_headroom
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, enable_idempotence=True, linger_ms=5)
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=True, linger_ms=5)
     await producer.start()
     sent = 0
     started = time.monotonic()

@@ -80,7 +80,7 @@ def _quiet_fenced_futures(loop: asyncio.AbstractEventLoop) -> None:
 
 async def _publish_once(bootstrap: str, topic: str, name: str,
                         build: Callable[[list[PolicyVersion]], PolicyVersion | None]) -> PolicyVersion | None:
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, transactional_id=writer_id(topic, name),
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", transactional_id=writer_id(topic, name),
                                 max_request_size=MAX_POLICY_BYTES)
     await producer.start()  # fences the other writers from here on
     try:

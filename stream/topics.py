@@ -11,16 +11,24 @@
 Usage, actions, replay and dead letters share one partition count so that a service's events,
 decisions and transitions live on the same partition number (Faust tables need the changelog
 partitions to match the source topic's).
+
+Every topic picrl creates, and the worker's table changelog that Faust creates (stream/worker.py), gets
+the same replication (:class:`Replication`): by default min(3, brokers) replicas and ``min.insync.replicas``
+one less (1 on a single broker). Every producer writes with acks=all, so a record acknowledged is on at
+least ``min.insync.replicas`` brokers.
 """
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from dataclasses import dataclass, field
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError
+
+log = logging.getLogger("picrl.topics")
 
 DAY_MS = 86_400_000
 MIB = 1 << 20
@@ -67,6 +75,49 @@ class TopicMismatchError(ValueError):
     """An existing topic differs from what picrl needs (e.g. fewer partitions)."""
 
 
+@dataclass(frozen=True)
+class Replication:
+    """Replicas per partition (``factor``) and ``min.insync.replicas`` of the topics picrl and Faust create.
+
+    With acks=all a write is acknowledged once ``min_insync`` replicas hold it: with ``min_insync`` >= 2 the loss
+    of one broker loses no acknowledged record, and writes go on while ``factor - min_insync`` brokers are down."""
+
+    factor: int = 1
+    min_insync: int = 1
+
+    def __post_init__(self) -> None:
+        if self.factor < 1 or not 1 <= self.min_insync <= self.factor:
+            raise ValueError(f"replication needs a factor >= 1 and min.insync.replicas from 1 to the factor; got "
+                             f"factor {self.factor}, min.insync.replicas {self.min_insync}")
+
+    @classmethod
+    def for_brokers(cls, brokers: int, factor: int | None = None, min_insync: int | None = None) -> Replication:
+        """``factor`` (default min(3, brokers)) and ``min_insync`` (default factor - 1 where the factor is >= 2,
+        else 1)."""
+        factor = min(3, max(1, brokers)) if factor is None else factor
+        return cls(factor, (factor - 1 if factor >= 2 else 1) if min_insync is None else min_insync)
+
+    @property
+    def config(self) -> dict[str, str]:
+        """The topic config it sets besides the replication factor."""
+        return {"min.insync.replicas": str(self.min_insync)}
+
+
+async def live_brokers(admin: AIOKafkaAdminClient) -> int:
+    """How many brokers the cluster has registered and running (DescribeCluster)."""
+    return len((await admin.describe_cluster())["brokers"])
+
+
+async def cluster_brokers(bootstrap: str) -> int:
+    """:func:`live_brokers` of the cluster at ``bootstrap``."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, client_id="picrl-topics")
+    await admin.start()
+    try:
+        return await live_brokers(admin)
+    finally:
+        await admin.close()
+
+
 def topic_specs(prefix: str = "picrl", partitions: int = 8) -> list[TopicSpec]:
     """The five topics of a picrl deployment (see the module table)."""
     if partitions < 1:
@@ -91,11 +142,22 @@ def topic_specs(prefix: str = "picrl", partitions: int = 8) -> list[TopicSpec]:
     ]
 
 
-async def ensure_topics(bootstrap: str, specs: list[TopicSpec]) -> dict[str, str]:
-    """Create the missing topics; check existing ones have enough partitions.
+def changelog_spec(name: str, partitions: int) -> TopicSpec:
+    """A Faust table's changelog topic as Faust creates it (compacted, a partition per source partition), for the
+    worker to create before Faust starts: on a cluster of several brokers a changelog Faust created at start was
+    not yet in the metadata its partition assignor read, and that first assignment left it out."""
+    return TopicSpec(name, partitions, {"cleanup.policy": "compact"}, "the worker's table changelog (Faust)")
 
-    Returns ``{name: "created" | "exists"}``; raises :class:`TopicMismatchError` when an existing
-    topic has fewer partitions than its spec (adding partitions would move keys between them).
+
+async def ensure_topics(bootstrap: str, specs: list[TopicSpec],
+                        replication: Replication | None = None) -> dict[str, str]:
+    """Create the missing topics with ``replication`` (default: :meth:`Replication.for_brokers` of the live
+    brokers); check existing ones have enough partitions.
+
+    Returns ``{name: "created" | "exists"}``; raises :class:`TopicMismatchError` when an existing topic has
+    fewer partitions than its spec (adding partitions would move keys between them), or when missing topics
+    would need more replicas than the cluster has brokers. An existing topic with fewer replicas than asked is
+    kept as it is, with a warning (adding replicas is a partition reassignment, an operator's decision).
     """
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, client_id="picrl-topics")
     await admin.start()
@@ -103,16 +165,29 @@ async def ensure_topics(bootstrap: str, specs: list[TopicSpec]) -> dict[str, str
         existing = set(await admin.list_topics())
         missing = [s for s in specs if s.name not in existing]
         if missing:
-            await admin.create_topics([NewTopic(s.name, s.partitions, 1, topic_configs=s.config) for s in missing])
+            brokers = await live_brokers(admin)
+            created = replication or Replication.for_brokers(brokers)
+            if created.factor > brokers:
+                raise TopicMismatchError(
+                    f"cannot create {', '.join(s.name for s in missing)} with replication factor {created.factor}: "
+                    f"the cluster has {brokers} live broker(s); lower --replication-factor or start the brokers")
+            await admin.create_topics([NewTopic(s.name, s.partitions, created.factor,
+                                                topic_configs={**created.config, **s.config}) for s in missing])
             await _until_led(admin, [s.name for s in missing])
         present = [s for s in specs if s.name in existing]
         if present:
-            described = {t["topic"]: len(t["partitions"]) for t in await admin.describe_topics([s.name for s in present])}
+            described = {t["topic"]: t["partitions"] for t in await admin.describe_topics([s.name for s in present])}
             for spec in present:
-                if described.get(spec.name, 0) < spec.partitions:
+                partitions = described.get(spec.name, [])
+                if len(partitions) < spec.partitions:
                     raise TopicMismatchError(
-                        f"topic {spec.name} exists with {described.get(spec.name, 0)} partition(s) but picrl needs "
-                        f"{spec.partitions}; recreate it, or run with --partitions {described.get(spec.name, 0)}")
+                        f"topic {spec.name} exists with {len(partitions)} partition(s) but picrl needs "
+                        f"{spec.partitions}; recreate it, or run with --partitions {len(partitions)}")
+                replicas = min((len(p["replicas"]) for p in partitions), default=0)
+                if replication is not None and replicas < replication.factor:
+                    log.warning("topic %s exists with %d replica(s) per partition, fewer than the %d asked; it is "
+                                "kept so (reassign its partitions to add replicas)", spec.name, replicas,
+                                replication.factor)
     finally:
         await admin.close()
     return {s.name: ("created" if s in missing else "exists") for s in specs}

@@ -51,7 +51,7 @@ from stream.records import Action
 from stream.stall_watch import StallWatch
 from stream.state_table import ServiceStateTable
 from stream.take import acknowledge, forget, take_ready
-from stream.topics import TopicNames, committed_offsets
+from stream.topics import Replication, TopicNames, committed_offsets
 from stream.transport import TRANSACTION_ERRORS, HoldingConsumer, RawRecords, WorkerApp
 from stream.views import Health, add_views, service_view
 
@@ -82,6 +82,7 @@ class WorkerSettings:
     session_timeout: float = 10.0  # a worker silent this long (killed) loses its partitions to the others
     stall_timeout: float = 30.0  # records waiting on a partition and nothing committed this long: rejoin (0: never)
     web_port: int | None = None  # web server: /metrics, /healthz, /services/<id> (None: off)
+    replication: Replication = field(default_factory=Replication)  # of the table changelog Faust creates
     max_policy_kl: float = 0.5  # guardrail: refuse versions further than this from their parent
     policy_score_margin: float = 0.05  # guardrail: refuse versions scoring this much below their parent
     engine: EngineSettings = field(default_factory=EngineSettings)
@@ -125,12 +126,14 @@ class StreamWorker:
         self.app = WorkerApp(
             settings.app_id, broker=f"kafka://{settings.bootstrap}", store="memory://",
             processing_guarantee=settings.guarantee, topic_partitions=settings.partitions,
-            topic_replication_factor=1, broker_commit_interval=FAUST_COMMITS_OFF, broker_commit_every=FAUST_COMMITS_OFF,
+            topic_replication_factor=settings.replication.factor, topic_disable_leader=True, producer_acks="all",
+            broker_commit_interval=FAUST_COMMITS_OFF, broker_commit_every=FAUST_COMMITS_OFF,
             broker_session_timeout=settings.session_timeout, broker_heartbeat_interval=settings.session_timeout / 5,
             producer_max_request_size=8 << 20, producer_max_batch_size=OUTPUT_BATCH_BYTES, Table=ServiceStateTable, **web)
         self.usage = self.app.topic(self.topics.usage, schema=RawRecords(), partitions=settings.partitions)
         self.states = cast(ServiceStateTable, self.app.Table(  # bytes: raw serializer
-            "service-state", key_type=bytes, value_type=bytes, partitions=settings.partitions, use_partitioner=True))
+            "service-state", key_type=bytes, value_type=bytes, partitions=settings.partitions, use_partitioner=True,
+            extra_topic_configs=settings.replication.config))
         self.app.agent(self.usage, name="decide")(self._decide)
         self._producer_for = ProducerFor(self.app, self.topics.usage)
         self._partitions: dict[str, int] = {}

@@ -6,12 +6,17 @@ import json
 import logging
 import logging.config
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from picrl.broker_outage import BrokerOutageFilter
+from picrl.errors import UserError
 from picrl.kafka import BrokerError, LocalKafka
+from picrl.kafka.probe import answers_metadata
 from picrl.settings import Settings, load_settings
+
+log = logging.getLogger("picrl")
 
 
 def add_bus_arguments(parser: argparse.ArgumentParser, *, partitions: bool = True) -> None:
@@ -25,12 +30,26 @@ def add_bus_arguments(parser: argparse.ArgumentParser, *, partitions: bool = Tru
     if partitions:
         group.add_argument("--partitions", type=int,
                            help="partitions of the keyed topics; scale out with one worker per few partitions (default 8)")
+    group.add_argument("--bootstrap-timeout", type=float, metavar="SECONDS",
+                       help="seconds to wait for Kafka to answer at start before exiting with an error (default 120)")
     group.add_argument("--settings", type=Path, metavar="FILE", help="JSON settings file (default $PICRL_SETTINGS)")
+
+
+def add_replication_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--replication-factor`` and ``--min-insync-replicas`` of the topics a command creates."""
+    group = parser.add_argument_group("replication of the topics created (picrl's and the worker's changelog; "
+                                      "existing topics are kept as they are)")
+    group.add_argument("--replication-factor", type=int, metavar="N",
+                       help="replicas of each partition (default min(3, live brokers))")
+    group.add_argument("--min-insync-replicas", type=int, metavar="N",
+                       help="replicas that must have a write before it is acknowledged (producers use acks=all; "
+                            "default: replication factor - 1, at least 1)")
 
 
 def settings_from_args(args: argparse.Namespace, **flags: Any) -> Settings:
     """The settings with this command's flags on top (``flags``: more flag values by setting name)."""
-    given = {name: getattr(args, name, None) for name in ("bootstrap", "prefix", "partitions")}
+    names = ("bootstrap", "bootstrap_timeout", "prefix", "partitions", "replication_factor", "min_insync_replicas")
+    given = {name: getattr(args, name, None) for name in names}
     return load_settings(args.settings, {**given, **flags})
 
 
@@ -42,6 +61,44 @@ def bootstrap_or_local(bootstrap: str | None) -> str:
     if info is None:
         raise BrokerError("no --bootstrap given and no local broker is running: start one with `picrl kafka start`")
     return info.bootstrap
+
+
+class KafkaUnreachable(ConnectionError):
+    """No node of the bootstrap list answered within the bootstrap timeout."""
+
+
+def wait_for_kafka(bootstrap: str, timeout: float) -> None:
+    """Return once a node of ``bootstrap`` answers a metadata request; raise :class:`KafkaUnreachable` after
+    ``timeout`` seconds. While it waits it logs one line, at info: a worker started beside a broker that is
+    still starting (a supervisor restarting both) waits for it."""
+    deadline = time.monotonic() + timeout
+    if answers_metadata(bootstrap, min(2.0, timeout)):
+        return
+    log.info("Kafka at %s does not answer yet; waiting up to %g s (bootstrap_timeout)", bootstrap, timeout)
+    while (left := deadline - time.monotonic()) > 0:
+        time.sleep(min(1.0, left))
+        if answers_metadata(bootstrap, max(0.1, min(2.0, deadline - time.monotonic()))):
+            return
+    raise KafkaUnreachable(f"Kafka at {bootstrap} did not answer within {timeout:g} s: check --bootstrap and that "
+                           f"the brokers run (--bootstrap-timeout sets the wait)")
+
+
+def reachable_bootstrap(settings: Settings) -> str:
+    """The settings' bootstrap address (else the local broker's), once Kafka answers there (:func:`wait_for_kafka`
+    with the ``bootstrap_timeout`` setting)."""
+    bootstrap = bootstrap_or_local(settings["bootstrap"])
+    wait_for_kafka(bootstrap, settings["bootstrap_timeout"])
+    return bootstrap
+
+
+def logged_errors(run: Callable[[], int]) -> int:
+    """``run()``, where an error the CLI would print as a plain line is logged instead (exit code 2), so that a
+    process whose logs are JSON writes nothing but JSON."""
+    try:
+        return run()
+    except UserError as exc:
+        log.error("%s", exc)
+        return 2
 
 
 class JsonFormatter(logging.Formatter):
@@ -58,6 +115,26 @@ class JsonFormatter(logging.Formatter):
         if record.exc_info:
             entry["error"] = self.formatException(record.exc_info)
         return json.dumps(entry, default=str)
+
+
+# What aiokafka logs as a warning or an error although it only retries or goes on: states a cluster passes through
+# at a first start (the consumer offsets or transaction state topic being created), while a node starts, when a
+# worker joins the group, and in a fail-over.
+RETRIED_STATES = ("GroupCoordinatorNotAvailableError", "Marking the coordinator dead", "NotEnoughReplicas",
+                  "NotLeaderForPartitionError", "LeaderNotAvailableError", "CoordinatorLoadInProgressError",
+                  "because it is rebalancing")
+
+
+class RetriedStates(logging.Filter):
+    """Logs aiokafka's lines about the states it retries (:data:`RETRIED_STATES`) at info: expected at start-up,
+    they are no warning; one that lasts shows as what it leads to (a failed transaction, a stalled partition)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno > logging.INFO and record.name.startswith("aiokafka") and \
+                any(text in record.getMessage() for text in RETRIED_STATES):
+            record.levelno, record.levelname = logging.INFO, "INFO"
+            return logging.getLogger().isEnabledFor(logging.INFO)  # dropped under --log-level warning
+        return True
 
 
 NOISY_LOGGERS = ("aiokafka", "kafka", "faust", "mode")  # Kafka clients and Faust: warnings only unless debugging
@@ -78,9 +155,10 @@ def logging_config(level: str, log_format: str = "text") -> dict[str, Any]:
     return {
         "version": 1, "disable_existing_loggers": False,
         "formatters": {"picrl": formatter},
-        "filters": {"broker_outage": {"()": BrokerOutageFilter}},  # aiokafka's error flood -> a few lines
+        "filters": {"retried": {"()": RetriedStates},  # expected start-up states -> info
+                    "broker_outage": {"()": BrokerOutageFilter}},  # aiokafka's error flood -> a few lines
         "handlers": {"stderr": {"class": "logging.StreamHandler", "stream": "ext://sys.stderr", "formatter": "picrl",
-                                "filters": ["broker_outage"]}},
+                                "filters": ["retried", "broker_outage"]}},
         "root": {"level": level, "handlers": ["stderr"]},
         "loggers": loggers,
     }

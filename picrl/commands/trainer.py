@@ -3,16 +3,27 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import signal
 from pathlib import Path
 
 import torch
 from prometheus_client import start_http_server
 
-from picrl.commands.bus import add_bus_arguments, bootstrap_or_local, configure_logging, settings_from_args
+from picrl.commands.bus import (
+    add_bus_arguments,
+    add_replication_arguments,
+    configure_logging,
+    logged_errors,
+    reachable_bootstrap,
+    settings_from_args,
+)
+from picrl.settings import Settings
 from picrl_core.artifact import load_artifact
-from stream.topics import ensure_topics, topic_specs
+from stream.topics import cluster_brokers, ensure_topics, topic_specs
 from stream.trainer import PolicyTrainer, Published, TrainerSettings
+
+log = logging.getLogger("picrl.trainer")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -25,6 +36,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "each publish, so a restart resumes where it stopped. Stops on Ctrl-C or SIGTERM.")
     parser.add_argument("--model", type=Path, required=True, help="a model folder from `picrl train`")
     add_bus_arguments(parser)
+    add_replication_arguments(parser)
     parser.add_argument("--policy-name", help="policy name on <prefix>.policy (default default)")
     parser.add_argument("--group-id", default="picrl-trainer", help="consumer group on the replay topic")
     parser.add_argument("--update-every", type=int, default=None,
@@ -36,37 +48,42 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.set_defaults(handler=run)
 
 
-def _print(published: Published) -> None:
+def _published(published: Published) -> None:
     parent = "-" if published.parent_score is None else f"{published.parent_score:.4f}"
-    print(f"version {published.version} (parent {published.parent}): KL {published.kl_to_parent:.2e}, "
-          f"validation score {published.validation_score:.4f} vs parent {parent}, "
-          f"{published.transitions_seen} transitions", flush=True)
+    log.info("version %d (parent %s): KL %.2e, validation score %.4f vs parent %s, %d transitions", published.version,
+             published.parent, published.kl_to_parent, published.validation_score, parent, published.transitions_seen,
+             extra={"version": published.version})
 
 
 def run(args: argparse.Namespace) -> int:
     torch.set_num_threads(1)
     resolved = settings_from_args(args, policy_name=args.policy_name, log_format=args.log_format)
     configure_logging(args.log_level, resolved["log_format"])
+    return logged_errors(lambda: _run(args, resolved))
+
+
+def _run(args: argparse.Namespace, resolved: Settings) -> int:
     artifact = load_artifact(args.model)
-    bootstrap = bootstrap_or_local(resolved["bootstrap"])
+    bootstrap = reachable_bootstrap(resolved)
     prefix, partitions = resolved["prefix"], resolved["partitions"]
     settings = TrainerSettings(bootstrap=bootstrap, prefix=prefix, policy_name=resolved["policy_name"],
                                group_id=args.group_id, update_every=args.update_every, max_updates=args.max_updates)
-    trainer = PolicyTrainer(artifact, settings, on_publish=_print,
-                            on_resume=lambda offsets: print(f"resuming replay at committed offsets {offsets} "
-                                                            "(None: from the beginning)", flush=True))
+    trainer = PolicyTrainer(artifact, settings, on_publish=_published,
+                            on_resume=lambda offsets: log.info("resuming replay at committed offsets %s (None: from "
+                                                               "the beginning)", offsets))
     if args.metrics_port is not None:
         start_http_server(args.metrics_port, registry=trainer.metrics.registry)
 
     async def main() -> None:
-        await ensure_topics(bootstrap, topic_specs(prefix, partitions))
+        replication = resolved.replication(await cluster_brokers(bootstrap))
+        await ensure_topics(bootstrap, topic_specs(prefix, partitions), replication)
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, trainer.stop)
-        print(f"picrl trainer: {bootstrap}, replay {trainer.topics.replay} -> {trainer.topics.policy}, "
-              f"update every {trainer.update_every} transitions", flush=True)
+        log.info("picrl trainer: %s, replay %s -> %s, update every %d transitions", bootstrap, trainer.topics.replay,
+                 trainer.topics.policy, trainer.update_every)
         await trainer.run()
 
     asyncio.run(main())
-    print(f"picrl trainer: stopped after {len(trainer.published)} version(s)", flush=True)
+    log.info("picrl trainer: stopped after %d version(s)", len(trainer.published))
     return 0

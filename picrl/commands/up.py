@@ -11,18 +11,18 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
-from picrl.commands.bus import bootstrap_or_local
+from picrl.commands.bus import add_replication_arguments, bootstrap_or_local
 from picrl.commands.produce import (OOM_DATASET, RESOURCE_DATASET, TEST_FRACTION, play_closed_loop, print_summary,
                                    resource_names_argument)
 from picrl.commands.source import add_training_options, cached_model, config_from_args
 from picrl.datasets import DATASETS, Trace, load_dataset, prepare_trace
 from picrl.kafka import LocalKafka
 from picrl.reports.closed_loop import write_report
-from picrl.settings import SettingsError
+from picrl.settings import SettingsError, load_settings
 from picrl_core.series import prepare_series
 from producers.workload import Workload
 from picrl.workloads import copies_of, resource_fleet_of
-from stream.topics import ensure_topics, topic_specs
+from stream.topics import cluster_brokers, ensure_topics, topic_specs
 
 PARTITIONS = 4
 
@@ -41,6 +41,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "worker decides both capacities of a pod together, a memory shortage censors its compute too, "
                     "and the report adds per-resource metrics and resources.png.")
     parser.add_argument("--bootstrap", metavar="HOST:PORT", help="use this Kafka cluster instead of the local broker")
+    parser.add_argument("--brokers", type=int, default=None,
+                        help="nodes of the local cluster started when none runs (default 1; `picrl kafka start`)")
+    add_replication_arguments(parser)
     parser.add_argument("--dataset", choices=sorted([*DATASETS, RESOURCE_DATASET, OOM_DATASET]), default=None,
                         help=f"bundled trace (default genai-mem; {RESOURCE_DATASET} with --resources, or "
                              f"{OOM_DATASET}, where a memory shortage kills the pod)")
@@ -70,17 +73,18 @@ def _workload(trace: Trace, services: int, ticks: int, seed: int) -> Workload:
 
 
 @contextmanager
-def _broker(bootstrap: str | None) -> Iterator[str]:
-    """The given cluster, else the local broker (started now and stopped after, unless already running)."""
+def _broker(bootstrap: str | None, brokers: int | None) -> Iterator[str]:
+    """The given cluster, else the local one (``brokers`` nodes, started now and stopped after, unless already
+    running)."""
     if bootstrap:
         yield bootstrap
         return
-    broker = LocalKafka(log=lambda line: print(f"kafka: {line}", flush=True))
+    broker = LocalKafka(brokers=brokers, log=lambda line: print(f"kafka: {line}", flush=True))
     if broker.status() is not None:
         yield bootstrap_or_local(None)
         return
     info = broker.start()
-    print(f"kafka: local broker up at {info.bootstrap}", flush=True)
+    print(f"kafka: local broker up at {info.bootstrap} ({len(info.nodes)} node(s))", flush=True)
     try:
         yield info.bootstrap
     finally:
@@ -134,9 +138,13 @@ def run(args: argparse.Namespace) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     prefix = f"picrl-up-{time.strftime('%Y%m%d-%H%M%S')}"
     with ExitStack() as stack:
-        bootstrap = stack.enter_context(_broker(args.bootstrap))
-        asyncio.run(ensure_topics(bootstrap, topic_specs(prefix, PARTITIONS)))
-        common = ["--model", str(model), "--bootstrap", bootstrap, "--prefix", prefix, "--partitions", str(PARTITIONS)]
+        bootstrap = stack.enter_context(_broker(args.bootstrap, args.brokers))
+        replication = load_settings(None, {"replication_factor": args.replication_factor,
+                                           "min_insync_replicas": args.min_insync_replicas}).replication(
+            asyncio.run(cluster_brokers(bootstrap)))
+        asyncio.run(ensure_topics(bootstrap, topic_specs(prefix, PARTITIONS), replication))
+        common = ["--model", str(model), "--bootstrap", bootstrap, "--prefix", prefix, "--partitions", str(PARTITIONS),
+                  "--replication-factor", str(replication.factor), "--min-insync-replicas", str(replication.min_insync)]
         resources = ["--resources", ",".join(trace.resources), "--hard-shortage", hard_shortage(trace)] \
             if trace.resources else []
         worker = stack.enter_context(_child(["worker", *common, "--app-id", f"{prefix}-worker", *resources],

@@ -4,19 +4,26 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import socket
 import time
+from collections.abc import Callable, Coroutine
 from dataclasses import replace
 from pathlib import Path
+from typing import Any, TypeVar
 
 import faust
-from aiokafka.errors import KafkaConnectionError
+from aiokafka.errors import KafkaConnectionError, KafkaTimeoutError
 import torch
 
-from picrl.commands.bus import (add_bus_arguments, bootstrap_or_local, configure_logging, logging_config,
-                               settings_from_args)
+from picrl.commands.bus import (KafkaUnreachable, add_bus_arguments, add_replication_arguments, configure_logging,
+                               logged_errors, logging_config, reachable_bootstrap, settings_from_args)
+from picrl.settings import SPECS, Settings, SettingsError
 from picrl_core.artifact import load_artifact
-from stream.topics import TopicSpec, ensure_topics, topic_specs
+from stream.topics import changelog_spec, cluster_brokers, ensure_topics, topic_specs
 from stream.worker import GUARANTEES, StreamWorker
+
+WEB_PORT = SPECS["web_port"].default
+WEB_PORTS_TRIED = 100  # ports after the default one tried when it is taken
 
 # flag name -> (type, help); every default lives in picrl/settings.py (see `picrl config show`)
 _FLAGS: dict[str, tuple[type, str]] = {
@@ -41,11 +48,12 @@ _FLAGS: dict[str, tuple[type, str]] = {
     "score_margin": (float, "policy guardrail: refuse versions scoring more than this below their parent (default 0.05)"),
     "c_under": (float, "cost of a unit short, for the replay rewards (default: the model's, 2)"),
     "c_over": (float, "cost of a unit idle, for the replay rewards (default: the model's, 1)"),
-    "web_port": (int, "serve /healthz, /metrics (Prometheus) and /services/<id> on this port"),
+    "web_port": (int, f"serve /healthz, /metrics (Prometheus) and /services/<id> on this port (default {WEB_PORT}, "
+                      "or the next free port when another worker on this host has it; 0: no web server)"),
 }
 
 log = logging.getLogger("picrl.worker")
-BROKER_WAIT = 120.0  # seconds a starting worker waits for the broker to answer
+T = TypeVar("T")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -59,6 +67,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "from --settings FILE, then PICRL_<NAME> variables, then defaults (`picrl config show`).")
     parser.add_argument("--model", type=Path, required=True, help="a model folder from `picrl train`")
     add_bus_arguments(parser)
+    add_replication_arguments(parser)
     parser.add_argument("--guarantee", choices=GUARANTEES, help="processing guarantee (default exactly_once: "
                                                                 "outputs, table and offsets commit together)")
     parser.add_argument("--mode", choices=("enforce", "recommend"),
@@ -76,19 +85,52 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.set_defaults(handler=run)
 
 
-def _ensure_topics_once_up(bootstrap: str, specs: list[TopicSpec], wait: float = BROKER_WAIT) -> None:
-    """Create the missing topics, waiting up to ``wait`` seconds for the broker to answer: a worker started
-    while the broker restarts (a supervisor restarting both after a crash) waits for it instead of exiting."""
+def _once_up(bootstrap: str, settings: Settings, step: Callable[[], Coroutine[Any, Any, T]]) -> T:
+    """Run ``step`` (a look-up or a topic creation). Kafka answered a moment ago; should it restart meanwhile, this
+    tries again for up to the ``bootstrap_timeout`` setting."""
+    wait = settings["bootstrap_timeout"]
     deadline = time.monotonic() + wait
     while True:
         try:
-            asyncio.run(ensure_topics(bootstrap, specs))
-            return
-        except (KafkaConnectionError, OSError) as exc:
+            return asyncio.run(step())
+        except (KafkaConnectionError, KafkaTimeoutError, OSError) as exc:
             if time.monotonic() > deadline:
-                raise
-            log.warning("Kafka at %s does not answer (%s); trying again", bootstrap, exc)
+                raise KafkaUnreachable(f"Kafka at {bootstrap} stopped answering at start ({type(exc).__name__}: "
+                                       f"{exc}) and was not back within {wait:g} s") from None
+            log.info("Kafka at %s does not answer (%s); trying again", bootstrap, exc)
             time.sleep(2.0)
+
+
+def _port_free(port: int) -> bool:
+    """Whether a server can listen on ``port`` on every interface (Faust's web server binds 0.0.0.0)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("", port))
+        except OSError:
+            return False
+        return True
+
+
+def web_port(settings: Settings) -> int | None:
+    """The port of the worker's web server (None: off, ``web_port`` 0). A port set on purpose (flag, file,
+    environment) must be free; the default one, when taken (another worker on this host), gives way to the next
+    free port, and the worker logs which."""
+    port, source = settings["web_port"], settings.sources["web_port"]
+    if port == 0:
+        return None
+    if _port_free(port):
+        return port
+    if source != "default":
+        raise SettingsError(f"setting web_port = {port} (from {source}): the port is taken (another worker on this "
+                            "host?); choose a free one, or 0 to run without the web server")
+    for candidate in range(port + 1, min(port + 1 + WEB_PORTS_TRIED, 65_536)):
+        if _port_free(candidate):
+            log.info("web port %d is taken (another worker on this host?): using %d; --web-port sets one", port,
+                     candidate)
+            return candidate
+    raise SettingsError(f"web ports {port} to {port + WEB_PORTS_TRIED} are all taken: set --web-port to a free "
+                        "port, or 0 to run without the web server")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -96,16 +138,31 @@ def run(args: argparse.Namespace) -> int:
     names = ("guarantee", "mode", "scaling", "hard_shortage", "log_format", *_FLAGS)
     settings = settings_from_args(args, **{name: getattr(args, name) for name in names})
     configure_logging(args.log_level, settings["log_format"])
+    return logged_errors(lambda: _run(args, settings))
+
+
+def _run(args: argparse.Namespace, settings: Settings) -> int:
     artifact = load_artifact(args.model)
     costs = {k: settings[k] for k in ("c_under", "c_over") if settings[k] is not None}
     if costs:
         artifact.config = replace(artifact.config, cost=replace(artifact.config.cost, **costs))
-    bootstrap = bootstrap_or_local(settings["bootstrap"])
-    worker_settings = settings.worker(bootstrap)
-    _ensure_topics_once_up(bootstrap, topic_specs(worker_settings.prefix, worker_settings.partitions))
+    bootstrap = reachable_bootstrap(settings)
+    replication = settings.replication(_once_up(bootstrap, settings, lambda: cluster_brokers(bootstrap)))
+    port = web_port(settings)
+    worker_settings = settings.worker(bootstrap, replication, port)
     worker = StreamWorker(worker_settings, artifact)
+    specs = [*topic_specs(worker_settings.prefix, worker_settings.partitions),
+             changelog_spec(worker.states.changelog_topic.get_topic_name(), worker_settings.partitions)]
+    _once_up(bootstrap, settings, lambda: ensure_topics(bootstrap, specs, replication))
     log.info("picrl worker %s: %s, topics %s.*, %s, %s mode, state %d bytes per service", worker_settings.app_id,
              bootstrap, worker_settings.prefix, worker_settings.guarantee, settings["mode"], worker.engine.row_bytes)
+    log.info("topics created here (the table changelog too) get %d replica(s) and min.insync.replicas %d; "
+             "producers write with acks=all", replication.factor, replication.min_insync)
+    if port is None:
+        log.info("web server off (web_port 0): no /healthz, /metrics or /services/<id>")
+    else:
+        log.info("web server: http://127.0.0.1:%d (/healthz, /metrics, /services/<id>; `picrl explain SERVICE "
+                 "--url http://127.0.0.1:%d`)", port, port)
     if worker_settings.engine.resources:
         log.info("resources decided together: %s", ", ".join(
             f"{r.name} ({'hard: a shortage ' + ('kills the pod' if r.kills else 'fails requests') if r.hard else 'soft'})"

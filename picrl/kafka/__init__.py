@@ -1,4 +1,4 @@
-"""The project-provisioned Apache Kafka broker (KRaft, single node) and a liveness probe."""
-from picrl.kafka.local_broker import BrokerError, BrokerInfo, LocalKafka, KAFKA_VERSION
+"""The project-provisioned Apache Kafka cluster (KRaft, one node or N on loopback) and a liveness probe."""
+from picrl.kafka.local_broker import BrokerError, BrokerInfo, LocalKafka, KAFKA_VERSION, NodeInfo
 
-__all__ = ["BrokerError", "BrokerInfo", "LocalKafka", "KAFKA_VERSION"]
+__all__ = ["BrokerError", "BrokerInfo", "LocalKafka", "KAFKA_VERSION", "NodeInfo"]

@@ -1,14 +1,16 @@
-"""A single-node Apache Kafka broker (KRaft mode) that picrl provisions itself.
+"""A local Apache Kafka cluster (KRaft mode) that picrl provisions itself: one node, or N on loopback.
 
 No container engine is needed: the broker's jars come from Maven Central through ``mvn`` into a
-cache folder (once), the storage is formatted with ``kafka.tools.StorageTool`` and the broker runs
-as a detached JVM child (``kafka.Kafka``) on free loopback ports. Everything the broker owns lives
-in its *home* folder:
+cache folder (once), each node's storage is formatted with ``kafka.tools.StorageTool`` and each node
+runs as a detached JVM child (``kafka.Kafka``) on free loopback ports. Every node is broker and
+controller at once, and the controller quorum is all of them. Everything the cluster owns lives in its
+*home* folder:
 
-    home/server.properties   the config written here (ports, data dir, single-node settings)
-    home/data/               the KRaft log directories
-    home/broker.json         pid, ports and bootstrap address of the running broker
-    home/kafka.log           the broker's console log
+    home/cluster.json                 node count, cluster id and each node's ports
+    home/node-<i>/server.properties   node i's config (ports, data dir, replication of internal topics)
+    home/node-<i>/data/               its KRaft log directory
+    home/node-<i>/node.json           pid of the running node
+    home/node-<i>/kafka.log           its console log
 """
 from __future__ import annotations
 
@@ -24,16 +26,18 @@ import socket
 import subprocess
 import time
 import uuid
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Callable, Iterator
 
-from picrl.kafka.probe import answers_metadata
+from picrl.kafka.probe import broker_count_or_zero
+from stream.topics import Replication
 
 KAFKA_VERSION = "3.9.1"
 MIN_JAVA = 11
-_STATE_FILE = "broker.json"
+_CLUSTER_FILE = "cluster.json"
+_NODE_FILE = "node.json"
 PORT_WAIT = 10.0  # seconds a port taken at start may take to free itself (see _freed)
 
 Log = Callable[[str], None]
@@ -44,19 +48,53 @@ class BrokerError(RuntimeError):
 
 
 @dataclass(frozen=True)
-class BrokerInfo:
-    """Where a running local broker lives."""
+class NodePorts:
+    """One node of the cluster and its loopback ports (client and controller), fixed when it is formatted."""
 
-    pid: int
+    node_id: int
     port: int
     controller_port: int
-    home: str
-    version: str
-    started_at: float
 
     @property
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    """One node of a local cluster: its ports, and its pid and start time while it runs (None when it does not)."""
+
+    node_id: int
+    port: int
+    controller_port: int
+    pid: int | None
+    started_at: float | None
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+
+@dataclass(frozen=True)
+class BrokerInfo:
+    """Where a local cluster lives: its nodes, running or not."""
+
+    home: str
+    version: str
+    nodes: tuple[NodeInfo, ...]
+
+    @property
+    def bootstrap(self) -> str:
+        """Every node's client address, comma separated (a client reaches the cluster through any one that runs)."""
+        return ",".join(node.bootstrap for node in self.nodes)
+
+    @property
+    def running(self) -> tuple[NodeInfo, ...]:
+        return tuple(node for node in self.nodes if node.pid is not None)
+
+    def as_dict(self) -> dict:
+        return {"home": self.home, "version": self.version, "bootstrap": self.bootstrap, "brokers": len(self.nodes),
+                "nodes": [asdict(node) for node in self.nodes]}
 
 
 def default_home() -> Path:
@@ -177,29 +215,34 @@ def fetch_kafka_jars(cache: Path, log: Log = print, version: str = KAFKA_VERSION
     return libs
 
 
-def server_properties(port: int, controller_port: int, data_dir: Path) -> str:
-    """Broker config for one node that is broker and controller at once.
+def server_properties(node: NodePorts, nodes: list[NodePorts], data_dir: Path) -> str:
+    """The config of ``node``, broker and controller at once, in a cluster of ``nodes`` whose controller quorum
+    is all of them.
 
-    Internal topics (consumer offsets, transaction state) get replication factor 1 and min ISR 1,
-    without which consumer groups and exactly-once transactions cannot start on a single node.
+    Kafka's internal topics (consumer offsets, transaction state) and topics created without a replication
+    factor get the rule picrl's own topics follow (:meth:`stream.topics.Replication.for_brokers`): min(3, nodes)
+    replicas and min ISR one less (1 on a single node, without which consumer groups and exactly-once
+    transactions could not start there).
     """
+    replication = Replication.for_brokers(len(nodes))
+    voters = ",".join(f"{n.node_id}@127.0.0.1:{n.controller_port}" for n in nodes)
     return "\n".join([
         "process.roles=broker,controller",
-        "node.id=1",
-        f"controller.quorum.voters=1@127.0.0.1:{controller_port}",
-        f"listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
-        f"advertised.listeners=PLAINTEXT://127.0.0.1:{port}",
+        f"node.id={node.node_id}",
+        f"controller.quorum.voters={voters}",
+        f"listeners=PLAINTEXT://127.0.0.1:{node.port},CONTROLLER://127.0.0.1:{node.controller_port}",
+        f"advertised.listeners=PLAINTEXT://127.0.0.1:{node.port}",
         "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
         "controller.listener.names=CONTROLLER",
         "inter.broker.listener.name=PLAINTEXT",
         f"log.dirs={data_dir}",
         "num.partitions=1",
-        "default.replication.factor=1",
-        "min.insync.replicas=1",
-        "offsets.topic.replication.factor=1",
+        f"default.replication.factor={replication.factor}",
+        f"min.insync.replicas={replication.min_insync}",
+        f"offsets.topic.replication.factor={replication.factor}",
         "offsets.topic.num.partitions=8",
-        "transaction.state.log.replication.factor=1",
-        "transaction.state.log.min.isr=1",
+        f"transaction.state.log.replication.factor={replication.factor}",
+        f"transaction.state.log.min.isr={replication.min_insync}",
         "transaction.state.log.num.partitions=8",
         "group.initial.rebalance.delay.ms=0",
         "auto.create.topics.enable=true",
@@ -207,15 +250,6 @@ def server_properties(port: int, controller_port: int, data_dir: Path) -> str:
         "log.retention.hours=168",
         "",
     ])
-
-
-def _read_ports(props: Path) -> tuple[int, int]:
-    text = props.read_text()
-    port = re.search(r"PLAINTEXT://127\.0\.0\.1:(\d+)", text)
-    ctrl = re.search(r"CONTROLLER://127\.0\.0\.1:(\d+)", text)
-    if not port or not ctrl:
-        raise BrokerError(f"{props} does not name the loopback listeners picrl writes; remove the folder to start over")
-    return int(port.group(1)), int(ctrl.group(1))
 
 
 def new_cluster_id() -> str:
@@ -227,37 +261,83 @@ def new_cluster_id() -> str:
             return cluster_id
 
 
+def _free_ports(count: int, first: int | None) -> list[int]:
+    """``count`` distinct free loopback ports, the first one ``first`` when given."""
+    ports = [] if first is None else [first]
+    while len(ports) < count:
+        port = free_port()
+        if port not in ports:
+            ports.append(port)
+    return ports
+
+
 class LocalKafka:
-    """Start, stop and inspect the project-provisioned broker living in ``home``."""
+    """Start, stop and inspect the project-provisioned cluster living in ``home``.
+
+    ``brokers``: how many nodes a new cluster gets (default 1); a formatted home keeps the count it was made with.
+    ``port``: node 1's client port (default: a free one, kept afterwards)."""
 
     def __init__(self, home: Path | None = None, cache: Path | None = None, *, port: int | None = None,
-                 heap_mb: int = 768, log: Log = print) -> None:
+                 brokers: int | None = None, heap_mb: int = 768, log: Log = print) -> None:
+        if brokers is not None and brokers < 1:
+            raise BrokerError(f"a cluster needs at least one node; got --brokers {brokers}")
         self.home = (home or default_home()).resolve()
         self.cache = (cache or default_cache()).resolve()
         self.requested_port = port
+        self.requested_brokers = brokers
         self.heap_mb = heap_mb
         self.log = log
 
-    @property
-    def state_file(self) -> Path:
-        return self.home / _STATE_FILE
+    def node_dir(self, node_id: int) -> Path:
+        return self.home / f"node-{node_id}"
 
-    @property
-    def log_file(self) -> Path:
-        return self.home / "kafka.log"
+    def log_file(self, node_id: int) -> Path:
+        return self.node_dir(node_id) / "kafka.log"
 
-    def status(self) -> BrokerInfo | None:
-        """The running broker of this home, or None (a stale state file is removed)."""
-        if not self.state_file.exists():
+    def layout(self) -> list[NodePorts] | None:
+        """The nodes of the formatted cluster in this home (None before its first start)."""
+        path = self.home / _CLUSTER_FILE
+        if not path.exists():
+            if (self.home / "server.properties").exists():
+                raise BrokerError(f"{self.home} holds a single broker in the layout of an older picrl "
+                                  f"(server.properties, broker.json); stop that broker and remove the folder")
             return None
         try:
-            info = BrokerInfo(**json.loads(self.state_file.read_text()))
-        except (ValueError, TypeError) as exc:
-            raise BrokerError(f"{self.state_file} is not a picrl broker state file ({exc}); remove it") from exc
-        if not pid_alive(info.pid):
-            self.state_file.unlink(missing_ok=True)
+            return [NodePorts(**node) for node in json.loads(path.read_text())["nodes"]]
+        except (ValueError, TypeError, KeyError) as exc:
+            raise BrokerError(f"{path} is not a picrl cluster file ({exc}); remove {self.home} to start over") from exc
+
+    def _node(self, ports: NodePorts) -> NodeInfo:
+        """A node with its pid while it runs (a stale pid file is removed)."""
+        state = self.node_dir(ports.node_id) / _NODE_FILE
+        pid = started = None
+        if state.exists():
+            try:
+                saved = json.loads(state.read_text())
+                pid, started = int(saved["pid"]), float(saved["started_at"])
+            except (ValueError, TypeError, KeyError) as exc:
+                raise BrokerError(f"{state} is not a picrl node state file ({exc}); remove it") from exc
+            if not pid_alive(pid):
+                state.unlink(missing_ok=True)
+                pid = started = None
+        return NodeInfo(ports.node_id, ports.port, ports.controller_port, pid, started)
+
+    def status(self) -> BrokerInfo | None:
+        """The cluster of this home while at least one of its nodes runs, else None."""
+        nodes = self.layout()
+        if nodes is None:
             return None
-        return info
+        info = BrokerInfo(str(self.home), KAFKA_VERSION, tuple(self._node(n) for n in nodes))
+        return info if info.running else None
+
+    @staticmethod
+    def brokers_seen(info: BrokerInfo) -> dict[int, int]:
+        """How many live brokers each running node of ``info`` reports in a metadata answer (0: no answer)."""
+        return {node.node_id: broker_count_or_zero(node.bootstrap) for node in info.running}
+
+    def answering(self, info: BrokerInfo) -> list[int]:
+        """The nodes of ``info`` that answer metadata requests and see every node of the cluster as a broker."""
+        return [node for node, seen in self.brokers_seen(info).items() if seen >= len(info.nodes)]
 
     def _java(self) -> str:
         java_home = os.environ.get("JAVA_HOME")
@@ -270,99 +350,129 @@ class LocalKafka:
             raise BrokerError(f"Kafka {KAFKA_VERSION} needs Java {MIN_JAVA}+ (17 recommended); found Java {major} at {java}")
         return java
 
-    def _configure(self, java: str, libs: Path) -> tuple[int, int]:
-        """Write server.properties and format storage on first use; return (port, controller_port)."""
-        props = self.home / "server.properties"
-        data = self.home / "data"
-        if (data / "meta.properties").exists() and props.exists():
-            port, controller_port = _read_ports(props)
-            if self.requested_port not in (None, port):
-                raise BrokerError(f"the broker in {self.home} was formatted for port {port}; "
-                                  f"stop and remove that folder to use port {self.requested_port}")
-            return port, controller_port
-        port = self.requested_port or free_port()
-        controller_port = free_port()
-        while controller_port == port:
-            controller_port = free_port()
-        self.home.mkdir(parents=True, exist_ok=True)
-        shutil.rmtree(data, ignore_errors=True)
-        props.write_text(server_properties(port, controller_port, data))
+    def _configure(self, java: str, libs: Path) -> list[NodePorts]:
+        """Write each node's server.properties and format its storage on first use; return the nodes."""
+        nodes = self.layout()
+        if nodes is not None:
+            if self.requested_brokers not in (None, len(nodes)):
+                raise BrokerError(f"the cluster in {self.home} was formatted with {len(nodes)} node(s); stop it and "
+                                  f"remove that folder to run {self.requested_brokers}")
+            if self.requested_port not in (None, nodes[0].port):
+                raise BrokerError(f"the cluster in {self.home} was formatted for port {nodes[0].port}; "
+                                  f"stop it and remove that folder to use port {self.requested_port}")
+            return nodes
+        count = self.requested_brokers or 1
+        ports = _free_ports(2 * count, self.requested_port)
+        nodes = [NodePorts(i + 1, ports[i], ports[count + i]) for i in range(count)]
         cluster_id = new_cluster_id()
-        proc = subprocess.run(
-            [java, "-cp", f"{libs}/*", "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(props)],
-            capture_output=True, text=True, timeout=120,
-        )
-        if proc.returncode != 0:
-            raise BrokerError(f"formatting Kafka storage failed: {(proc.stdout + proc.stderr).strip()[-800:]}")
-        return port, controller_port
+        formats = []
+        for node in nodes:
+            folder = self.node_dir(node.node_id)
+            folder.mkdir(parents=True, exist_ok=True)
+            shutil.rmtree(folder / "data", ignore_errors=True)
+            props = folder / "server.properties"
+            props.write_text(server_properties(node, nodes, folder / "data"))
+            formats.append(subprocess.Popen(
+                [java, "-cp", f"{libs}/*", "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(props)],
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+        for node, proc in zip(nodes, formats):  # formatted side by side: a JVM start each
+            out, _ = proc.communicate(timeout=120)
+            if proc.returncode != 0:
+                raise BrokerError(f"formatting the storage of Kafka node {node.node_id} failed: {out.strip()[-800:]}")
+        (self.home / _CLUSTER_FILE).write_text(json.dumps(
+            {"cluster_id": cluster_id, "nodes": [asdict(n) for n in nodes]}, indent=2) + "\n")
+        return nodes
 
     def start(self, timeout: float = 120.0) -> BrokerInfo:
-        """Start the broker (fetching jars and formatting storage on first use) and wait until it
-        answers metadata requests. Returns the running broker if it is already up."""
+        """Start every node that does not run (fetching jars and formatting storage on first use) and wait until
+        each answers metadata requests with all nodes registered as brokers. Returns the cluster at once if it
+        already runs and answers."""
         running = self.status()
-        if running is not None:
-            if answers_metadata(running.bootstrap):
-                return running
-            raise BrokerError(f"broker pid {running.pid} from {self.home} is alive but does not answer on "
-                              f"{running.bootstrap}; run `picrl kafka stop` first")
+        if running is not None and len(self.answering(running)) == len(running.nodes):
+            return running
         java = self._java()
         libs = fetch_kafka_jars(self.cache, self.log)
-        port, controller_port = self._configure(java, libs)
-        for taken in (p for p in (port, controller_port) if not _freed(p, PORT_WAIT)):
+        nodes = self._configure(java, libs)
+        down = [n for n in nodes if self._node(n).pid is None]
+        for taken in (p for n in down for p in (n.port, n.controller_port) if not _freed(p, PORT_WAIT)):
             raise BrokerError(f"port {taken} on 127.0.0.1 is taken by another process; "
                               f"free it, or pick another port (`picrl kafka start --port N` with a new --home)")
+        launched = {node.node_id: self._launch(java, libs, node) for node in down}
+        deadline = time.monotonic() + timeout
+        while True:
+            for node_id, proc in launched.items():
+                if proc.poll() is not None:
+                    self._stop_all(launched)
+                    raise BrokerError(f"Kafka node {node_id} exited with code {proc.returncode} while starting; "
+                                      f"last lines of {self.log_file(node_id)}:\n{self._log_tail(node_id)}")
+            info = self.status() or BrokerInfo(str(self.home), KAFKA_VERSION, ())
+            answering = self.answering(info)
+            if info.nodes and len(answering) == len(nodes):
+                return info
+            if time.monotonic() > deadline:
+                silent = [n.node_id for n in info.nodes if n.node_id not in answering]
+                tails = "\n".join(f"{self.log_file(i)}:\n{self._log_tail(i)}" for i in silent)
+                if launched:
+                    self._stop_all(launched)
+                    raise BrokerError(f"Kafka node(s) {silent} did not answer metadata requests with all "
+                                      f"{len(nodes)} broker(s) within {timeout:.0f} s; last lines of\n{tails}")
+                raise BrokerError(f"Kafka node(s) {silent} of {self.home} run but do not answer metadata requests "
+                                  f"with all {len(nodes)} broker(s); run `picrl kafka stop` first")
+            time.sleep(0.25)
+
+    def _stop_all(self, node_ids: Iterable[int]) -> None:
+        for node_id in node_ids:
+            self.stop(node=node_id)
+
+    def _launch(self, java: str, libs: Path, node: NodePorts) -> subprocess.Popen:
+        folder = self.node_dir(node.node_id)
         log4j = resources.files("picrl.kafka").joinpath("log4j.properties")
         cmd = [
             java, "-Xms128m", f"-Xmx{self.heap_mb}m", "-XX:+UseG1GC", "-Djava.awt.headless=true",
-            f"-Dlog4j.configuration=file:{log4j}", f"-Dkafka.logs.dir={self.home / 'logs'}",
-            "-cp", f"{libs}/*", "kafka.Kafka", str(self.home / "server.properties"),
+            f"-Dlog4j.configuration=file:{log4j}", f"-Dkafka.logs.dir={folder / 'logs'}",
+            "-cp", f"{libs}/*", "kafka.Kafka", str(folder / "server.properties"),
         ]
-        with open(self.log_file, "ab") as out:
+        with open(self.log_file(node.node_id), "ab") as out:
             proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    start_new_session=True, cwd=self.home)
-        info = BrokerInfo(pid=proc.pid, port=port, controller_port=controller_port, home=str(self.home),
-                          version=KAFKA_VERSION, started_at=time.time())
-        self.state_file.write_text(json.dumps(asdict(info), indent=2) + "\n")
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                self.state_file.unlink(missing_ok=True)
-                raise BrokerError(f"the broker exited with code {proc.returncode} while starting; "
-                                  f"last lines of {self.log_file}:\n{self._log_tail()}")
-            if answers_metadata(info.bootstrap):
-                return info
-            time.sleep(0.25)
-        self.stop()
-        raise BrokerError(f"the broker did not answer metadata requests on {info.bootstrap} within {timeout:.0f} s; "
-                          f"last lines of {self.log_file}:\n{self._log_tail()}")
+                                    start_new_session=True, cwd=folder)
+        (folder / _NODE_FILE).write_text(json.dumps({"pid": proc.pid, "started_at": time.time()}) + "\n")
+        return proc
 
-    def stop(self, timeout: float = 30.0, *, crash: bool = False) -> bool:
-        """Stop the broker gracefully (SIGTERM, then SIGKILL after ``timeout``), or with ``crash`` as a crash
-        would (SIGKILL at once: no flush, no controlled shutdown; the data stays for the next start).
-        False if none ran."""
+    def stop(self, timeout: float = 30.0, *, crash: bool = False, node: int | None = None) -> bool:
+        """Stop every node (or only ``node``) gracefully (SIGTERM, then SIGKILL after ``timeout``), or with
+        ``crash`` as a crash would (SIGKILL at once: no flush, no controlled shutdown; the data stays for the next
+        start). The nodes are signalled together. False if none of them ran."""
         info = self.status()
         if info is None:
             return False
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(info.pid, signal.SIGKILL if crash else signal.SIGTERM)
-        deadline = time.monotonic() + timeout
-        while pid_alive(info.pid) and time.monotonic() < deadline:
-            _reap(info.pid)
-            time.sleep(0.2)
-        if pid_alive(info.pid):
+        if node is not None and node not in {n.node_id for n in info.nodes}:
+            raise BrokerError(f"the cluster in {self.home} has no node {node} (nodes 1 to {len(info.nodes)})")
+        pids = {n.node_id: n.pid for n in info.running if node in (None, n.node_id)}
+        for pid in pids.values():
             with contextlib.suppress(ProcessLookupError):
-                os.kill(info.pid, signal.SIGKILL)
-            while pid_alive(info.pid):
-                _reap(info.pid)
+                os.kill(pid, signal.SIGKILL if crash else signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        while any(pid_alive(pid) for pid in pids.values()) and time.monotonic() < deadline:
+            for pid in pids.values():
+                _reap(pid)
+            time.sleep(0.2)
+        for pid in pids.values():
+            if pid_alive(pid):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            while pid_alive(pid):
+                _reap(pid)
                 time.sleep(0.1)
-        _reap(info.pid)
-        self.state_file.unlink(missing_ok=True)
-        return True
+            _reap(pid)
+        for node_id in pids:
+            (self.node_dir(node_id) / _NODE_FILE).unlink(missing_ok=True)
+        return bool(pids)
 
-    def _log_tail(self, lines: int = 15) -> str:
-        if not self.log_file.exists():
+    def _log_tail(self, node_id: int, lines: int = 15) -> str:
+        path = self.log_file(node_id)
+        if not path.exists():
             return "(no log)"
-        return "\n".join(self.log_file.read_text(errors="replace").splitlines()[-lines:])
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
 
 
 def _reap(pid: int) -> None:

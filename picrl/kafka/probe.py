@@ -47,10 +47,17 @@ def broker_count(host: str, port: int, timeout: float = 2.0) -> int:
     return n_brokers
 
 
-def answers_metadata(bootstrap: str, timeout: float = 2.0) -> bool:
-    """True when the broker at ``bootstrap`` ("host:port") answers Metadata with at least one broker."""
-    host, _, port = bootstrap.rpartition(":")
+def broker_count_or_zero(address: str, timeout: float = 2.0) -> int:
+    """:func:`broker_count` of the node at ``address`` ("host:port"), 0 when it does not answer."""
+    host, _, port = address.rpartition(":")
     try:
-        return broker_count(host, int(port), timeout) > 0
-    except (OSError, ConnectionError, struct.error):
-        return False
+        return broker_count(host, int(port), timeout)
+    except (OSError, ConnectionError, struct.error, ValueError):
+        return 0
+
+
+def answers_metadata(bootstrap: str, timeout: float = 2.0) -> bool:
+    """True when a node of ``bootstrap`` ("host:port", or several comma separated) answers Metadata with at
+    least one broker."""
+    addresses = [address.strip() for address in bootstrap.split(",") if address.strip()]
+    return any(broker_count_or_zero(address, timeout) > 0 for address in addresses)

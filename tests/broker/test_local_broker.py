@@ -6,27 +6,57 @@ import json
 import shutil
 import socket
 import stat
+import time
 import uuid
 from pathlib import Path
 
 import pytest
 from aiokafka import AIOKafkaProducer
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
 from picrl.cli import main
 from picrl.kafka import BrokerError, LocalKafka
-from picrl.kafka.local_broker import default_cache, new_cluster_id, server_properties
+from picrl.kafka.local_broker import NodePorts, default_cache, new_cluster_id, pid_alive, server_properties
 from picrl.kafka.probe import answers_metadata
 from tests.support.kafka import consume, create_topics, unique
 
 
+def _properties(node: NodePorts, nodes: list[NodePorts], data: Path) -> dict[str, str]:
+    return dict(line.split("=", 1) for line in server_properties(node, nodes, data).splitlines() if line)
+
+
 def test_single_node_config_lets_transactions_and_groups_start(tmp_path: Path) -> None:
-    props = dict(line.split("=", 1) for line in server_properties(9092, 9093, tmp_path).splitlines() if line)
+    node = NodePorts(1, 9092, 9093)
+    props = _properties(node, [node], tmp_path)
     for key in ("offsets.topic.replication.factor", "transaction.state.log.replication.factor",
                 "transaction.state.log.min.isr", "default.replication.factor", "min.insync.replicas"):
         assert props[key] == "1", key
     assert props["process.roles"] == "broker,controller"
+    assert props["controller.quorum.voters"] == "1@127.0.0.1:9093"
     assert props["listeners"] == "PLAINTEXT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093"
     assert props["log.dirs"] == str(tmp_path)
+
+
+def test_cluster_config_makes_every_node_a_voter_and_replicates_internal_topics(tmp_path: Path) -> None:
+    nodes = [NodePorts(i, 9100 + i, 9200 + i) for i in (1, 2, 3)]
+    props = _properties(nodes[1], nodes, tmp_path)
+    assert props["node.id"] == "2" and props["listeners"] == "PLAINTEXT://127.0.0.1:9102,CONTROLLER://127.0.0.1:9202"
+    assert props["controller.quorum.voters"] == "1@127.0.0.1:9201,2@127.0.0.1:9202,3@127.0.0.1:9203"
+    for key in ("offsets.topic.replication.factor", "transaction.state.log.replication.factor",
+                "default.replication.factor"):
+        assert props[key] == "3", key
+    assert props["transaction.state.log.min.isr"] == props["min.insync.replicas"] == "2"
+    five = [NodePorts(i, 9100 + i, 9200 + i) for i in range(1, 6)]
+    assert _properties(five[0], five, tmp_path)["offsets.topic.replication.factor"] == "3"
+    two = nodes[:2]
+    assert _properties(two[0], two, tmp_path)["transaction.state.log.min.isr"] == "1"
+
+
+def test_a_home_of_the_single_broker_layout_is_a_clear_error(tmp_path: Path) -> None:
+    (tmp_path / "server.properties").write_text("node.id=1\n")
+    with pytest.raises(BrokerError, match="layout of an older picrl"):
+        LocalKafka(home=tmp_path, log=lambda _: None).status()
 
 
 def test_cluster_id_never_starts_with_a_dash(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -95,22 +125,81 @@ def test_restart_keeps_port_and_data_and_cli_reports_state(tmp_path: Path, local
         asyncio.run(write())
         assert main(["kafka", "status", "--json", *cli]) == 0
         status = json.loads(capsys.readouterr().out)
-        assert status["answers"] and status["pid"] == first["pid"]
+        pid = first["nodes"][0]["pid"]
+        assert status["answers"] and status["nodes"][0]["pid"] == pid
         assert main(["kafka", "start", "--json", *cli]) == 0, "start on a running broker is a no-op"
-        assert json.loads(capsys.readouterr().out)["pid"] == first["pid"]
+        assert json.loads(capsys.readouterr().out)["nodes"][0]["pid"] == pid
 
         assert main(["kafka", "stop", *cli]) == 0
-        assert "broker stopped" in capsys.readouterr().out
+        assert "stopped 1 node(s)" in capsys.readouterr().out
         assert not answers_metadata(first["bootstrap"])
         assert main(["kafka", "start", "--json", *cli]) == 0
         second = json.loads(capsys.readouterr().out)
-        assert second["bootstrap"] == first["bootstrap"] and second["pid"] != first["pid"]
+        assert second["bootstrap"] == first["bootstrap"] and second["nodes"][0]["pid"] != pid
         records = asyncio.run(consume(second["bootstrap"], topic, 1, timeout=30))
         assert [r.value for r in records] == [b"survives a restart"]
     finally:
         main(["kafka", "stop", *cli])
     assert main(["kafka", "stop", *cli]) == 0
     assert "no broker running" in capsys.readouterr().out
+
+
+def test_a_three_node_cluster_replicates_topics_and_stops_every_node(tmp_path: Path, local_kafka: LocalKafka | None,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """`picrl kafka start --brokers 3`: three nodes, each broker and controller; picrl's topics get three replicas
+    and min.insync.replicas 2 by default; a node killed comes back on its ports; stop ends them all."""
+    if local_kafka is None:
+        pytest.fail("this test needs the provisioned broker; unset KAFKA_BOOTSTRAP_SERVERS to run it")
+    cli = ["--home", str(tmp_path / "home"), "--cache", str(local_kafka.cache)]
+    cluster = LocalKafka(home=tmp_path / "home", cache=local_kafka.cache, log=lambda _: None)
+    try:
+        assert main(["kafka", "start", "--brokers", "3", "--json", *cli]) == 0
+        started = json.loads(capsys.readouterr().out)
+        assert main(["kafka", "status", "--json", *cli]) == 0
+        status = json.loads(capsys.readouterr().out)
+        assert status["answers"] and [n["brokers_seen"] for n in status["nodes"]] == [3, 3, 3]
+        assert len({n["pid"] for n in status["nodes"]}) == 3 and len(started["bootstrap"].split(",")) == 3
+        prefix = unique("replicated")
+        assert main(["topics", "create", "--bootstrap", started["bootstrap"], "--prefix", prefix,
+                     "--partitions", "2"]) == 0
+        assert capsys.readouterr().out.count("replicas=3  min.insync.replicas=2") == 5
+        replicas, min_isr = asyncio.run(_replication(started["bootstrap"], f"{prefix}.usage"))
+        assert replicas == [3, 3] and min_isr == "2"
+
+        cluster.stop(node=2, crash=True)
+        assert [n.pid is None for n in cluster.status().nodes] == [False, True, False]
+        assert main(["kafka", "status", *cli]) == 1
+        assert "node 2: not running" in capsys.readouterr().out
+        again = cluster.start()
+        assert again.bootstrap == started["bootstrap"] and all(n.pid is not None for n in again.nodes)
+        pids = [n.pid for n in again.nodes]
+        assert main(["kafka", "stop", *cli]) == 0
+        assert "stopped 3 node(s)" in capsys.readouterr().out
+        assert cluster.status() is None and not any(pid_alive(pid) for pid in pids)
+    finally:
+        cluster.stop(timeout=10)
+    with pytest.raises(BrokerError, match="formatted with 3 node"):
+        LocalKafka(home=tmp_path / "home", cache=local_kafka.cache, brokers=1, log=lambda _: None).start()
+
+
+async def _replication(bootstrap: str, topic: str, wait: float = 15.0) -> tuple[list[int], str | None]:
+    """Replicas of each partition of ``topic`` and its min.insync.replicas, as the admin client describes them (a
+    node that has not applied the new topic's metadata yet answers without its configs: asked again)."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    deadline = time.monotonic() + wait
+    try:
+        while True:
+            (described,) = await admin.describe_topics([topic])
+            (response,) = await admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic)])
+            configs = {entry[0]: entry[1] for resource in response.resources for entry in resource[4]}
+            if "min.insync.replicas" in configs or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.2)
+    finally:
+        await admin.close()
+    return [len(p["replicas"]) for p in sorted(described["partitions"], key=lambda p: p["partition"])], \
+        configs.get("min.insync.replicas")
 
 
 def test_default_cache_follows_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -11,7 +11,8 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
 from picrl.cli import main
-from stream.topics import TopicMismatchError, ensure_topics, latest_values, topic_specs
+from picrl.settings import SettingsError, load_settings
+from stream.topics import Replication, TopicMismatchError, cluster_brokers, ensure_topics, latest_values, topic_specs
 from tests.support.kafka import create_topics
 
 
@@ -33,6 +34,8 @@ def test_topics_get_partitions_retention_and_compaction(kafka_bootstrap: str, ca
     assert main(["topics", "create", "--bootstrap", kafka_bootstrap, "--prefix", prefix, "--partitions", "3"]) == 0
     out = capsys.readouterr().out
     assert out.count("created") == 5
+    expected = Replication.for_brokers(asyncio.run(cluster_brokers(kafka_bootstrap)))
+    assert out.count(f"replicas={expected.factor}  min.insync.replicas={expected.min_insync}") == 5
     names = [s.name for s in topic_specs(prefix, 3)]
     partitions, configs = asyncio.run(_describe(kafka_bootstrap, names))
     assert partitions == {f"{prefix}.usage": 3, f"{prefix}.actions": 3, f"{prefix}.replay": 3,
@@ -41,11 +44,32 @@ def test_topics_get_partitions_retention_and_compaction(kafka_bootstrap: str, ca
     assert configs[f"{prefix}.replay"]["cleanup.policy"] == "delete"
     assert configs[f"{prefix}.replay"]["retention.bytes"] == str(256 << 20)
     assert configs[f"{prefix}.deadletter"]["retention.ms"] == str(14 * 86_400_000)
+    assert {configs[name]["min.insync.replicas"] for name in names} == {str(expected.min_insync)}
 
     assert main(["topics", "create", "--bootstrap", kafka_bootstrap, "--prefix", prefix, "--partitions", "3"]) == 0
     assert capsys.readouterr().out.count("exists") == 5
     with pytest.raises(TopicMismatchError, match=rf"{prefix}\.usage exists with 3 partition\(s\) but picrl needs 6"):
         asyncio.run(ensure_topics(kafka_bootstrap, topic_specs(prefix, 6)))
+
+
+def test_replication_follows_the_brokers_unless_set() -> None:
+    assert [Replication.for_brokers(n) for n in (1, 2, 3, 5)] == [Replication(1, 1), Replication(2, 1),
+                                                                  Replication(3, 2), Replication(3, 2)]
+    assert Replication.for_brokers(5, factor=5) == Replication(5, 4)
+    assert Replication.for_brokers(3, min_insync=3) == Replication(3, 3)
+    assert Replication(3, 2).config == {"min.insync.replicas": "2"}
+    with pytest.raises(ValueError, match="min.insync.replicas from 1 to the factor"):
+        Replication.for_brokers(1, min_insync=2)
+    settings = load_settings(None, {"replication_factor": 2}, {"PICRL_MIN_INSYNC_REPLICAS": "3"})
+    with pytest.raises(SettingsError, match="replication_factor \\(from flag\\) and min_insync_replicas \\(from env"):
+        settings.replication(3)
+
+
+def test_more_replicas_than_brokers_is_a_clear_error(kafka_bootstrap: str) -> None:
+    brokers = asyncio.run(cluster_brokers(kafka_bootstrap))
+    specs = topic_specs(f"t{uuid.uuid4().hex[:8]}", 1)
+    with pytest.raises(TopicMismatchError, match=f"replication factor {brokers + 1}: the cluster has {brokers} live"):
+        asyncio.run(ensure_topics(kafka_bootstrap, specs, Replication(brokers + 1, 1)))
 
 
 def test_no_broker_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
