@@ -50,9 +50,10 @@ from host import StealMeter, describe  # noqa: E402
 
 from picrl_core.artifact import ModelArtifact  # noqa: E402
 from picrl_core.config import PicRLConfig  # noqa: E402
-from picrl_core.controller import ControllerState, PicRLController  # noqa: E402
+from picrl_core.controller import PicRLController  # noqa: E402
+from picrl_core.controller_state import ControllerState  # noqa: E402
 from picrl_core.policy import PolicyNetwork, ValueNetwork  # noqa: E402
-from picrl_core.predictor import GaussianLSTM  # noqa: E402
+from picrl_core.predictor.model import GaussianLSTM  # noqa: E402
 from picrl_core.simulator import censor  # noqa: E402
 from picrl_core.state_codec import StateCodec  # noqa: E402
 from stream.decisions import DecisionEngine  # noqa: E402

@@ -49,9 +49,9 @@ from picrl.comparison.runner import FULL  # noqa: E402
 from picrl_core.config import PicRLConfig  # noqa: E402
 from picrl_core.costs import critical_ratio  # noqa: E402
 from picrl_core.mills import inverse_mills_ratio  # noqa: E402
-from picrl_core.incremental_predictor import forecasts_as_acted  # noqa: E402
 from picrl_core.pipeline import config_for, train_phase1  # noqa: E402
-from picrl_core.predictor import GaussianLSTM  # noqa: E402
+from picrl_core.predictor.kinds import forecasts_as_acted  # noqa: E402
+from picrl_core.predictor.model import GaussianLSTM  # noqa: E402
 from picrl_core.series import PreparedSeries, development_series, prepare_series  # noqa: E402
 from picrl_core.training_memo import shared_training  # noqa: E402
 

@@ -17,7 +17,7 @@ from safetensors.torch import load, load_file, save, save_file
 
 from picrl_core.config import PicRLConfig
 from picrl_core.policy import PolicyNetwork, ValueNetwork
-from picrl_core.predictor import GaussianLSTM
+from picrl_core.predictor.model import GaussianLSTM
 
 FORMAT_VERSION = 4  # 4: the config without the switches of rejected ideas (a state row of 364 B windowed)
 WEIGHTS = "weights.safetensors"

@@ -34,7 +34,7 @@ class PredictorConfig:
     max_train_windows: int = 20_000  # windows sampled per epoch (bounded epoch time on long traces)
     calibrate_sigma: bool = True  # temperature of sigma fitted on the validation split by NLL; paper: False
     # "windowed": the LSTM re-reads the last `window` steps from a zero state every tick (the paper's);
-    # "incremental": it carries (h, c) per service and takes one cell step per tick (picrl_core.incremental_predictor)
+    # "incremental": it carries (h, c) per service and takes one cell step per tick (picrl_core.predictor.incremental)
     kind: str = "incremental"
 
     def __post_init__(self) -> None:

@@ -9,7 +9,7 @@ same inputs and policy give the same decisions everywhere.
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from functools import cache
 
 import numpy as np
@@ -19,67 +19,17 @@ from picrl_core.batching import in_fixed_chunks
 from picrl_core.calibrator import escape_step, feedback, reactive_step, release_escape, track_temperature
 from picrl_core.censored_estimator import ROWS_PER_THREAD, CensoredDemandEstimate, estimate_censored_demand
 from picrl_core.config import EstimatorConfig, PicRLConfig
+from picrl_core.controller_state import ControllerState
 from picrl_core.costs import critical_ratio
 from picrl_core.features import state_features
-from picrl_core.incremental_predictor import advance_memory, memory_size, start_memory
 from picrl_core.mills import mean_above
 from picrl_core.noise import counter_normal
 from picrl_core.policy import N_OUTPUTS, PolicyNetwork, gaussian_log_prob, risk_centre, squash
-from picrl_core.predictor import GaussianLSTM, predict_gaussian
+from picrl_core.predictor.kinds import kind_of
+from picrl_core.predictor.model import Forecast, GaussianLSTM
 from picrl_core.repeats import (REPEAT_TOLERANCE, gaussian_responsibility, inside_range, mean_above_or_repeat,
                                repeat_quantile, repeats_in, track_repeats)
 from picrl_core.reward import expected_cost, step_reward
-
-
-@dataclass
-class ControllerState:
-    """Per-service state of a batch of B services (struct of arrays, fixed size per service).
-
-    The window fields hold the last W observations ``y``, censoring flags ``c`` and context rows,
-    oldest first. The decision fields describe the action pending for tick ``tick``.
-    """
-
-    keys: np.ndarray  # (B,) uint64 service keys (exploration noise is keyed on them)
-    tick: np.ndarray  # (B,) int64 tick the pending action applies to
-    observations: np.ndarray  # (B, W) float32
-    censored: np.ndarray  # (B, W) bool
-    context: np.ndarray  # (B, W, C) float32 (C may be 0)
-    margin: np.ndarray  # (B,) float64, fast calibrator variable m_t
-    bias: np.ndarray  # (B,) float64, slow calibrator variable b_t
-    censor_streak: np.ndarray  # (B,) int64 consecutive censored steps
-    over_streak: np.ndarray  # (B,) int64 consecutive over-provisioned steps
-    action: np.ndarray  # (B,) float64 a_t in [0, 1]
-    mu: np.ndarray  # (B,) float64 predicted demand mean for tick
-    sigma: np.ndarray  # (B,) float64 predicted demand std for tick
-    eta: np.ndarray  # (B,) float64 calibrator step multiplier chosen for tick
-    k: np.ndarray  # (B,) float64 risk-buffer coefficient chosen for tick
-    pre: np.ndarray  # (B, 2) float32 pre-squash policy sample (for replay log-probs)
-    log_prob: np.ndarray  # (B,) float32 behaviour log-probability of ``pre``
-    features: np.ndarray  # (B, F) float32 state s_t the decision was made from
-    est_mean: np.ndarray  # (B,) float64 censored-demand estimate (mean) of this window: the next tick's warm start
-    est_std: np.ndarray  # (B,) float64 censored-demand estimate (std), likewise
-    memory: np.ndarray  # (B, M) float32 the incremental predictor's (h, c) after this window (M = 0 when windowed)
-    temperature: np.ndarray  # (B,) float64 the service's online scale of sigma (calibrator.online_scale; else 1)
-    escape: np.ndarray  # (B,) float64 the censoring-streak escape e_t added to the action (calibrator.escape; else 0)
-    repeat_share: np.ndarray  # (B,) float64 running share of seen ticks that repeated the last seen demand (repeats)
-    last_seen: np.ndarray  # (B,) float64 the last demand seen uncensored
-
-    def __len__(self) -> int:
-        return int(self.keys.shape[0])
-
-    def take(self, index: np.ndarray | slice) -> "ControllerState":
-        """The sub-batch of services at ``index`` (copies)."""
-        return ControllerState(**{f.name: getattr(self, f.name)[index].copy() for f in fields(self)})
-
-    def put(self, index: np.ndarray, other: "ControllerState") -> None:
-        """Overwrite the services at ``index`` with the services of ``other`` (in place, in order)."""
-        for f in fields(self):
-            getattr(self, f.name)[index] = getattr(other, f.name)
-
-    @staticmethod
-    def concat(states: list["ControllerState"]) -> "ControllerState":
-        return ControllerState(**{f.name: np.concatenate([getattr(s, f.name) for s in states])
-                                  for f in fields(ControllerState)})
 
 
 @dataclass
@@ -110,8 +60,7 @@ class PicRLController:
             raise ValueError(f"inference chunk must be >= 1; got {self.chunk}")
         self.window = config.predictor.window
         self.context_channels = config.predictor.context_channels
-        self.incremental = config.predictor.kind == "incremental"
-        self.memory_size = memory_size(config.predictor)
+        self.forecaster = kind_of(config.predictor).forecaster(self.predictor, self.chunk)  # Phase 1, as its kind runs
         # each service's online temperature of sigma; ablation A1 (no uncertainty) has one constant sigma
         self.scales_sigma = config.calibrator.online_scale and config.ablation.use_uncertainty
         self.risk_centre = risk_centre(config)  # the k range's centre (an inverse normal cdf: once, not per tick)
@@ -303,16 +252,12 @@ class PicRLController:
         return repeat_quantile(order, sigma, repeat_share, last_seen, censor_streak == 0, critical_ratio(cfg.cost))
 
     def _predict(self, observations: np.ndarray, censored: np.ndarray, context: np.ndarray,
-                 memory: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Phase 1's ``(mu, sigma)`` for the next tick, and the incremental predictor's new memory (M = 0 windowed)."""
-        if self.incremental and memory is not None:  # one cell step on the newest [y, c, ctx] row
-            newest = np.concatenate([observations[:, -1:], censored[:, -1:].astype(np.float32), context[:, -1]], axis=1)
-            return advance_memory(self.predictor, newest, memory, self.chunk)
-        windows = np.concatenate([observations[:, :, None], censored[:, :, None].astype(np.float32), context], axis=2)
-        if self.incremental:
-            return start_memory(self.predictor, windows, self.chunk)
-        mu, sigma = predict_gaussian(self.predictor, windows, self.chunk)
-        return mu, sigma, np.zeros((windows.shape[0], 0), np.float32)
+                 memory: np.ndarray | None) -> Forecast:
+        """Phase 1's ``(mu, sigma)`` for the next tick and the predictor's new memory: from a cold start when there
+        is no memory yet, else one tick on from it."""
+        if memory is None:
+            return self.forecaster.start(observations, censored, context)
+        return self.forecaster.advance(observations, censored, context, memory)
 
     def _plan(self, features: np.ndarray, keys: np.ndarray, tick: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Policy output in pre-squash space: the Gaussian mean, plus counter-based noise when exploring."""

@@ -14,11 +14,13 @@ import torch
 
 from picrl_core.artifact import ModelArtifact
 from picrl_core.config import OnlineConfig, PicRLConfig, PredictorConfig
-from picrl_core.controller import ControllerState, PicRLController, Transition
+from picrl_core.controller import PicRLController, Transition
+from picrl_core.controller_state import ControllerState
 from picrl_core.costs import EpisodeMetrics, episode_metrics
 from picrl_core.online import ReplayBuffer, SlowPolicyLearner, SlowUpdateStats
 from picrl_core.policy import N_FEATURES, PolicyNetwork, ValueNetwork
-from picrl_core.predictor import GaussianLSTM, PredictorReport, train_predictor
+from picrl_core.predictor.model import GaussianLSTM, PredictorReport
+from picrl_core.predictor.train import train_predictor
 from picrl_core.pretrain import pretrain_policy
 from picrl_core.series import PreparedSeries
 from picrl_core.simulator import StepHook, Trajectory, simulate

@@ -19,9 +19,10 @@ import numpy as np
 import torch
 
 from picrl_core.config import PicRLConfig
-from picrl_core.controller import ControllerState, PicRLController, Transition
+from picrl_core.controller import PicRLController, Transition
+from picrl_core.controller_state import ControllerState
 from picrl_core.policy import PolicyNetwork, ValueNetwork, gaussian_log_prob
-from picrl_core.predictor import GaussianLSTM
+from picrl_core.predictor.model import GaussianLSTM
 from picrl_core.series import segment_starts
 from picrl_core.simulator import censor
 

@@ -11,7 +11,8 @@ from typing import Callable
 
 import numpy as np
 
-from picrl_core.controller import ControllerState, PicRLController, Transition
+from picrl_core.controller import PicRLController, Transition
+from picrl_core.controller_state import ControllerState
 
 StepHook = Callable[[int, ControllerState, Transition], None]
 

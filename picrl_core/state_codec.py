@@ -13,14 +13,14 @@ from dataclasses import fields
 import numpy as np
 
 from picrl_core.config import PicRLConfig
-from picrl_core.controller import ControllerState
-from picrl_core.incremental_predictor import memory_size
+from picrl_core.controller_state import ControllerState
 from picrl_core.policy import N_FEATURES, N_OUTPUTS
+from picrl_core.predictor.kinds import memory_size
 
 
 class StateCodec:
     """Converts controller states of one model shape to structured rows and back (``memory``: the
-    incremental predictor's floats per service, :func:`~picrl_core.incremental_predictor.memory_size`)."""
+    predictor's floats per service, :func:`~picrl_core.predictor.kinds.memory_size`)."""
 
     @classmethod
     def for_config(cls, config: PicRLConfig) -> "StateCodec":

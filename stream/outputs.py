@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from picrl_core.controller import ControllerState, Transition
+from picrl_core.controller import Transition
+from picrl_core.controller_state import ControllerState
 from stream.batch import Incoming
 from stream.records import Action, TransitionRecord, UsageEvent
 

@@ -17,8 +17,8 @@ from typing import Literal
 
 import numpy as np
 
-from picrl_core.controller import ControllerState
-from picrl_core.scaling import grown_high, outgrown, rescale_state, window_range
+from picrl_core.controller_state import ControllerState, rescale_state
+from picrl_core.scaling import grown_high, outgrown, window_range
 from picrl_core.series import MinMaxScaler
 from stream.batch import Incoming, RangeChange
 from stream.engine_settings import EngineSettings

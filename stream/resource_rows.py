@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from picrl_core.controller import ControllerState
+from picrl_core.controller_state import ControllerState
 from picrl_core.resources import Resource, coupled_flags, impute_served_share, unobserved
 from stream.batch import BadValue, BatchOutcome, Incoming, Refusal
 from stream.records import Action, ResourceAction, ResourceDecision, ResourceUsageEvent, UsageEvent

@@ -30,7 +30,7 @@ from picrl_core.methods.base import Provisioner
 from picrl_core.methods.conformal import PredictorFeed, split_residuals
 from picrl_core.methods.selection import Selection, select_on_validation
 from picrl_core.pipeline import phase1_predictor
-from picrl_core.predictor import GaussianLSTM
+from picrl_core.predictor.model import GaussianLSTM
 from picrl_core.series import PreparedSeries
 
 STEPS = (0.001, 0.003, 0.01, 0.03, 0.1)  # candidate eps (scaled units per unit of cost gradient)

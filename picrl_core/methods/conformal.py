@@ -44,7 +44,8 @@ from picrl_core.controller import _last_window, _shift
 from picrl_core.methods.base import Provisioner
 from picrl_core.methods.selection import Selection, select_on_validation
 from picrl_core.pipeline import phase1_predictor
-from picrl_core.predictor import GaussianLSTM, make_windows, predict_gaussian
+from picrl_core.predictor.model import GaussianLSTM
+from picrl_core.predictor.windowed import make_windows, predict_gaussian
 from picrl_core.series import PreparedSeries, segment_starts
 
 CONFORMAL_WINDOW = 256  # residuals kept per service (the calibration set size n)

@@ -32,7 +32,8 @@ from torch import nn
 
 from picrl_core.batching import INVARIANT_CHUNK
 from picrl_core.config import PicRLConfig
-from picrl_core.controller import ControllerState, PicRLController, Transition
+from picrl_core.controller import PicRLController, Transition
+from picrl_core.controller_state import ControllerState
 from picrl_core.methods.pic_rl import PicRLProvisioner
 from picrl_core.pipeline import train_offline
 from picrl_core.policy import N_FEATURES, N_OUTPUTS, PolicyNetwork, ValueNetwork, _mlp, gaussian_log_prob

@@ -37,7 +37,7 @@ from picrl_core.methods.base import Provisioner, run_pic_loop
 from picrl_core.noise import counter_normal
 from picrl_core.pipeline import config_for, phase1_predictor
 from picrl_core.policy import gaussian_log_prob
-from picrl_core.predictor import predict_gaussian
+from picrl_core.predictor.windowed import predict_gaussian
 from picrl_core.pretrain import _chunks, chunk_starts, gae
 from picrl_core.series import PreparedSeries
 

@@ -16,7 +16,8 @@ import torch
 
 from picrl_core.artifact import ModelArtifact
 from picrl_core.config import PicRLConfig
-from picrl_core.controller import ControllerState, PicRLController
+from picrl_core.controller import PicRLController
+from picrl_core.controller_state import ControllerState
 from picrl_core.methods.base import Provisioner
 from picrl_core.pipeline import SlowLoop, online_controller, train_offline
 from picrl_core.policy import PolicyNetwork, ValueNetwork

@@ -1,7 +1,7 @@
 """Phase-1 substitutions of the comparison (Table 2): TFT, Informer and Autoformer with a Gaussian head.
 
 Each model is a compact implementation of its published architecture's core mechanism, sized by
-``PredictorConfig.hidden``, and a drop-in for :class:`~picrl_core.predictor.GaussianLSTM`: it reads
+``PredictorConfig.hidden``, and a drop-in for :class:`~picrl_core.predictor.model.GaussianLSTM`: it reads
 the same window ``(B, W, 2 + C)`` of PIC inputs ``[y, c, ctx...]``, returns ``(mu, sigma)`` with
 ``sigma >= cfg.sigma_min`` through the same Gaussian head, and is trained by the same NLL, Eq. (3),
 on the same windows (``train_predictor(..., model_factory=...)``). Phases 2 and 3 are kept.
@@ -22,7 +22,7 @@ from torch import nn
 from picrl_core.config import PicRLConfig, PredictorConfig
 from picrl_core.methods.pic_rl import PicRLProvisioner
 from picrl_core.pipeline import train_offline, with_windowed_predictor
-from picrl_core.predictor import gaussian_head, gaussian_output
+from picrl_core.predictor.model import gaussian_head, gaussian_output
 from picrl_core.series import PreparedSeries
 
 HEADS = 4  # attention heads of every model (hidden must be divisible by it)

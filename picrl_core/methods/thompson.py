@@ -36,7 +36,7 @@ from picrl_core.methods.base import Provisioner, run_pic_loop
 from picrl_core.methods.conformal import PredictorFeed
 from picrl_core.pipeline import phase1_predictor
 from picrl_core.policy import risk_centre
-from picrl_core.predictor import GaussianLSTM
+from picrl_core.predictor.model import GaussianLSTM
 from picrl_core.reward import step_reward
 from picrl_core.series import PreparedSeries
 

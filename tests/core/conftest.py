@@ -15,7 +15,8 @@ import torch
 
 from picrl_core.config import PicRLConfig
 from picrl_core.policy import PolicyNetwork, ValueNetwork
-from picrl_core.predictor import GaussianLSTM, train_predictor
+from picrl_core.predictor.model import GaussianLSTM
+from picrl_core.predictor.train import train_predictor
 from picrl_core.synthetic import diurnal
 
 PERIOD = 48  # diurnal period of the fixture series, in steps

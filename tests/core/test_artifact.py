@@ -20,7 +20,8 @@ from picrl_core.artifact import (MANIFEST, WEIGHTS, ArtifactError, ModelArtifact
 from picrl_core.config import PicRLConfig
 from picrl_core.controller import PicRLController
 from picrl_core.policy import PolicyNetwork, ValueNetwork
-from picrl_core.predictor import GaussianLSTM, predict_gaussian
+from picrl_core.predictor.model import GaussianLSTM
+from picrl_core.predictor.windowed import predict_gaussian
 from picrl_core.simulator import simulate
 
 

@@ -11,11 +11,12 @@ import torch
 from picrl_core.calibrator import track_temperature
 from picrl_core.censored_estimator import ROWS_PER_THREAD
 from picrl_core.config import PicRLConfig
-from picrl_core.controller import ControllerState, PicRLController
+from picrl_core.controller import PicRLController
+from picrl_core.controller_state import ControllerState
 from picrl_core.costs import asymmetric_cost
 from picrl_core.mills import mean_above
 from picrl_core.policy import PolicyNetwork, risk_centre
-from picrl_core.predictor import GaussianLSTM
+from picrl_core.predictor.model import GaussianLSTM
 from picrl_core.reward import surrogate_reward
 from picrl_core.simulator import Trajectory, censor, simulate
 from picrl_core.synthetic import diurnal

@@ -19,7 +19,7 @@ from picrl_core.censored_estimator import estimate_censored_demand
 from picrl_core.config import PicRLConfig
 from picrl_core.controller import PicRLController
 from picrl_core.policy import PolicyNetwork
-from picrl_core.predictor import GaussianLSTM
+from picrl_core.predictor.model import GaussianLSTM
 from picrl_core.series import prepare_series
 from picrl_core.simulator import censor
 

@@ -12,11 +12,12 @@ import torch
 from picrl_core.artifact import ModelArtifact, load_artifact, save_artifact
 from picrl_core.config import PicRLConfig
 from picrl_core.controller import PicRLController
-from picrl_core.incremental_predictor import (advance_memory, evaluate_stream,
-                                              forecasts_as_acted, memory_size, start_memory,
-                                              train_incremental_predictor)
 from picrl_core.policy import PolicyNetwork, ValueNetwork
-from picrl_core.predictor import GaussianLSTM, make_windows, predict_gaussian, train_predictor
+from picrl_core.predictor.incremental import advance_memory, evaluate_stream, start_memory, train_incremental_predictor
+from picrl_core.predictor.kinds import forecasts_as_acted, memory_size
+from picrl_core.predictor.model import GaussianLSTM
+from picrl_core.predictor.train import train_predictor
+from picrl_core.predictor.windowed import make_windows, predict_gaussian
 from picrl_core.simulator import simulate
 from picrl_core.state_codec import StateCodec
 

@@ -21,7 +21,9 @@ from picrl_core.methods.predictors import (AutoCorrelation, GaussianAutoformer, 
                                            ProbSparseAttention, SeriesDecomposition)
 from picrl_core.pipeline import run_online, train_offline
 from picrl_core.policy import N_FEATURES
-from picrl_core.predictor import GaussianLSTM, predict_gaussian, train_predictor
+from picrl_core.predictor.model import GaussianLSTM
+from picrl_core.predictor.train import train_predictor
+from picrl_core.predictor.windowed import predict_gaussian
 from picrl_core.series import PreparedSeries, prepare_series
 from picrl_core.synthetic import diurnal
 

@@ -28,7 +28,7 @@ from picrl_core.methods.spo import spo_plus_loss
 from picrl_core.methods.thompson import GaussianThompson, fit_thompson
 from picrl_core.methods.vpa import VPA_OOM_BUMP_RATIO, VPAProvisioner
 from picrl_core.pipeline import evaluation_inputs
-from picrl_core.predictor import GaussianLSTM
+from picrl_core.predictor.model import GaussianLSTM
 from picrl_core.series import PreparedSeries, prepare_series
 from picrl_core.synthetic import stationary_gaussian
 

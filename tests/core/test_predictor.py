@@ -10,17 +10,9 @@ import pytest
 import torch
 
 from picrl_core.config import PredictorConfig
-from picrl_core.predictor import (
-    GaussianLSTM,
-    PredictorInputError,
-    calibrate_sigma,
-    censor_noise_std,
-    evaluate_predictor,
-    gaussian_nll,
-    make_windows,
-    predict_gaussian,
-    train_predictor,
-)
+from picrl_core.predictor.model import GaussianLSTM, PredictorInputError, censor_noise_std, gaussian_nll
+from picrl_core.predictor.train import train_predictor
+from picrl_core.predictor.windowed import calibrate_sigma, evaluate_predictor, make_windows, predict_gaussian
 
 SMALL = PredictorConfig(  # the windowed LSTM's Phase 1 (the incremental one has its own test file)
     window=16, hidden=16, epochs=8, batch_size=128, lr=5e-3, patience=3, max_train_windows=1500, kind="windowed"

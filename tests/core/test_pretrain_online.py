@@ -12,7 +12,7 @@ from picrl_core.config import PicRLConfig
 from picrl_core.controller import Transition
 from picrl_core.online import ReplayBuffer, SlowPolicyLearner, off_policy_score
 from picrl_core.policy import N_FEATURES, PolicyNetwork, ValueNetwork, gaussian_log_prob
-from picrl_core.predictor import GaussianLSTM
+from picrl_core.predictor.model import GaussianLSTM
 from picrl_core.pretrain import PretrainReport, gae, pretrain_policy
 
 Pretrained = tuple[tuple[PolicyNetwork, ValueNetwork, PretrainReport], list[dict[str, float]]]

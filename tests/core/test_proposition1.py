@@ -15,7 +15,7 @@ from scipy.stats import norm
 from picrl_core.config import PicRLConfig
 from picrl_core.controller import PicRLController
 from picrl_core.costs import episode_metrics
-from picrl_core.predictor import train_predictor
+from picrl_core.predictor.train import train_predictor
 from picrl_core.pretrain import pretrain_policy
 from picrl_core.simulator import simulate
 from picrl_core.synthetic import stationary_gaussian

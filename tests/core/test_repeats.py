@@ -11,7 +11,7 @@ from picrl_core.config import EstimatorConfig, PicRLConfig
 from picrl_core.controller import PicRLController
 from picrl_core.mills import mean_above
 from picrl_core.policy import PolicyNetwork
-from picrl_core.predictor import GaussianLSTM
+from picrl_core.predictor.model import GaussianLSTM
 from picrl_core.repeats import inside_range, mean_above_or_repeat, repeat_quantile, repeats_in, track_repeats
 
 

@@ -13,7 +13,7 @@ from picrl_core.methods.coupled import resource_metrics, run_coupled_loop
 from picrl_core.methods import REGISTRY
 from picrl_core.methods.evaluation import run_on_test_split
 from picrl_core.policy import PolicyNetwork
-from picrl_core.predictor import GaussianLSTM
+from picrl_core.predictor.model import GaussianLSTM
 from picrl_core.resources import GPU_POD, Resource, impute_served_share, killing, observe
 from picrl_core.series import prepare_resource_fleet
 from picrl_core.synthetic import diurnal

@@ -6,9 +6,8 @@ from dataclasses import fields
 import numpy as np
 import pytest
 
-from picrl_core.controller import ControllerState
-from picrl_core.scaling import (LEVEL_FIELDS, SPREAD_FIELDS, UNIT_FREE_FIELDS, from_unit, grown_high, outgrown,
-                                rescale_state)
+from picrl_core.controller_state import LEVEL_FIELDS, SPREAD_FIELDS, UNIT_FREE_FIELDS, ControllerState, rescale_state
+from picrl_core.scaling import from_unit, grown_high, outgrown
 
 
 def _state(services: int = 3, window: int = 4, seed: int = 0) -> ControllerState:

@@ -7,9 +7,10 @@ import numpy as np
 import torch
 
 from picrl_core.config import PicRLConfig
-from picrl_core.controller import ControllerState, PicRLController
+from picrl_core.controller import PicRLController
+from picrl_core.controller_state import ControllerState
 from picrl_core.policy import PolicyNetwork
-from picrl_core.predictor import GaussianLSTM
+from picrl_core.predictor.model import GaussianLSTM
 from picrl_core.state_codec import StateCodec
 
 

@@ -7,10 +7,11 @@ from dataclasses import dataclass, fields, replace
 import numpy as np
 
 from picrl_core.artifact import ModelArtifact
-from picrl_core.controller import ControllerState, PicRLController
+from picrl_core.controller import PicRLController
+from picrl_core.controller_state import ControllerState, rescale_state
 from picrl_core.noise import service_key
 from picrl_core.resources import coupled_flags, impute_served_share, observe, unobserved
-from picrl_core.scaling import from_unit, grown_high, outgrown, rescale_state, to_unit, window_range
+from picrl_core.scaling import from_unit, grown_high, outgrown, to_unit, window_range
 from picrl_core.series import MinMaxScaler
 from picrl_core.simulator import DECISION_FIELDS, Trajectory, censor
 from producers.workload import Workload

@@ -1,18 +1,15 @@
-"""Phase 1 (Sec. 3.1): uncertainty-aware Gaussian LSTM demand predictor trained by NLL, Eq. (3).
+"""Phase 1's windowed predictor (``predictor.kind = "windowed"``, the paper's): every tick the LSTM re-reads the
+last ``W`` ticks of PIC inputs from a zero state.
 
-The predictor reads a window of the online PIC inputs, channels ``[y, c, ctx_1..ctx_C]`` where
-``y_t = min(d_t, a_t)`` is the observation and ``c_t = 1[d_t > a_t]`` the censoring indicator, and
-predicts the demand of the next step as a Gaussian ``(mu, sigma)``. Training uses a fully observed
-historical series; a share of the training windows is re-censored under synthetic provisioning
-thresholds so the model has seen censored inputs before it meets them online.
+Training (:func:`train_windowed_predictor`) samples windows of the training split, re-censors a share of them
+(:func:`make_windows`) and minimises the NLL of Eq. (3) of the step after each; validation scores every uncensored
+window of the validation split (:func:`windowed_forecasts`), and :func:`calibrate_sigma` scales ``sigma`` on it.
 """
 from __future__ import annotations
 
 import copy
 import math
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
-from typing import TypeVar
 
 import numpy as np
 import torch
@@ -20,131 +17,15 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from picrl_core.batching import INVARIANT_CHUNK, in_fixed_chunks
 from picrl_core.config import PredictorConfig
+from picrl_core.predictor.model import (Forecast, Forecasts, GaussianLSTM, Predictor, PredictorInputError,
+                                        PredictorReport, censor_noise_std, check_series, fit_sigma, forecast_metrics,
+                                        gaussian_nll, pic_inputs)
 from picrl_core.series import segment_starts
 
-# Std of the per-step noise of the synthetic provisioning threshold, drawn per window from this range (in the
-# series' scaled units).
-_CENSOR_NOISE_RANGE = (0.01, 0.1)
-# Predicted std at initialisation (demand lives in [0, 1]); keeps the first NLL gradients moderate.
-_INITIAL_SIGMA = 0.1
 # Windows built at once when evaluating a whole series: bounds the memory of the window copies.
 _EVALUATION_BLOCK = 65_536
 # Seed of the (uncensored, so in fact randomness-free) validation windows.
 _VALIDATION_SEED = 0
-
-
-class PredictorInputError(ValueError):
-    """A series, context or window array the predictor cannot use."""
-
-
-def gaussian_head(hidden: int, cfg: PredictorConfig) -> torch.nn.Linear:
-    """The Gaussian output layer ``h -> (mu offset, pre-softplus sigma)``: small weights, zero mean
-    offset and a sigma bias that starts the predicted std near ``_INITIAL_SIGMA``. It carries two buffers
-    that :func:`calibrate_sigma` sets on the validation split, so a saved model holds them: the
-    temperature ``sigma_scale`` (1 until calibrated) and ``residual_rms``, the constant std that fits the
-    validation residuals best (what ablation A1 acts with instead of ``sigma_t``)."""
-    head = torch.nn.Linear(hidden, 2)
-    with torch.no_grad():
-        head.weight.mul_(0.1)
-        head.bias[0] = 0.0
-        head.bias[1] = math.log(math.expm1(max(_INITIAL_SIGMA - cfg.sigma_min, 1e-3)))
-    head.register_buffer("sigma_scale", torch.ones(()))
-    head.register_buffer("residual_rms", torch.full((), cfg.sigma_min))
-    return head
-
-
-def gaussian_output(head: torch.nn.Linear, h: torch.Tensor, level: torch.Tensor,
-                    sigma_min: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """Features ``h`` ``(B, H)`` -> ``mu = level + out[:, 0]``, ``sigma = T * (softplus(out[:, 1]) + sigma_min)``
-    with ``out = head(h)`` and ``T`` the head's temperature ``sigma_scale``."""
-    out = torch.nn.functional.linear(h, head.weight, head.bias)  # head(h) without the module call's overhead
-    return level + out[:, 0], (torch.nn.functional.softplus(out[:, 1]) + sigma_min) * head.sigma_scale
-
-
-class GaussianLSTM(torch.nn.Module):
-    """LSTM with a Gaussian head: window (B, W, 2 + C) -> ``(mu, sigma)``, each (B,).
-
-    ``mu = y_last + head_mu(h)`` is a residual on the last observation, and the head starts with
-    small weights, so an untrained model predicts roughly "the last observation" — a sane start for
-    a demand series. ``sigma = softplus(head_sigma(h)) + sigma_min`` starts near ``_INITIAL_SIGMA``.
-    The model has no dropout or normalisation layers, so train and eval mode compute the same.
-    """
-
-    def __init__(self, cfg: PredictorConfig) -> None:
-        super().__init__()
-        if cfg.window < 1 or cfg.hidden < 1 or cfg.layers < 1 or cfg.context_channels < 0:
-            raise PredictorInputError(
-                "predictor config needs window, hidden and layers >= 1 and context_channels >= 0"
-            )
-        if cfg.sigma_min <= 0:
-            raise PredictorInputError(f"predictor sigma_min must be positive, got {cfg.sigma_min}")
-        self.cfg = cfg
-        self.input_size = 2 + cfg.context_channels
-        self.lstm = torch.nn.LSTM(self.input_size, cfg.hidden, cfg.layers, batch_first=True)
-        self.head = gaussian_head(cfg.hidden, cfg)
-
-    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        _, (h_n, _) = self.lstm(x)
-        return gaussian_output(self.head, h_n[-1], x[:, -1, 0], self.cfg.sigma_min)
-
-
-# Any Phase-1 model with GaussianLSTM's interface (``cfg``, ``input_size``, window -> (mu, sigma)).
-Predictor = TypeVar("Predictor", bound=torch.nn.Module)
-
-
-def gaussian_nll(mu: torch.Tensor, sigma: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
-    """Eq. (3): ``mean(log sigma + 0.5 ((d - mu) / sigma)^2)`` (the constant log sqrt(2 pi) dropped)."""
-    return (torch.log(sigma) + 0.5 * ((d - mu) / sigma) ** 2).mean()
-
-
-@dataclass(frozen=True)
-class PredictorReport:
-    """Outcome of :func:`train_predictor`; validation metrics are those of the restored best epoch
-    (after the temperature ``sigma_scale``)."""
-
-    epochs_run: int
-    best_epoch: int  # 1-based, as ``history[i]["epoch"]``
-    history: tuple[dict[str, float], ...]
-    val_nll: float
-    val_mae: float
-    coverage_1sigma: float  # share of validation targets within mu +- sigma
-    coverage_2sigma: float  # share of validation targets within mu +- 2 sigma
-    sigma_scale: float = 1.0  # temperature of sigma fitted on validation (1: not calibrated)
-
-    def to_dict(self) -> dict[str, object]:
-        data = asdict(self)
-        data["history"] = [dict(h) for h in self.history]
-        return data
-
-
-def _check_series(d: np.ndarray, context: np.ndarray | None, window: int, channels: int, name: str) -> None:
-    if d.ndim != 1:
-        raise PredictorInputError(f"{name} series must be one-dimensional, got shape {d.shape}")
-    if len(d) < window + 2:
-        raise PredictorInputError(
-            f"{name} series has {len(d)} steps; the predictor needs at least window + 2 = {window + 2}"
-        )
-    if not np.all(np.isfinite(d)):
-        raise PredictorInputError(f"{name} series contains NaN or infinite values")
-    if channels == 0 and context is not None:
-        raise PredictorInputError(f"{name} context given but the predictor config has context_channels=0")
-    if channels > 0:
-        if context is None:
-            raise PredictorInputError(
-                f"{name} context missing: the predictor config has context_channels={channels}"
-            )
-        if context.shape != (len(d), channels):
-            raise PredictorInputError(
-                f"{name} context must have shape ({len(d)}, {channels}), got {context.shape}"
-            )
-        if not np.all(np.isfinite(context)):
-            raise PredictorInputError(f"{name} context contains NaN or infinite values")
-
-
-def censor_noise_std(demand: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """Per row of ``demand`` ``(..., L)``, the std ``(...)`` of the synthetic threshold's noise, drawn uniformly
-    from ``_CENSOR_NOISE_RANGE`` (the paper's range, in scaled units)."""
-    return rng.uniform(*_CENSOR_NOISE_RANGE, size=demand.shape[:-1])
 
 
 def make_windows(
@@ -172,7 +53,7 @@ def make_windows(
     d = np.asarray(d, dtype=np.float64)
     ctx = None if context is None else np.asarray(context, dtype=np.float32)
     channels = 0 if ctx is None else ctx.shape[-1]
-    _check_series(d, ctx, window, channels, "training")
+    check_series(d, ctx, window, channels, "training")
     n_all = len(d) - window
     idx = np.arange(n_all) if starts is None else np.asarray(starts, dtype=np.int64)
     if idx.size and (idx.min() < 0 or idx.max() >= n_all):
@@ -214,13 +95,13 @@ def predict_gaussian(model: GaussianLSTM, windows: np.ndarray,
     return mu.astype(np.float64), sigma.astype(np.float64)
 
 
-def _predict_series(model: GaussianLSTM, series: np.ndarray, context: np.ndarray | None,
-                    window: int, services: int = 1) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def windowed_forecasts(model: GaussianLSTM, series: np.ndarray, context: np.ndarray | None,
+                       window: int, services: int = 1) -> Forecasts:
     """``(mu, sigma, target)`` on every uncensored window of ``series`` (of ``services`` segments end to
     end, none straddled), built in bounded blocks."""
     series = np.asarray(series, dtype=np.float64)
     context = None if context is None else np.asarray(context, dtype=np.float64)
-    _check_series(series, context, window, model.cfg.context_channels, "evaluation")
+    check_series(series, context, window, model.cfg.context_channels, "evaluation")
     rng = np.random.default_rng(_VALIDATION_SEED)
     every = segment_starts(len(series), services, 0, window + 1)
     mu, sigma, target = [], [], []
@@ -238,34 +119,37 @@ def evaluate_predictor(
     model: GaussianLSTM, series: np.ndarray, context: np.ndarray | None, window: int, services: int = 1
 ) -> dict[str, float]:
     """NLL (Eq. 3), MAE of ``mu`` and 1/2-sigma coverage on every uncensored window of ``series``."""
-    m, s, t = _predict_series(model, series, context, window, services)
-    z = np.abs(t - m) / s
-    return {
-        "nll": float(np.mean(np.log(s) + 0.5 * z**2)),
-        "mae": float(np.mean(np.abs(t - m))),
-        "coverage_1sigma": float(np.mean(z <= 1.0)),
-        "coverage_2sigma": float(np.mean(z <= 2.0)),
-    }
+    return forecast_metrics(windowed_forecasts(model, series, context, window, services))
 
 
 def calibrate_sigma(model: Predictor, series: np.ndarray, context: np.ndarray | None, window: int, *,
                     temperature: bool = True, services: int = 1) -> float:
-    """Held-out calibration of the predicted std on the windows of ``series`` (the validation split),
-    stored in the model's head; returns the temperature.
-
-    With ``temperature``, temperature scaling (Kuleshov et al., ICML 2018, for regression): ``T =
-    sqrt(mean(((d - mu) / sigma)^2))`` is the scale that minimises the Gaussian NLL Eq. (3) of ``T * sigma``
-    (else ``T = 1``). Always: ``residual_rms = sqrt(mean((d - mu)^2))``, the NLL-optimal *constant* std."""
-    with torch.no_grad():
-        model.head.sigma_scale.fill_(1.0)
-        m, s, t = _predict_series(model, series, context, window, services)
-        scale = float(np.sqrt(np.mean(((t - m) / s) ** 2))) if temperature else 1.0
-        model.head.sigma_scale.fill_(max(scale, 1e-6))
-        model.head.residual_rms.fill_(max(float(np.sqrt(np.mean((t - m) ** 2))), model.cfg.sigma_min))
-    return scale
+    """:func:`~picrl_core.predictor.model.fit_sigma` on the windows of ``series`` (the validation split)."""
+    return fit_sigma(model, lambda: windowed_forecasts(model, series, context, window, services), temperature)
 
 
-def train_predictor(
+class WindowedForecaster:
+    """:class:`~picrl_core.predictor.model.Forecaster` of the windowed predictor: every tick reads the whole window
+    (:func:`predict_gaussian`, batch-invariant for a fixed ``chunk``); it carries no memory (``M = 0``)."""
+
+    def __init__(self, model: GaussianLSTM, chunk: int = INVARIANT_CHUNK) -> None:
+        self.model, self.chunk = model, chunk
+
+    @staticmethod
+    def memory_size(cfg: PredictorConfig) -> int:
+        return 0
+
+    def start(self, observations: np.ndarray, censored: np.ndarray, context: np.ndarray) -> Forecast:
+        windows = pic_inputs(observations, censored, context)
+        mu, sigma = predict_gaussian(self.model, windows, self.chunk)
+        return mu, sigma, np.zeros((windows.shape[0], 0), np.float32)
+
+    def advance(self, observations: np.ndarray, censored: np.ndarray, context: np.ndarray,
+                memory: np.ndarray) -> Forecast:
+        return self.start(observations, censored, context)
+
+
+def train_windowed_predictor(
     train: np.ndarray,
     val: np.ndarray,
     cfg: PredictorConfig,
@@ -277,7 +161,8 @@ def train_predictor(
     model_factory: Callable[[PredictorConfig], Predictor] = GaussianLSTM,  # type: ignore[assignment]
     services: int = 1,
 ) -> tuple[Predictor, PredictorReport]:
-    """Phase 1 / Algorithm 1 line 2: ``theta* = argmin_theta sum NLL(d_i; f_theta(x_i))``, Eq. (3).
+    """Phase 1 / Algorithm 1 line 2 for the windowed kind: ``theta* = argmin_theta sum NLL(d_i; f_theta(x_i))``,
+    Eq. (3).
 
     Adam on minibatches of at most ``cfg.max_train_windows`` windows per epoch (re-sampled and
     re-censored every epoch), early stopping on the validation NLL after ``cfg.patience`` epochs
@@ -288,21 +173,12 @@ def train_predictor(
     the Phase-1 substitutions of the comparison pass theirs and train by the same loop). A fleet's
     splits hold ``services`` series end to end; no window straddles two.
     """
-    if cfg.kind == "incremental":  # the carried LSTM trains on sequences (its own module); a Gaussian LSTM only
-        from picrl_core.incremental_predictor import train_incremental_predictor
-
-        if model_factory is not GaussianLSTM:
-            raise PredictorInputError("the incremental predictor is a Gaussian LSTM; "
-                                      f"{getattr(model_factory, '__name__', model_factory)} cannot be carried")
-
-        return train_incremental_predictor(train, val, cfg, seed=seed, train_context=train_context,  # type: ignore[return-value]
-                                           val_context=val_context, progress=progress, services=services)
     train = np.asarray(train, dtype=np.float64)
     val = np.asarray(val, dtype=np.float64)
     train_context = None if train_context is None else np.asarray(train_context, dtype=np.float64)
     val_context = None if val_context is None else np.asarray(val_context, dtype=np.float64)
-    _check_series(train, train_context, cfg.window, cfg.context_channels, "training")
-    _check_series(val, val_context, cfg.window, cfg.context_channels, "validation")
+    check_series(train, train_context, cfg.window, cfg.context_channels, "training")
+    check_series(val, val_context, cfg.window, cfg.context_channels, "validation")
     if cfg.epochs < 1 or cfg.batch_size < 1 or cfg.max_train_windows < 1 or cfg.patience < 1:
         raise PredictorInputError(
             "predictor epochs, batch_size, max_train_windows and patience must all be >= 1"

@@ -4,9 +4,9 @@ The paper's predictor (``kind = "windowed"``) re-reads the whole ``W``-step wind
 every tick: ``W`` LSTM cell steps per service per tick. The incremental one keeps the LSTM's ``(h, c)``
 per service in the controller state (``ControllerState.memory``, ``2 * layers * hidden`` floats) and
 advances one cell step per tick with the newest ``[y, c, ctx]`` row; a cold start runs the history
-window once. Its network is a :class:`~picrl_core.predictor.GaussianLSTM` (same weights, same head, same
-artifact layout); what differs is how it is trained and used, so the artifact's config says which one
-it holds (``predictor.kind``) and the controller acts accordingly.
+window once (:class:`IncrementalForecaster`). Its network is a :class:`~picrl_core.predictor.model.GaussianLSTM`
+(same weights, same head, same artifact layout); what differs is how it is trained and used, so the artifact's
+config says which one it holds (``predictor.kind``, :mod:`picrl_core.predictor.kinds`).
 
 Training (:func:`train_incremental_predictor`): sequences of ``4 W`` steps of the training split, each
 from a zero state, re-censored in blocks of ``W`` steps like the windowed model's windows
@@ -27,15 +27,16 @@ import torch
 
 from picrl_core.batching import INVARIANT_CHUNK, in_fixed_chunks
 from picrl_core.config import PredictorConfig
-from picrl_core.predictor import (GaussianLSTM, PredictorInputError, PredictorReport, _check_series, _predict_series,
-                                  censor_noise_std, gaussian_nll, gaussian_output)
+from picrl_core.predictor.model import (Forecast, Forecasts, GaussianLSTM, PredictorInputError, PredictorReport,
+                                        censor_noise_std, check_series, fit_sigma, forecast_metrics, gaussian_nll,
+                                        gaussian_output, pic_inputs)
 
 _SEQUENCE_WINDOWS = 4  # a training sequence is this many windows long; the first one only warms the state up
 
 
 def memory_size(cfg: PredictorConfig) -> int:
-    """Floats of ``(h, c)`` per service: ``2 * layers * hidden`` for the incremental predictor, else 0."""
-    return 2 * cfg.layers * cfg.hidden if cfg.kind == "incremental" else 0
+    """Floats of ``(h, c)`` per service: ``2 * layers * hidden``."""
+    return 2 * cfg.layers * cfg.hidden
 
 
 def _split_memory(memory: np.ndarray, cfg: PredictorConfig) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
@@ -117,6 +118,25 @@ def _cell_step(x: torch.Tensor, h: torch.Tensor, c: torch.Tensor, w_ih: torch.Te
     return torch.from_numpy(outgate * np.tanh(c_new)), torch.from_numpy(c_new)
 
 
+class IncrementalForecaster:
+    """:class:`~picrl_core.predictor.model.Forecaster` of the incremental predictor: a cold start reads the window
+    from a zero state (:func:`start_memory`), a tick takes one cell step on the window's newest row
+    (:func:`advance_memory`); both batch-invariant for a fixed ``chunk``."""
+
+    memory_size = staticmethod(memory_size)
+
+    def __init__(self, model: GaussianLSTM, chunk: int = INVARIANT_CHUNK) -> None:
+        self.model, self.chunk = model, chunk
+
+    def start(self, observations: np.ndarray, censored: np.ndarray, context: np.ndarray) -> Forecast:
+        return start_memory(self.model, pic_inputs(observations, censored, context), self.chunk)
+
+    def advance(self, observations: np.ndarray, censored: np.ndarray, context: np.ndarray,
+                memory: np.ndarray) -> Forecast:
+        newest = np.concatenate([observations[:, -1:], censored[:, -1:].astype(np.float32), context[:, -1]], axis=1)
+        return advance_memory(self.model, newest, memory, self.chunk)
+
+
 def _sequence_outputs(model: GaussianLSTM, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """``(mu, sigma)`` ``(B, T)`` after every step of sequences ``x`` ``(B, T, 2 + C)`` from a zero state."""
     out, _ = model.lstm(x)
@@ -160,8 +180,8 @@ def _training_sequences(d: np.ndarray, context: np.ndarray | None, starts: np.nd
     return x, d[index + 1].astype(np.float32)
 
 
-def _stream_predictions(model: GaussianLSTM, series: np.ndarray, context: np.ndarray | None, window: int,
-                        services: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def stream_forecasts(model: GaussianLSTM, series: np.ndarray, context: np.ndarray | None, window: int,
+                     services: int = 1) -> Forecasts:
     """``(mu, sigma, target)`` of the whole (uncensored) series run as one stream per service, scored on
     every step after the first ``window`` (the windowed evaluation's targets)."""
     per = len(series) // services
@@ -177,43 +197,34 @@ def _stream_predictions(model: GaussianLSTM, series: np.ndarray, context: np.nda
     return np.concatenate(mu), np.concatenate(sigma), np.concatenate(target)
 
 
-def forecasts_as_acted(model: GaussianLSTM, series: np.ndarray, context: np.ndarray | None,
-                       services: int = 1) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(mu, sigma, target)`` of every point of ``series`` after each segment's first ``window``, from the true
-    demand before it, read as the controller reads ``model``: one carried stream per service (``kind =
-    "incremental"``) or each point's window from a zero state."""
-    series = np.asarray(series, np.float64)
-    if model.cfg.kind == "incremental":
-        return _stream_predictions(model, series, context, model.cfg.window, services)
-    return _predict_series(model, series, context, model.cfg.window, services)
-
-
 def evaluate_stream(model: GaussianLSTM, series: np.ndarray, context: np.ndarray | None, window: int,
                     services: int = 1) -> dict[str, float]:
     """NLL (Eq. 3), MAE of ``mu`` and 1/2-sigma coverage of the incremental predictor run over ``series``."""
-    m, s, t = _stream_predictions(model, np.asarray(series, np.float64), context, window, services)
-    z = np.abs(t - m) / s
-    return {"nll": float(np.mean(np.log(s) + 0.5 * z**2)), "mae": float(np.mean(np.abs(t - m))),
-            "coverage_1sigma": float(np.mean(z <= 1.0)), "coverage_2sigma": float(np.mean(z <= 2.0))}
+    return forecast_metrics(stream_forecasts(model, np.asarray(series, np.float64), context, window, services))
 
 
 def train_incremental_predictor(
     train: np.ndarray, val: np.ndarray, cfg: PredictorConfig, *, seed: int,
     train_context: np.ndarray | None = None, val_context: np.ndarray | None = None,
-    progress: Callable[[dict[str, float]], None] | None = None, services: int = 1,
+    progress: Callable[[dict[str, float]], None] | None = None,
+    model_factory: Callable[[PredictorConfig], torch.nn.Module] = GaussianLSTM, services: int = 1,
 ) -> tuple[GaussianLSTM, PredictorReport]:
     """Phase 1 for ``kind = "incremental"``: Eq. (3) on sequences (module docstring), Adam, early stopping
     on the validation stream's NLL after ``cfg.patience`` epochs without improvement, the best epoch
     restored and (with ``cfg.calibrate_sigma``) ``sigma`` temperature-scaled on the validation stream.
     Each epoch draws ``max_train_windows / 4`` sequences (the windowed model's LSTM cell steps per epoch)
-    in minibatches of ``batch_size / 4``. Deterministic under ``seed``; the global torch RNG is untouched."""
+    in minibatches of ``batch_size / 4``. Deterministic under ``seed``; the global torch RNG is untouched. The model
+    is a Gaussian LSTM (``model_factory`` must be :class:`GaussianLSTM`: its ``(h, c)`` is what is carried)."""
+    if model_factory is not GaussianLSTM:
+        raise PredictorInputError("the incremental predictor is a Gaussian LSTM; "
+                                  f"{getattr(model_factory, '__name__', model_factory)} cannot be carried")
     train = np.asarray(train, dtype=np.float64)
     val = np.asarray(val, dtype=np.float64)
     train_context = None if train_context is None else np.asarray(train_context, dtype=np.float64)
     val_context = None if val_context is None else np.asarray(val_context, dtype=np.float64)
     window = cfg.window
-    _check_series(train, train_context, window, cfg.context_channels, "training")
-    _check_series(val, val_context, window, cfg.context_channels, "validation")
+    check_series(train, train_context, window, cfg.context_channels, "training")
+    check_series(val, val_context, window, cfg.context_channels, "validation")
     length = min(_SEQUENCE_WINDOWS * window, len(train) // services - 2)
     if length <= window:
         raise PredictorInputError(f"the training split is too short for incremental sequences of {window + 1} steps")
@@ -257,12 +268,7 @@ def train_incremental_predictor(
 
     model.load_state_dict(best_state)
     model.zero_grad(set_to_none=True)
-    with torch.no_grad():
-        model.head.sigma_scale.fill_(1.0)
-        m, s, t = _stream_predictions(model, val, val_context, window, services)
-        scale = float(np.sqrt(np.mean(((t - m) / s) ** 2))) if cfg.calibrate_sigma else 1.0
-        model.head.sigma_scale.fill_(max(scale, 1e-6))
-        model.head.residual_rms.fill_(max(float(np.sqrt(np.mean((t - m) ** 2))), cfg.sigma_min))
+    scale = fit_sigma(model, lambda: stream_forecasts(model, val, val_context, window, services), cfg.calibrate_sigma)
     final = evaluate_stream(model, val, val_context, window, services)
     report = PredictorReport(epochs_run=len(history), best_epoch=best_epoch, history=tuple(history),
                              val_nll=final["nll"], val_mae=final["mae"], coverage_1sigma=final["coverage_1sigma"],
