@@ -8,15 +8,21 @@ import urllib.parse
 import urllib.request
 from typing import Any
 
+from picrl.settings import SPECS
+
+WEB_PORT = SPECS["web_port"].default
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser(
         "explain", help="show a service's state and last decisions from a running worker",
-        description="Ask a running worker (`picrl worker --web-port PORT`) for GET /services/<id>: the service's "
-                    "range, calibrator margin and bias, prediction mu and sigma, risk buffer k*sigma, censoring "
-                    "streak and its last decisions with their breakdown.")
+        description="Ask a running worker for GET /services/<id>: the service's range, calibrator margin and bias, "
+                    "prediction mu and sigma, risk buffer k*sigma, censoring streak and its last decisions with their "
+                    f"breakdown. A worker serves on port {WEB_PORT} unless set otherwise (--web-port); a second worker "
+                    "on the same host takes the next free port and logs its URL at start.")
     parser.add_argument("service", help="service id")
-    parser.add_argument("--url", default="http://127.0.0.1:6066", help="the worker's web address (default %(default)s)")
+    parser.add_argument("--url", default=f"http://127.0.0.1:{WEB_PORT}",
+                        help="the web address of the worker that holds the service (default %(default)s)")
     parser.add_argument("--json", action="store_true", help="print the raw JSON")
     parser.set_defaults(handler=run)
 
@@ -29,7 +35,8 @@ def fetch(url: str, service: str) -> tuple[int, dict[str, Any]]:
     except urllib.error.HTTPError as exc:
         return exc.code, json.loads(exc.read() or b"{}")
     except urllib.error.URLError as exc:
-        raise ConnectionError(f"no worker answers at {url} ({exc.reason}); start one with --web-port") from None
+        raise ConnectionError(f"no worker answers at {url} ({exc.reason}): a worker serves on port {WEB_PORT} unless "
+                              "its --web-port says otherwise, and logs its URL at start") from None
 
 
 def run(args: argparse.Namespace) -> int:

@@ -6,7 +6,7 @@ import asyncio
 import time
 from dataclasses import replace
 
-from picrl.commands.bus import add_bus_arguments, bootstrap_or_local, settings_from_args
+from picrl.commands.bus import add_bus_arguments, reachable_bootstrap, settings_from_args
 from stream.policy_follower import guardrail_refusal, read_policy_versions
 from stream.policy_writer import next_version, publish_next
 from stream.records import PolicyVersion
@@ -56,7 +56,7 @@ async def rollback(bootstrap: str, topics: TopicNames, name: str, target: int) -
 
 def run(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
-    bootstrap = bootstrap_or_local(settings["bootstrap"])
+    bootstrap = reachable_bootstrap(settings)
     topics = TopicNames(settings["prefix"])
     if args.action == "list":
         versions = asyncio.run(read_policy_versions(bootstrap, topics.policy, args.policy_name))

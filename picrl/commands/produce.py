@@ -5,7 +5,7 @@ import argparse
 import asyncio
 from pathlib import Path
 
-from picrl.commands.bus import add_bus_arguments, bootstrap_or_local, settings_from_args
+from picrl.commands.bus import add_bus_arguments, reachable_bootstrap, settings_from_args
 from picrl.commands.source import add_trace_source, load_trace
 from picrl.datasets import load_dataset, load_pod_fleet
 from picrl.progress import progress_bar
@@ -120,7 +120,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run_replay(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
-    bootstrap = bootstrap_or_local(settings["bootstrap"])
+    bootstrap = reachable_bootstrap(settings)
     workload = workload_from_args(args)
     topics = TopicNames(settings["prefix"])
     with progress_bar(workload.ticks, "replay", "tick") as bar:
@@ -172,7 +172,7 @@ def play_closed_loop(bootstrap: str, prefix: str, workload: Workload, *, interva
 
 def run_closed_loop(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
-    bootstrap = bootstrap_or_local(settings["bootstrap"])
+    bootstrap = reachable_bootstrap(settings)
     workload = workload_from_args(args)
     try:
         record = play_closed_loop(bootstrap, settings["prefix"], workload, interval=args.interval,

@@ -1,24 +1,33 @@
 """What a platform team sees of a running worker: settings with sources, recommend mode and overrides,
-Prometheus metrics scraped during a run, `picrl explain`, JSON logs."""
+Prometheus metrics scraped during a run from the web server that is on by default, `picrl explain`, one log
+format per process, expected start-up states at info, and a clear end when Kafka does not answer."""
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
+import re
+import socket
+import subprocess
+import time
 import urllib.request
+from datetime import datetime
 from pathlib import Path
 
 import pytest
 
 from picrl.cli import main
 from picrl.datasets import Trace
-from picrl.settings import SettingsError, load_settings
+from picrl.commands import explain
+from picrl.commands.bus import RETRIED_STATES, RetriedStates
+from picrl.commands.worker import WEB_PORT, web_port
+from picrl.settings import Settings, SettingsError, load_settings
 from producers.closed_loop import ClosedLoopEnvironment, TickSummary
 from picrl.workloads import copies_of
 from stream.topics import TopicNames, ensure_topics, topic_specs
 from tests.stream.conftest import WINDOW
 from tests.support.kafka import unique
-from tests.support.processes import picrl_process, tail
-from tests.support.web import free_port
+from tests.support.processes import picrl_process, spawn, stop, tail
 
 
 
@@ -72,13 +81,12 @@ def test_a_running_worker_is_observable_and_explainable(kafka_bootstrap: str, ti
                                                         capsys: pytest.CaptureFixture[str]) -> None:
     prefix = unique("ops")
     asyncio.run(ensure_topics(kafka_bootstrap, topic_specs(prefix, 2)))
-    port = free_port()
     workload = copies_of(native_trace, 3, WINDOW + 25, start=900, seed=2)
     frozen = workload.services[2]
     settings = tmp_path / "settings.json"
     settings.write_text(json.dumps({"mode": "recommend", "services": {frozen: {"freeze": 30.0}}}))
     args = ["worker", "--model", str(tiny_model_dir), "--bootstrap", kafka_bootstrap, "--prefix", prefix,
-            "--partitions", "2", "--app-id", f"{prefix}-worker", "--web-port", str(port), "--settings", str(settings)]
+            "--partitions", "2", "--app-id", f"{prefix}-worker", "--settings", str(settings)]  # web server: default
     scrapes: list[str] = []
 
     def on_tick(summary: TickSummary) -> None:
@@ -86,6 +94,8 @@ def test_a_running_worker_is_observable_and_explainable(kafka_bootstrap: str, ti
             scrapes.append(_scrape(port))  # during the run
 
     with picrl_process(args, tmp_path / "worker.log") as worker:
+        port = _logged_web_port(tmp_path / "worker.log", worker)
+        assert port >= WEB_PORT  # the default, or the next free port when another worker here has it
         env = ClosedLoopEnvironment(kafka_bootstrap, TopicNames(prefix), workload, action_timeout=120, on_tick=on_tick)
         record = asyncio.run(env.run())
         assert main(["explain", workload.services[0], "--url", f"http://127.0.0.1:{port}"]) == 0
@@ -105,7 +115,93 @@ def test_a_running_worker_is_observable_and_explainable(kafka_bootstrap: str, ti
     assert 'picrl_actions_total{phase="control"}' in last and 'picrl_consumer_lag{partition=' in last
     logs = [json.loads(line) for line in (tmp_path / "worker.log").read_text().splitlines() if line.startswith("{")]
     assert logs and all({"time", "level", "logger", "message"} <= set(entry) for entry in logs)
+    assert not [e for e in logs if e["level"] != "info" and any(text in e["message"] for text in RETRIED_STATES)]
     assert "Traceback" not in (tmp_path / "worker.log").read_text(), tail(tmp_path / "worker.log")
+
+
+def _logged_web_port(log: Path, process: subprocess.Popen, wait: float = 120.0) -> int:
+    """The port of the web server a starting worker names in its log."""
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline:
+        found = re.search(r"web server: http://127\.0\.0\.1:(\d+)", log.read_text() if log.exists() else "")
+        if found:
+            return int(found.group(1))
+        assert process.poll() is None, tail(log)
+        time.sleep(0.2)
+    raise AssertionError(f"the worker logged no web server URL within {wait:.0f} s:\n{tail(log)}")
+
+
+def test_the_web_server_is_on_by_default_and_two_workers_do_not_clash() -> None:
+    assert load_settings(None, environ={})["web_port"] == WEB_PORT == 6066
+    assert explain.WEB_PORT == WEB_PORT  # `picrl explain` asks the default port
+    assert web_port(load_settings(None, {"web_port": 0}, {})) is None  # 0: off
+    with socket.socket() as taken:  # a port another worker on this host serves on
+        taken.bind(("", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        default = Settings({"web_port": port}, {"web_port": "default"})
+        assert web_port(default) > port
+        with pytest.raises(SettingsError, match=f"web_port = {port} \\(from flag\\): the port is taken"):
+            web_port(Settings({"web_port": port}, {"web_port": "flag"}))
+
+
+def test_retried_start_up_states_are_logged_at_info() -> None:
+    def record(name: str, level: int, message: str) -> logging.LogRecord:
+        return logging.LogRecord(name, level, __file__, 1, message, None, None)
+
+    expected = [record("aiokafka.consumer.group_coordinator", logging.ERROR,
+                       "Group Coordinator Request failed: [Error 15] GroupCoordinatorNotAvailableError"),
+                record("aiokafka.consumer.group_coordinator", logging.WARNING,
+                       "Marking the coordinator dead (node 1)for group g."),
+                record("aiokafka.producer.sender", logging.WARNING, "Got error produce response on topic-partition "
+                       "TopicPartition(topic='t', partition=0), retrying. Error: NotEnoughReplicasError")]
+    other = [record("aiokafka.producer.sender", logging.ERROR, "Unexpected error during InitProducerIdRequest: X"),
+             record("picrl.worker", logging.WARNING, "NotEnoughReplicasError seen by picrl itself")]
+    retried = RetriedStates()
+    root = logging.getLogger()
+    previous = root.level
+    try:
+        root.setLevel(logging.INFO)
+        assert all(retried.filter(r) and r.levelname == "INFO" for r in expected)
+        assert all(retried.filter(r) and r.levelno > logging.INFO for r in other)
+        root.setLevel(logging.WARNING)  # --log-level warning: the demoted lines are left out
+        assert not retried.filter(record("aiokafka.consumer.group_coordinator", logging.WARNING,
+                                         "Marking the coordinator dead (node 1)for group g."))
+    finally:
+        root.setLevel(previous)
+
+
+def test_an_unreachable_bootstrap_ends_with_one_clear_line(tiny_model_dir: Path, tmp_path: Path,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """`--bootstrap 127.0.0.1:1`: the worker and the trainer wait --bootstrap-timeout seconds, log one error line
+    (in their one log format) and exit 2; `picrl produce` does the same with a CLI error line."""
+    common = ["--model", str(tiny_model_dir), "--bootstrap", "127.0.0.1:1", "--bootstrap-timeout", "5"]
+    logs = {name: tmp_path / f"{name}.log" for name in ("worker", "trainer")}
+    started = time.monotonic()
+    processes = {name: spawn([name, *common], log) for name, log in logs.items()}  # side by side: 2 cores
+    try:
+        codes = {name: process.wait(120) for name, process in processes.items()}
+    finally:
+        for process in processes.values():
+            stop(process)
+    assert time.monotonic() - started < 120
+    for name, log in logs.items():
+        lines = log.read_text().splitlines()
+        assert codes[name] == 2 and lines, tail(log)
+        entries = [json.loads(line) for line in lines]  # nothing but JSON, the default format
+        errors = [e for e in entries if e["level"] == "error"]
+        assert len(errors) == 1 and len(entries) <= 3, tail(log)
+        assert "Kafka at 127.0.0.1:1 did not answer within 5 s" in errors[0]["message"]
+        waited = [e for e in entries if "waiting up to 5 s" in e["message"]]
+        seconds = (datetime.fromisoformat(errors[0]["time"]) - datetime.fromisoformat(waited[0]["time"]))
+        assert 4.5 <= seconds.total_seconds() < 7, f"{name} waited {seconds}"
+    began = time.monotonic()
+    assert main(["produce", "replay", "--dataset", "genai-mem", "--services", "1", "--ticks", "2", "--rate", "10",
+                 "--bootstrap", "127.0.0.1:1", "--bootstrap-timeout", "5"]) == 2
+    assert 4.5 <= time.monotonic() - began < 15
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["picrl produce: error: Kafka at 127.0.0.1:1 did not answer within 5 s: check --bootstrap and that "
+                   "the brokers run (--bootstrap-timeout sets the wait)"]
 
 
 def test_the_configuration_reference_lists_every_setting() -> None:
