@@ -106,8 +106,7 @@ def test_trainer_versions_reach_the_workers_actions(kafka_bootstrap: str, tiny_m
     workload = copies_of(native_trace, 4, WINDOW + 60, start=850, seed=9)
     metrics_port = free_port()
     trainer_args = ["trainer", "--model", str(tiny_model_dir), "--bootstrap", kafka_bootstrap, "--prefix", prefix,
-                    "--partitions", str(PARTITIONS), "--update-every", "16", "--log-level", "warning",
-                    "--metrics-port", str(metrics_port)]
+                    "--partitions", str(PARTITIONS), "--update-every", "16", "--metrics-port", str(metrics_port)]
     # guardrails wide open: this test is about propagation (the guardrails have their own tests)
     worker_args = [*_worker_args(tiny_model_dir, kafka_bootstrap, prefix), "--max-kl", "1e9", "--score-margin", "1e9"]
     with picrl_process(worker_args, tmp_path / "worker.log"), \
