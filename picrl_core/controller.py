@@ -45,6 +45,60 @@ class Transition:
     action: np.ndarray  # (B,) float64 a_t
 
 
+@dataclass(frozen=True)
+class Feedback:
+    """What one tick's feedback ``(y_t, c_t)`` says of the pending actions (:meth:`PicRLController.step`'s observe
+    stage). Rows whose demand nobody saw (``unseen``) are neither short nor over, and their streaks hold."""
+
+    y: np.ndarray  # (B,) float64 y_t = min(d_t, a_t)
+    censored: np.ndarray  # (B,) bool c_t as reported
+    unseen: np.ndarray | None  # (B,) bool rows whose demand went unobserved; None when there are none
+    shortage: np.ndarray  # (B,) bool d_t > a_t
+    over: np.ndarray  # (B,) bool d_t < a_t
+    seen: np.ndarray  # (B,) bool the demand was seen: uncensored and not short
+    censor_streak: np.ndarray  # (B,) int64 consecutive censored ticks, this one included
+    over_streak: np.ndarray  # (B,) int64 consecutive over-provisioned ticks, this one included
+    reward: np.ndarray  # (B,) float64 r_t (Eq. 9-10)
+
+
+@dataclass(frozen=True)
+class FastVariables:
+    """The per-service variables Phase 3's fast loop carries from tick to tick (the calibrate stage)."""
+
+    margin: np.ndarray  # (B,) float64 m
+    bias: np.ndarray  # (B,) float64 b
+    temperature: np.ndarray  # (B,) float64 the online scale of sigma
+    escape: np.ndarray  # (B,) float64 the censoring-streak escape e
+    repeat_share: np.ndarray  # (B,) float64 running share of seen ticks that repeated the last seen demand
+    last_seen: np.ndarray  # (B,) float64 the last demand seen uncensored
+
+
+@dataclass(frozen=True)
+class Window:
+    """The last ``W`` ticks of PIC inputs each decision reads, oldest first."""
+
+    observations: np.ndarray  # (B, W) float32 y (a shortage may hold its E-step, impute_shortage)
+    censored: np.ndarray  # (B, W) bool c
+    context: np.ndarray  # (B, W, C) float32
+
+
+@dataclass(frozen=True)
+class DecisionInputs:
+    """What :meth:`PicRLController._decide` reads: the window and the carried state after a feedback, or a cold
+    start's (``memory`` None, ``start_margin`` in units of the first sigma)."""
+
+    keys: np.ndarray  # (B,) uint64 service keys
+    tick: np.ndarray  # (B,) int64 the tick the decision is for
+    window: Window
+    fast: FastVariables
+    censor_streak: np.ndarray  # (B,) int64
+    over_streak: np.ndarray  # (B,) int64
+    memory: np.ndarray | None = None  # the predictor's memory before the window's newest row; None: a cold start
+    estimate_start: tuple[np.ndarray, np.ndarray] | None = None  # the last tick's censored-demand estimate
+    start_margin: float = 0.0
+    seen: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # (e_t, seen_t, y_t): the escape to release
+
+
 class PicRLController:
     """Predict -> plan -> act, and the fast calibrator update, for any number of services at once."""
 
@@ -91,28 +145,46 @@ class PicRLController:
         calibrator = self.config.calibrator
         warm = calibrator.start_from_validation
         scale = calibrator.initial_scale if warm and self.scales_sigma else 1.0
-        return self._decide(
+        fast = FastVariables(margin=zeros, bias=zeros.copy(), temperature=np.full(n, scale), escape=zeros.copy(),
+                             repeat_share=repeats_in(history[:, -self.window:], self.config.estimator.act_on_repeat),
+                             last_seen=observations[:, -1].astype(np.float64))  # the padding is no repeat
+        return self._decide(DecisionInputs(
             keys=np.asarray(keys, dtype=np.uint64).reshape(n),
             tick=np.broadcast_to(np.asarray(start_tick, dtype=np.int64), (n,)).copy(),
-            observations=observations, censored=np.zeros_like(observations, dtype=bool), context=context,
-            margin=zeros, bias=zeros.copy(), censor_streak=np.zeros(n, np.int64), over_streak=np.zeros(n, np.int64),
-            estimate_start=None, memory=None, temperature=np.full(n, scale),
-            escape=zeros.copy(),  # the padding is no repeat
-            repeat_share=repeats_in(history[:, -self.window:], self.config.estimator.act_on_repeat),
-            last_seen=observations[:, -1].astype(np.float64),
+            window=Window(observations, np.zeros_like(observations, dtype=bool), context), fast=fast,
+            censor_streak=np.zeros(n, np.int64), over_streak=np.zeros(n, np.int64),
             start_margin=calibrator.initial_margin if warm else 0.0,
-        )
+        ))
 
     def step(self, state: ControllerState, y: np.ndarray, censored: np.ndarray,
              context: np.ndarray | None = None, missing: np.ndarray | None = None) -> tuple[ControllerState, Transition]:
         """Consume feedback ``(y_t, c_t)`` (and this tick's context ``(B, C)``) for the pending
-        actions; return the states with the decisions for the next tick, and the transitions.
+        actions; return the states with the decisions for the next tick, and the transitions. Four stages:
+        observe (:meth:`_observe`), calibrate (:meth:`_calibrate`), window and E-step (:meth:`_window`), decide
+        (:meth:`_decide`).
 
         ``missing`` (``(B,)`` bool): rows whose demand went unobserved this tick (a soft resource of a pod that a
         hard shortage killed, :func:`picrl_core.resources.unobserved`). Nothing is learnt from them: the
         calibrator, the streaks and the temperature hold, the reward is the forecast's expected cost
         (:func:`~picrl_core.reward.expected_cost`), and the window keeps the pending forecast ``mu`` as an
         uncensored point, the E-step of a missing value, instead of ``(y, c)``."""
+        obs = self._observe(state, y, censored, missing)
+        fast = self._calibrate(state, obs)
+        window = self._window(state, obs, context)
+        new = self._decide(DecisionInputs(
+            keys=state.keys, tick=state.tick + 1, window=window, fast=fast, censor_streak=obs.censor_streak,
+            over_streak=obs.over_streak, memory=state.memory,
+            estimate_start=(state.est_mean, state.est_std) if self.config.estimator.warm_start else None,
+            seen=(state.escape, obs.seen if obs.unseen is None else obs.seen & ~obs.unseen, obs.y),
+        ))
+        transition = Transition(features=state.features, pre=state.pre, log_prob=state.log_prob, reward=obs.reward,
+                                next_features=new.features, censored=obs.censored, action=state.action)
+        return new, transition
+
+    def _observe(self, state: ControllerState, y: np.ndarray, censored: np.ndarray,
+                 missing: np.ndarray | None) -> Feedback:
+        """Observe: whether each pending action was short or over, the streaks, and the reward of Eq. (9)-(10) (the
+        forecast's expected cost where the demand went unobserved)."""
         y = np.asarray(y, dtype=np.float64).reshape(len(state))
         censored = np.asarray(censored, dtype=bool).reshape(len(state))
         unseen = None if missing is None else np.asarray(missing, dtype=bool).reshape(len(state))
@@ -131,10 +203,17 @@ class PicRLController:
         reward = step_reward(a, y, seen_censored, state.mu, state.sigma, censor_streak, cfg.cost, cfg.reward)
         if unseen is not None:
             reward[unseen] = -expected_cost(a[unseen], state.mu[unseen], state.sigma[unseen], cfg.cost)
-        margin, bias = reactive_step(state.margin, state.bias, state.eta, shortage, over, state.sigma, cfg)
-        window_y, window_c = (impute_shortage(y, censored, shortage, state, cfg.estimator)
-                              if cfg.estimator.impute_window else (y, censored))
-        seen = ~shortage & ~censored
+        return Feedback(y=y, censored=censored, unseen=unseen, shortage=shortage, over=over,
+                        seen=~shortage & ~censored, censor_streak=censor_streak, over_streak=over_streak,
+                        reward=reward)
+
+    def _calibrate(self, state: ControllerState, obs: Feedback) -> FastVariables:
+        """Calibrate: the fast loop's step on the feedback: margin and bias (Eq. 12), the temperature of sigma, the
+        censoring-streak escape and the repeat share with the last demand seen. Rows whose demand went unobserved
+        keep their temperature and escape."""
+        cfg = self.config
+        y, censored, unseen, shortage, a = obs.y, obs.censored, obs.unseen, obs.shortage, state.action
+        margin, bias = reactive_step(state.margin, state.bias, state.eta, shortage, obs.over, state.sigma, cfg)
         observed = ~censored if unseen is None else ~censored & ~unseen
         after_seen, missed = state.censor_streak == 0, None
         if cfg.estimator.act_on_repeat:  # a shortage at or above v did not repeat; a clipped v is no value seen
@@ -147,28 +226,26 @@ class PicRLController:
                                          gaussian_share) if self.scales_sigma else state.temperature)
         repeat_share, last_seen = track_repeats(state.repeat_share, state.last_seen, y, observed,
                                                 after_seen, cfg.estimator.repeat_rate, missed)
-        escape = (escape_step(state.escape, shortage, seen, censor_streak, state.sigma, cfg.calibrator)
+        escape = (escape_step(state.escape, shortage, obs.seen, obs.censor_streak, state.sigma, cfg.calibrator)
                   if cfg.calibrator.escape else state.escape)
-        if unseen is not None:  # the temperature holds; the window takes the forecast (the E-step of a missing value)
+        if unseen is not None:  # the temperature and the escape hold
             temperature = np.where(unseen, state.temperature, temperature)
             escape = np.where(unseen, state.escape, escape)
-            window_y, window_c = np.where(unseen, state.mu, window_y), window_c & ~unseen
+        return FastVariables(margin=margin, bias=bias, temperature=temperature, escape=escape,
+                             repeat_share=repeat_share, last_seen=last_seen)
+
+    def _window(self, state: ControllerState, obs: Feedback, context: np.ndarray | None) -> Window:
+        """Window and E-step: the window moves one tick on. Its new point is ``(y_t, c_t)``, a shortage's Tobit
+        E-step with ``estimator.impute_window`` (:func:`impute_shortage`), or the pending forecast ``mu`` where the
+        demand went unobserved (the E-step of a missing value); this tick's context row joins the context."""
+        window_y, window_c = (impute_shortage(obs.y, obs.censored, obs.shortage, state, self.config.estimator)
+                              if self.config.estimator.impute_window else (obs.y, obs.censored))
+        if obs.unseen is not None:
+            window_y, window_c = np.where(obs.unseen, state.mu, window_y), window_c & ~obs.unseen
         row_context = self._check_context(None if context is None else np.asarray(context)[:, None, :],
                                           (len(state), 1), "context")
-        new = self._decide(
-            keys=state.keys, tick=state.tick + 1,
-            observations=_shift(state.observations, window_y.astype(np.float32)),
-            censored=_shift(state.censored, window_c),
-            context=_shift(state.context, row_context[:, 0, :]),
-            margin=margin, bias=bias, censor_streak=censor_streak, over_streak=over_streak,
-            estimate_start=(state.est_mean, state.est_std) if self.config.estimator.warm_start else None,
-            memory=state.memory, temperature=temperature, escape=escape,
-            repeat_share=repeat_share, last_seen=last_seen,
-            seen=(state.escape, seen if unseen is None else seen & ~unseen, y),
-        )
-        transition = Transition(features=state.features, pre=state.pre, log_prob=state.log_prob, reward=reward,
-                                next_features=new.features, censored=censored, action=a)
-        return new, transition
+        return Window(observations=_shift(state.observations, window_y.astype(np.float32)),
+                      censored=_shift(state.censored, window_c), context=_shift(state.context, row_context[:, 0, :]))
 
     def _check_context(self, context: np.ndarray | None, shape: tuple[int, int], name: str) -> np.ndarray:
         """Context as ``(B, H, C)`` float32; an empty ``C = 0`` array when the model has no context."""
@@ -182,56 +259,57 @@ class PicRLController:
             raise ValueError(f"{name} must have shape {(*shape, channels)}; got {context.shape}")
         return context
 
-    def _decide(self, *, keys: np.ndarray, tick: np.ndarray, observations: np.ndarray, censored: np.ndarray,
-                context: np.ndarray, margin: np.ndarray, bias: np.ndarray, censor_streak: np.ndarray,
-                over_streak: np.ndarray, estimate_start: tuple[np.ndarray, np.ndarray] | None,
-                memory: np.ndarray | None, temperature: np.ndarray, escape: np.ndarray,
-                repeat_share: np.ndarray, last_seen: np.ndarray, start_margin: float = 0.0,
-                seen: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> ControllerState:
-        """Predict (mu, sigma), build s_t, plan (eta, k) and act: a = clip(mu + k*sigma + m + b + e, 0, 1), with ``e``
-        the censoring-streak escape (0 unless ``calibrator.escape``; :func:`~picrl_core.calibrator.escape_step`).
-        A cold start adds ``start_margin`` sigma to the margin (:meth:`initial_state`). ``seen``:
-        ``(e_t, seen_t, y_t)``, whose escape :func:`~picrl_core.calibrator.release_escape` releases at the new forecast.
+    def _decide(self, inputs: DecisionInputs) -> ControllerState:
+        """Decide: predict (mu, sigma), build s_t, plan (eta, k) and act: a = clip(mu + k*sigma + m + b + e, 0, 1),
+        with ``e`` the censoring-streak escape (0 unless ``calibrator.escape``; :func:`~picrl_core.calibrator.
+        escape_step`). A cold start adds ``start_margin`` sigma to the margin (:meth:`initial_state`); ``seen``'s
+        escape :func:`~picrl_core.calibrator.release_escape` releases at the new forecast.
 
         The censored-demand estimator starts from ``estimate_start`` (the previous tick's estimate, whose
         window differs by one point) where given, and from the window's sample moments otherwise. The
-        incremental predictor advances ``memory`` (its state before the window's newest row) by that row,
-        or reads the whole window when there is none (cold start)."""
+        predictor advances ``memory`` by the window's newest row, or reads the whole window when there is none
+        (a cold start)."""
+        keys, tick, fast = inputs.keys, inputs.tick, inputs.fast
+        observations, censored, context = inputs.window.observations, inputs.window.censored, inputs.window.context
+        censor_streak, over_streak = inputs.censor_streak, inputs.over_streak
+        margin, escape = fast.margin, fast.escape
         cfg = self.config
         recent = slice(-cfg.estimator.window, None)
 
         def estimate() -> CensoredDemandEstimate:
             return estimate_censored_demand(observations[:, recent].astype(np.float64), censored[:, recent],
-                                            censor_streak, cfg.estimator, cfg.reward, start=estimate_start,
+                                            censor_streak, cfg.estimator, cfg.reward, start=inputs.estimate_start,
                                             threads=cfg.online.estimator_threads)
 
         # With estimator threads and enough services, the estimator (it does not read the forecast) runs beside the predictor.
         parallel = cfg.online.estimator_threads > 1 and len(keys) >= ROWS_PER_THREAD
         running = _side_thread().submit(estimate) if parallel else None
-        mu, sigma, memory = self._predict(observations, censored, context, memory)
+        mu, sigma, memory = self._predict(observations, censored, context, inputs.memory)
         censored_demand = estimate() if running is None else running.result()
         if not cfg.ablation.use_uncertainty:  # A1: no state-dependent uncertainty, the best constant std instead
             sigma = np.full_like(sigma, float(self.predictor.head.residual_rms))
         if self.scales_sigma:  # the service's own temperature (track_temperature)
-            sigma = sigma * temperature
-        if start_margin:
-            margin = margin + start_margin * sigma
-        if seen is not None and cfg.calibrator.escape:
-            escape = release_escape(escape, *seen, mu, cfg.calibrator)
+            sigma = sigma * fast.temperature
+        if inputs.start_margin:
+            margin = margin + inputs.start_margin * sigma
+        if inputs.seen is not None and cfg.calibrator.escape:
+            escape = release_escape(escape, *inputs.seen, mu, cfg.calibrator)
         features = state_features(
-            margin=margin, bias=bias, observations=observations[:, recent], censored=censored[:, recent],
+            margin=margin, bias=fast.bias, observations=observations[:, recent], censored=censored[:, recent],
             censor_streak=censor_streak, over_streak=over_streak, tick=tick, mu=mu, sigma=sigma,
             estimate=censored_demand, n_max=cfg.reward.n_max, horizon=cfg.policy.horizon,
         )
         pre, log_prob = self._plan(features, keys, tick)
         eta, k = squash(pre, cfg.policy, self.risk_centre)
         # the method: np.clip without its wrapper
-        action = self._order(mu, k, sigma, margin, bias, escape, repeat_share, last_seen, censor_streak).clip(0.0, 1.0)
+        action = self._order(mu, k, sigma, margin, fast.bias, escape, fast.repeat_share, fast.last_seen,
+                             censor_streak).clip(0.0, 1.0)
         return ControllerState(
             keys=keys, tick=tick, observations=observations, censored=censored, context=context,
-            margin=margin, bias=bias, censor_streak=censor_streak, over_streak=over_streak,
+            margin=margin, bias=fast.bias, censor_streak=censor_streak, over_streak=over_streak,
             action=action, mu=mu, sigma=sigma, eta=eta, k=k, pre=pre, log_prob=log_prob, features=features,
-            est_mean=censored_demand.mean, est_std=censored_demand.std, memory=memory, temperature=temperature, escape=escape, repeat_share=repeat_share, last_seen=last_seen,
+            est_mean=censored_demand.mean, est_std=censored_demand.std, memory=memory, temperature=fast.temperature,
+            escape=escape, repeat_share=fast.repeat_share, last_seen=fast.last_seen,
         )
 
     def unclipped(self, state: ControllerState) -> np.ndarray:

@@ -8,7 +8,7 @@ window once (:class:`IncrementalForecaster`). Its network is a :class:`~picrl_co
 (same weights, same head, same artifact layout); what differs is how it is trained and used, so the artifact's
 config says which one it holds (``predictor.kind``, :mod:`picrl_core.predictor.kinds`).
 
-Training (:func:`train_incremental_predictor`): sequences of ``4 W`` steps of the training split, each
+Training (:class:`SequenceSampler`): sequences of ``4 W`` steps of the training split, each
 from a zero state, re-censored in blocks of ``W`` steps like the windowed model's windows
 (``censor_prob`` of the blocks under a synthetic threshold), Gaussian NLL (Eq. 3) on every prediction
 after the first ``W`` steps, back-propagated through the whole sequence. Validation runs the LSTM over
@@ -18,18 +18,13 @@ of ``sigma`` use that NLL.
 """
 from __future__ import annotations
 
-import copy
-import math
-from collections.abc import Callable
-
 import numpy as np
 import torch
 
 from picrl_core.batching import INVARIANT_CHUNK, in_fixed_chunks
 from picrl_core.config import PredictorConfig
-from picrl_core.predictor.model import (Forecast, Forecasts, GaussianLSTM, PredictorInputError, PredictorReport,
-                                        censor_noise_std, check_series, fit_sigma, forecast_metrics, gaussian_nll,
-                                        gaussian_output, pic_inputs)
+from picrl_core.predictor.model import (Forecast, Forecasts, GaussianLSTM, PredictorInputError, censor_noise_std,
+                                        forecast_metrics, gaussian_nll, gaussian_output, pic_inputs)
 
 _SEQUENCE_WINDOWS = 4  # a training sequence is this many windows long; the first one only warms the state up
 
@@ -203,74 +198,31 @@ def evaluate_stream(model: GaussianLSTM, series: np.ndarray, context: np.ndarray
     return forecast_metrics(stream_forecasts(model, np.asarray(series, np.float64), context, window, services))
 
 
-def train_incremental_predictor(
-    train: np.ndarray, val: np.ndarray, cfg: PredictorConfig, *, seed: int,
-    train_context: np.ndarray | None = None, val_context: np.ndarray | None = None,
-    progress: Callable[[dict[str, float]], None] | None = None,
-    model_factory: Callable[[PredictorConfig], torch.nn.Module] = GaussianLSTM, services: int = 1,
-) -> tuple[GaussianLSTM, PredictorReport]:
-    """Phase 1 for ``kind = "incremental"``: Eq. (3) on sequences (module docstring), Adam, early stopping
-    on the validation stream's NLL after ``cfg.patience`` epochs without improvement, the best epoch
-    restored and (with ``cfg.calibrate_sigma``) ``sigma`` temperature-scaled on the validation stream.
-    Each epoch draws ``max_train_windows / 4`` sequences (the windowed model's LSTM cell steps per epoch)
-    in minibatches of ``batch_size / 4``. Deterministic under ``seed``; the global torch RNG is untouched. The model
-    is a Gaussian LSTM (``model_factory`` must be :class:`GaussianLSTM`: its ``(h, c)`` is what is carried)."""
-    if model_factory is not GaussianLSTM:
-        raise PredictorInputError("the incremental predictor is a Gaussian LSTM; "
-                                  f"{getattr(model_factory, '__name__', model_factory)} cannot be carried")
-    train = np.asarray(train, dtype=np.float64)
-    val = np.asarray(val, dtype=np.float64)
-    train_context = None if train_context is None else np.asarray(train_context, dtype=np.float64)
-    val_context = None if val_context is None else np.asarray(val_context, dtype=np.float64)
-    window = cfg.window
-    check_series(train, train_context, window, cfg.context_channels, "training")
-    check_series(val, val_context, window, cfg.context_channels, "validation")
-    length = min(_SEQUENCE_WINDOWS * window, len(train) // services - 2)
-    if length <= window:
-        raise PredictorInputError(f"the training split is too short for incremental sequences of {window + 1} steps")
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        model = GaussianLSTM(cfg)
-    rng = np.random.default_rng(seed)
-    optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr)
-    per = len(train) // services
-    every = (np.arange(services)[:, None] * per + np.arange(per - length - 1)[None, :]).reshape(-1)
-    per_epoch = min(every.size, max(1, cfg.max_train_windows // _SEQUENCE_WINDOWS))
-    batch = max(1, cfg.batch_size // _SEQUENCE_WINDOWS)
+class SequenceSampler:
+    """:class:`~picrl_core.predictor.model.EpochSampler` of the incremental kind: each epoch ``max_train_windows / 4``
+    sequences of ``4 W`` steps (the windowed model's LSTM cell steps per epoch; none straddling two of a fleet's
+    ``services`` series), in minibatches of ``batch_size / 4``; the loss is Eq. (3) on every prediction after the
+    first ``W`` steps, back-propagated through the whole sequence."""
 
-    history: list[dict[str, float]] = []
-    best_nll, best_epoch, best_state = math.inf, 0, copy.deepcopy(model.state_dict())
-    for epoch in range(1, cfg.epochs + 1):
-        starts = every[rng.permutation(every.size)[:per_epoch]]
-        x_np, t_np = _training_sequences(train, train_context, starts, length, window, rng, cfg.censor_prob)
-        x, t = torch.from_numpy(x_np), torch.from_numpy(t_np)
-        total, count = 0.0, 0
-        for lo in range(0, per_epoch, batch):
-            mu, sigma = _sequence_outputs(model, x[lo:lo + batch])
-            loss = gaussian_nll(mu[:, window - 1:], sigma[:, window - 1:], t[lo:lo + batch, window - 1:])
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-            total += loss.item() * len(mu)
-            count += len(mu)
-        train_nll = total / count
-        if not math.isfinite(train_nll):
-            raise FloatingPointError(f"incremental predictor training diverged at epoch {epoch} (NLL {train_nll})")
-        metrics = evaluate_stream(model, val, val_context, window, services)
-        record = {"epoch": epoch, "train_nll": train_nll, "val_nll": metrics["nll"], "val_mae": metrics["mae"]}
-        history.append(record)
-        if progress is not None:
-            progress(dict(record))
-        if metrics["nll"] < best_nll:
-            best_nll, best_epoch, best_state = metrics["nll"], epoch, copy.deepcopy(model.state_dict())
-        elif epoch - best_epoch >= cfg.patience:
-            break
+    def __init__(self, train: np.ndarray, context: np.ndarray | None, cfg: PredictorConfig, services: int) -> None:
+        self.train, self.context, self.cfg = train, context, cfg
+        window = cfg.window
+        self.length = min(_SEQUENCE_WINDOWS * window, len(train) // services - 2)
+        if self.length <= window:
+            raise PredictorInputError(
+                f"the training split is too short for incremental sequences of {window + 1} steps")
+        per = len(train) // services
+        self.every = (np.arange(services)[:, None] * per + np.arange(per - self.length - 1)[None, :]).reshape(-1)
+        self.per_epoch = min(self.every.size, max(1, cfg.max_train_windows // _SEQUENCE_WINDOWS))
+        self.batch = max(1, cfg.batch_size // _SEQUENCE_WINDOWS)
 
-    model.load_state_dict(best_state)
-    model.zero_grad(set_to_none=True)
-    scale = fit_sigma(model, lambda: stream_forecasts(model, val, val_context, window, services), cfg.calibrate_sigma)
-    final = evaluate_stream(model, val, val_context, window, services)
-    report = PredictorReport(epochs_run=len(history), best_epoch=best_epoch, history=tuple(history),
-                             val_nll=final["nll"], val_mae=final["mae"], coverage_1sigma=final["coverage_1sigma"],
-                             coverage_2sigma=final["coverage_2sigma"], sigma_scale=scale)
-    return model.eval(), report
+    def draw(self, rng: np.random.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        starts = self.every[rng.permutation(self.every.size)[:self.per_epoch]]
+        x, t = _training_sequences(self.train, self.context, starts, self.length, self.cfg.window, rng,
+                                   self.cfg.censor_prob)
+        return torch.from_numpy(x), torch.from_numpy(t)
+
+    def loss(self, model: GaussianLSTM, x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        mu, sigma = _sequence_outputs(model, x)
+        first = self.cfg.window - 1
+        return gaussian_nll(mu[:, first:], sigma[:, first:], t[:, first:])

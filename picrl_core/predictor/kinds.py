@@ -3,8 +3,9 @@
 ``"windowed"`` (the paper's, :mod:`~picrl_core.predictor.windowed`): the LSTM re-reads the last ``W`` ticks from a
 zero state every tick. ``"incremental"`` (the default, :mod:`~picrl_core.predictor.incremental`): it carries its
 ``(h, c)`` per service in the controller state and takes one cell step per tick. Both are a
-:class:`~picrl_core.predictor.model.GaussianLSTM` in the artifact; a :class:`Kind` says how one is trained, run by
-the controller (its :class:`~picrl_core.predictor.model.Forecaster`) and read over a fully observed series.
+:class:`~picrl_core.predictor.model.GaussianLSTM` in the artifact; a :class:`Kind` says how one is trained (its
+:class:`~picrl_core.predictor.model.EpochSampler`), run by the controller (its
+:class:`~picrl_core.predictor.model.Forecaster`) and read over a fully observed series.
 """
 from __future__ import annotations
 
@@ -13,12 +14,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import torch
 
 from picrl_core.config import PredictorConfig
-from picrl_core.predictor.incremental import IncrementalForecaster, stream_forecasts, train_incremental_predictor
-from picrl_core.predictor.model import Forecaster, Forecasts, GaussianLSTM
-from picrl_core.predictor.windowed import WindowedForecaster, train_windowed_predictor, windowed_forecasts
+from picrl_core.predictor.incremental import IncrementalForecaster, SequenceSampler, stream_forecasts
+from picrl_core.predictor.model import EpochSampler, Forecaster, Forecasts, GaussianLSTM
+from picrl_core.predictor.windowed import WindowedForecaster, WindowSampler, windowed_forecasts
 
 
 @dataclass(frozen=True)
@@ -28,13 +28,13 @@ class Kind:
     forecaster: Callable[[Any, int], Forecaster]  # (model, inference chunk) -> how the controller runs it
     memory_size: Callable[[PredictorConfig], int]  # floats a service's state carries for it
     forecasts: Callable[..., Forecasts]  # (model, series, context, window, services) over a fully observed series
-    train: Callable[..., tuple[torch.nn.Module, Any]]  # Phase 1 (train_predictor's arguments)
+    # (train, context, cfg, services) -> its training inputs (train_predictor)
+    sampler: Callable[[np.ndarray, np.ndarray | None, PredictorConfig, int], EpochSampler]
 
 
 KINDS: dict[str, Kind] = {
-    "windowed": Kind(WindowedForecaster, WindowedForecaster.memory_size, windowed_forecasts, train_windowed_predictor),
-    "incremental": Kind(IncrementalForecaster, IncrementalForecaster.memory_size, stream_forecasts,
-                        train_incremental_predictor),
+    "windowed": Kind(WindowedForecaster, WindowedForecaster.memory_size, windowed_forecasts, WindowSampler),
+    "incremental": Kind(IncrementalForecaster, IncrementalForecaster.memory_size, stream_forecasts, SequenceSampler),
 }
 
 

@@ -117,6 +117,19 @@ class PredictorReport:
         return data
 
 
+class EpochSampler(Protocol):
+    """A kind's training inputs for :func:`~picrl_core.predictor.train.train_predictor`: each epoch ``draw`` re-samples
+    and re-censors ``per_epoch`` rows of the training split, taken in minibatches of ``batch`` rows whose ``loss`` is
+    the NLL of Eq. (3)."""
+
+    per_epoch: int
+    batch: int
+
+    def draw(self, rng: np.random.Generator) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+    def loss(self, model: torch.nn.Module, x: torch.Tensor, t: torch.Tensor) -> torch.Tensor: ...
+
+
 class Forecaster(Protocol):
     """Phase 1 as the controller runs it, whichever kind: ``start`` reads a window of PIC inputs from a cold start,
     ``advance`` takes the window after one more tick with the memory ``start`` or the last ``advance`` returned.

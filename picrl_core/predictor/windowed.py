@@ -1,15 +1,11 @@
 """Phase 1's windowed predictor (``predictor.kind = "windowed"``, the paper's): every tick the LSTM re-reads the
 last ``W`` ticks of PIC inputs from a zero state.
 
-Training (:func:`train_windowed_predictor`) samples windows of the training split, re-censors a share of them
+Training (:class:`WindowSampler`) samples windows of the training split, re-censors a share of them
 (:func:`make_windows`) and minimises the NLL of Eq. (3) of the step after each; validation scores every uncensored
 window of the validation split (:func:`windowed_forecasts`), and :func:`calibrate_sigma` scales ``sigma`` on it.
 """
 from __future__ import annotations
-
-import copy
-import math
-from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -18,8 +14,8 @@ from numpy.lib.stride_tricks import sliding_window_view
 from picrl_core.batching import INVARIANT_CHUNK, in_fixed_chunks
 from picrl_core.config import PredictorConfig
 from picrl_core.predictor.model import (Forecast, Forecasts, GaussianLSTM, Predictor, PredictorInputError,
-                                        PredictorReport, censor_noise_std, check_series, fit_sigma, forecast_metrics,
-                                        gaussian_nll, pic_inputs)
+                                        censor_noise_std, check_series, fit_sigma, forecast_metrics, gaussian_nll,
+                                        pic_inputs)
 from picrl_core.series import segment_starts
 
 # Windows built at once when evaluating a whole series: bounds the memory of the window copies.
@@ -149,89 +145,22 @@ class WindowedForecaster:
         return self.start(observations, censored, context)
 
 
-def train_windowed_predictor(
-    train: np.ndarray,
-    val: np.ndarray,
-    cfg: PredictorConfig,
-    *,
-    seed: int,
-    train_context: np.ndarray | None = None,
-    val_context: np.ndarray | None = None,
-    progress: Callable[[dict[str, float]], None] | None = None,
-    model_factory: Callable[[PredictorConfig], Predictor] = GaussianLSTM,  # type: ignore[assignment]
-    services: int = 1,
-) -> tuple[Predictor, PredictorReport]:
-    """Phase 1 / Algorithm 1 line 2 for the windowed kind: ``theta* = argmin_theta sum NLL(d_i; f_theta(x_i))``,
-    Eq. (3).
+class WindowSampler:
+    """:class:`~picrl_core.predictor.model.EpochSampler` of the windowed kind: each epoch at most
+    ``max_train_windows`` windows of the training split (:func:`make_windows`; a fleet's ``services`` series end to
+    end, no window straddling two), in minibatches of ``batch_size``; the loss is Eq. (3) of each window's next step."""
 
-    Adam on minibatches of at most ``cfg.max_train_windows`` windows per epoch (re-sampled and
-    re-censored every epoch), early stopping on the validation NLL after ``cfg.patience`` epochs
-    without improvement; the best epoch's weights are restored and, with ``cfg.calibrate_sigma``, its
-    ``sigma`` is temperature-scaled on the validation split (:func:`calibrate_sigma`). Deterministic under ``seed``; the
-    global torch RNG is left untouched. ``progress`` receives ``{"epoch", "train_nll", "val_nll",
-    "val_mae"}`` once per epoch. ``model_factory`` builds the model from ``cfg`` (the Gaussian LSTM;
-    the Phase-1 substitutions of the comparison pass theirs and train by the same loop). A fleet's
-    splits hold ``services`` series end to end; no window straddles two.
-    """
-    train = np.asarray(train, dtype=np.float64)
-    val = np.asarray(val, dtype=np.float64)
-    train_context = None if train_context is None else np.asarray(train_context, dtype=np.float64)
-    val_context = None if val_context is None else np.asarray(val_context, dtype=np.float64)
-    check_series(train, train_context, cfg.window, cfg.context_channels, "training")
-    check_series(val, val_context, cfg.window, cfg.context_channels, "validation")
-    if cfg.epochs < 1 or cfg.batch_size < 1 or cfg.max_train_windows < 1 or cfg.patience < 1:
-        raise PredictorInputError(
-            "predictor epochs, batch_size, max_train_windows and patience must all be >= 1"
-        )
+    def __init__(self, train: np.ndarray, context: np.ndarray | None, cfg: PredictorConfig, services: int) -> None:
+        self.train, self.context, self.cfg = train, context, cfg
+        self.every = segment_starts(len(train), services, 0, cfg.window + 1)
+        self.per_epoch = min(self.every.size, cfg.max_train_windows)
+        self.batch = cfg.batch_size
 
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        model = model_factory(cfg)
-    rng = np.random.default_rng(seed)
-    optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr)
-    every = segment_starts(len(train), services, 0, cfg.window + 1)
-    per_epoch = min(every.size, cfg.max_train_windows)
+    def draw(self, rng: np.random.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        starts = self.every[rng.permutation(self.every.size)[:self.per_epoch]]
+        x, t = make_windows(self.train, self.context, self.cfg.window, rng, self.cfg.censor_prob, starts=starts)
+        return torch.from_numpy(x), torch.from_numpy(t)
 
-    history: list[dict[str, float]] = []
-    best_nll, best_epoch, best_state = math.inf, 0, copy.deepcopy(model.state_dict())
-    for epoch in range(1, cfg.epochs + 1):
-        starts = every[rng.permutation(every.size)[:per_epoch]]
-        x_np, t_np = make_windows(train, train_context, cfg.window, rng, cfg.censor_prob, starts=starts)
-        x, t = torch.from_numpy(x_np), torch.from_numpy(t_np)
-        total = 0.0
-        for lo in range(0, per_epoch, cfg.batch_size):
-            mu, sigma = model(x[lo : lo + cfg.batch_size])
-            loss = gaussian_nll(mu, sigma, t[lo : lo + cfg.batch_size])
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-            total += loss.item() * len(mu)
-        train_nll = total / per_epoch
-        if not math.isfinite(train_nll):
-            raise FloatingPointError(f"predictor training diverged at epoch {epoch} (NLL {train_nll})")
-        val_metrics = evaluate_predictor(model, val, val_context, cfg.window, services)
-        record = {"epoch": epoch, "train_nll": train_nll}
-        record |= {"val_nll": val_metrics["nll"], "val_mae": val_metrics["mae"]}
-        history.append(record)
-        if progress is not None:
-            progress(dict(record))
-        if val_metrics["nll"] < best_nll:
-            best_nll, best_epoch, best_state = val_metrics["nll"], epoch, copy.deepcopy(model.state_dict())
-        elif epoch - best_epoch >= cfg.patience:
-            break
-
-    model.load_state_dict(best_state)
-    model.zero_grad(set_to_none=True)
-    scale = calibrate_sigma(model, val, val_context, cfg.window, temperature=cfg.calibrate_sigma, services=services)
-    final = evaluate_predictor(model, val, val_context, cfg.window, services)
-    report = PredictorReport(
-        epochs_run=len(history),
-        best_epoch=best_epoch,
-        history=tuple(history),
-        val_nll=final["nll"],
-        val_mae=final["mae"],
-        coverage_1sigma=final["coverage_1sigma"],
-        coverage_2sigma=final["coverage_2sigma"],
-        sigma_scale=scale,
-    )
-    return model, report
+    def loss(self, model: torch.nn.Module, x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        mu, sigma = model(x)
+        return gaussian_nll(mu, sigma, t)

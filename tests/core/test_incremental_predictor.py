@@ -13,7 +13,7 @@ from picrl_core.artifact import ModelArtifact, load_artifact, save_artifact
 from picrl_core.config import PicRLConfig
 from picrl_core.controller import PicRLController
 from picrl_core.policy import PolicyNetwork, ValueNetwork
-from picrl_core.predictor.incremental import advance_memory, evaluate_stream, start_memory, train_incremental_predictor
+from picrl_core.predictor.incremental import advance_memory, evaluate_stream, start_memory
 from picrl_core.predictor.kinds import forecasts_as_acted, memory_size
 from picrl_core.predictor.model import GaussianLSTM
 from picrl_core.predictor.train import train_predictor
@@ -126,8 +126,8 @@ def test_the_artifact_says_which_predictor_it_holds(tiny_config: PicRLConfig, in
 def test_training_is_deterministic_and_reports_the_validation_stream(tiny_config: PicRLConfig,
                                                                        diurnal_series: np.ndarray) -> None:
     cfg = replace(_incremental(tiny_config).predictor, epochs=2)
-    first, report = train_incremental_predictor(diurnal_series[:1600], diurnal_series[1600:2000], cfg, seed=3)
-    second, _ = train_incremental_predictor(diurnal_series[:1600], diurnal_series[1600:2000], cfg, seed=3)
+    first, report = train_predictor(diurnal_series[:1600], diurnal_series[1600:2000], cfg, seed=3)
+    second, _ = train_predictor(diurnal_series[:1600], diurnal_series[1600:2000], cfg, seed=3)
     for name, tensor in first.state_dict().items():
         assert torch.equal(second.state_dict()[name], tensor), name
     metrics = evaluate_stream(first, diurnal_series[1600:2000], None, cfg.window)
