@@ -29,6 +29,7 @@ budget (the test split read for a diagnosis, choosing nothing); ``--split develo
 ``benchmarks/select_design.py``. Prints both tables (mean and std over seeds) and writes ``censoring.csv``,
 ``censoring.json`` and ``censoring.png`` (the extra regret per class, stacked) to ``--out``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -38,8 +39,14 @@ from pathlib import Path
 import matplotlib
 import numpy as np
 from host import StealMeter
-from regret_by_regime import (add_split_arguments, method_runs, parse_split_arguments, run_cells, summarise,
-                              write_results)
+from regret_by_regime import (
+    add_split_arguments,
+    method_runs,
+    parse_split_arguments,
+    run_cells,
+    summarise,
+    write_results,
+)
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -71,26 +78,43 @@ def streak_classes(streak: np.ndarray) -> dict[str, np.ndarray]:
     for t in range(1, streak.shape[0]):
         since[t] = np.where(streak[t - 1] > 0, 0, since[t - 1] + 1)
     covered = streak == 0
-    return dict(zip(CLASSES, (streak == 1, streak >= 2, covered & (since == 0),
-                              covered & (since >= 1) & (since <= AFTER), covered & (since > AFTER))))
+    return dict(
+        zip(
+            CLASSES,
+            (
+                streak == 1,
+                streak >= 2,
+                covered & (since == 0),
+                covered & (since >= 1) & (since <= AFTER),
+                covered & (since > AFTER),
+            ),
+        )
+    )
 
 
-def class_rows(censored: tuple[np.ndarray, np.ndarray], full: np.ndarray, streak: np.ndarray,
-               cost: CostConfig) -> dict[str, dict]:
+def class_rows(
+    censored: tuple[np.ndarray, np.ndarray], full: np.ndarray, streak: np.ndarray, cost: CostConfig
+) -> dict[str, dict]:
     """Per class (of the censored run's ``streak``): share of ticks, the censored run's and the reference's regret over
     them (Eq. 2, a fleet's mean over services) and their difference; the differences add up to
     ``regret(censored) - regret(full information)``."""
     demand, actions = censored
     services = demand.shape[1]
     paid, limit = asymmetric_cost(actions, demand, cost), asymmetric_cost(full, demand, cost)
-    return {name: {"share": float(mask.mean()), "regret": float(paid[mask].sum() / services),
-                   "regret_fi": float(limit[mask].sum() / services),
-                   "extra": float((paid[mask].sum() - limit[mask].sum()) / services)}
-            for name, mask in streak_classes(streak).items()}
+    return {
+        name: {
+            "share": float(mask.mean()),
+            "regret": float(paid[mask].sum() / services),
+            "regret_fi": float(limit[mask].sum() / services),
+            "extra": float((paid[mask].sum() - limit[mask].sum()) / services),
+        }
+        for name, mask in streak_classes(streak).items()
+    }
 
 
-def step_row(censored: tuple[np.ndarray, np.ndarray], full: np.ndarray, streak: np.ndarray, cost: CostConfig,
-             position: int) -> dict[str, float]:
+def step_row(
+    censored: tuple[np.ndarray, np.ndarray], full: np.ndarray, streak: np.ndarray, cost: CostConfig, position: int
+) -> dict[str, float]:
     """The tick after every ``position``-th shortage of a streak: how often it is short again, and its cost (Eq. 1,
     mean over events) under the method's step, the best pooled constant step, each service's best constant step (both
     in hindsight) and full information. A step is measured from the shortage's action ``a_t``: the excess
@@ -106,11 +130,14 @@ def step_row(censored: tuple[np.ndarray, np.ndarray], full: np.ndarray, streak: 
     for service in np.unique(services):
         mine = services == service
         own[mine] = np.quantile(excess[mine], fractile)
-    return {"events": int(ticks.size), "short_again": float((excess > step).mean()),
-            "step_cost": float(asymmetric_cost(step, excess, cost).mean()),
-            "best_constant_cost": float(asymmetric_cost(np.quantile(excess, fractile), excess, cost).mean()),
-            "per_service_cost": float(asymmetric_cost(own, excess, cost).mean()),
-            "fi_cost": float(asymmetric_cost(full[ticks + 1, services], demand[ticks + 1, services], cost).mean())}
+    return {
+        "events": int(ticks.size),
+        "short_again": float((excess > step).mean()),
+        "step_cost": float(asymmetric_cost(step, excess, cost).mean()),
+        "best_constant_cost": float(asymmetric_cost(np.quantile(excess, fractile), excess, cost).mean()),
+        "per_service_cost": float(asymmetric_cost(own, excess, cost).mean()),
+        "fi_cost": float(asymmetric_cost(full[ticks + 1, services], demand[ticks + 1, services], cost).mean()),
+    }
 
 
 def run_pairs(dataset: str, seed: int, methods: list[str], split: str) -> dict[str, dict]:
@@ -123,8 +150,10 @@ def run_pairs(dataset: str, seed: int, methods: list[str], split: str) -> dict[s
         censored = (demand, np.asarray(runs[method].actions, dtype=np.float64).reshape(demand.shape))
         full = np.asarray(runs[f"{method}-fi"].actions, dtype=np.float64).reshape(demand.shape)
         streak = shortage_streak(*censored)
-        out[method] = {"classes": class_rows(censored, full, streak, config.cost), "steps": {
-            str(n): step_row(censored, full, streak, config.cost, n) for n in STREAK_STEPS}}
+        out[method] = {
+            "classes": class_rows(censored, full, streak, config.cost),
+            "steps": {str(n): step_row(censored, full, streak, config.cost, n) for n in STREAK_STEPS},
+        }
     return out
 
 
@@ -136,8 +165,12 @@ def plot(rows: list[dict], path: Path) -> Path:
         methods = list(dict.fromkeys(r["method"] for r in rows if r["dataset"] == dataset))
         up, down = np.zeros(len(methods)), np.zeros(len(methods))
         for name in CLASSES:
-            part = np.array([next(r["extra"] for r in rows if (r["dataset"], r["method"], r["ticks"]) ==
-                                  (dataset, m, name)) for m in methods])
+            part = np.array(
+                [
+                    next(r["extra"] for r in rows if (r["dataset"], r["method"], r["ticks"]) == (dataset, m, name))
+                    for m in methods
+                ]
+            )
             base = np.where(part >= 0, up, down)
             ax.bar(methods, part, bottom=base, color=colours[name], label=name)
             up, down = up + np.maximum(part, 0), down + np.minimum(part, 0)
@@ -168,38 +201,62 @@ def step_summary(cells: dict[tuple[str, int], dict]) -> list[dict]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__
+    )
     parser.add_argument("--out", type=Path, required=True, help="folder for censoring.csv, .json and .png")
-    parser.add_argument("--datasets", nargs="+", default=["pods", "genai-mem", "genai-ctx"],
-                        choices=[*DATASETS, "pods"],
-                        help="bundled single-resource datasets (default pods genai-mem genai-ctx; a multi-resource "
-                             "fleet's tables weigh each resource, which these classes do not)")
+    parser.add_argument(
+        "--datasets",
+        nargs="+",
+        default=["pods", "genai-mem", "genai-ctx"],
+        choices=[*DATASETS, "pods"],
+        help="bundled single-resource datasets (default pods genai-mem genai-ctx; a multi-resource "
+        "fleet's tables weigh each resource, which these classes do not)",
+    )
     paired = sorted(m for m in REGISTRY if f"{m}-fi" in REGISTRY)
-    parser.add_argument("--methods", nargs="+", default=["pic-rl", "conformal"], choices=paired, metavar="METHOD",
-                        help=f"methods with a full-information reference: {', '.join(paired)} (default pic-rl "
-                             "conformal)")
+    parser.add_argument(
+        "--methods",
+        nargs="+",
+        default=["pic-rl", "conformal"],
+        choices=paired,
+        metavar="METHOD",
+        help=f"methods with a full-information reference: {', '.join(paired)} (default pic-rl conformal)",
+    )
     add_split_arguments(parser)
     args = parse_split_arguments(parser)
     steal, started = StealMeter(), time.perf_counter()
-    cells = run_cells(run_pairs, args, lambda cell: "  ".join(
-        f"{m} {sum(r['regret'] for r in out['classes'].values()):.2f} / "
-        f"{sum(r['regret_fi'] for r in out['classes'].values()):.2f}" for m, out in cell.items()))
-    rows = summarise({key: {m: out["classes"] for m, out in cell.items()} for key, cell in cells.items()},
-                     CLASSES, "ticks")
-    print(f"\n{'dataset':<10} {'method':<10} {'ticks':<16} {'share':>6} {'censored':>9} {'full info':>10} "
-          f"{'extra':>15}")
+    cells = run_cells(
+        run_pairs,
+        args,
+        lambda cell: "  ".join(
+            f"{m} {sum(r['regret'] for r in out['classes'].values()):.2f} / "
+            f"{sum(r['regret_fi'] for r in out['classes'].values()):.2f}"
+            for m, out in cell.items()
+        ),
+    )
+    rows = summarise(
+        {key: {m: out["classes"] for m, out in cell.items()} for key, cell in cells.items()}, CLASSES, "ticks"
+    )
+    print(
+        f"\n{'dataset':<10} {'method':<10} {'ticks':<16} {'share':>6} {'censored':>9} {'full info':>10} {'extra':>15}"
+    )
     for r in rows:
-        print(f"{r['dataset']:<10} {r['method']:<10} {r['ticks']:<16} {r['share']:>6.1%} {r['regret']:>9.3f} "
-              f"{r['regret_fi']:>10.3f} {r['extra']:>8.3f} ± {r['extra_std']:<5.3f}")
+        print(
+            f"{r['dataset']:<10} {r['method']:<10} {r['ticks']:<16} {r['share']:>6.1%} {r['regret']:>9.3f} "
+            f"{r['regret_fi']:>10.3f} {r['extra']:>8.3f} ± {r['extra_std']:<5.3f}"
+        )
     steps = step_summary(cells)
-    print(f"\nthe tick after the n-th shortage of a streak (cost per event, Eq. 1; short again: its shortage rate)\n"
-          f"{'dataset':<10} {'method':<10} {'n':>2} {'events':>7} {'short again':>12} {'its step':>9} "
-          f"{'best constant':>14} {'per service':>12} {'full info':>10}")
+    print(
+        f"\nthe tick after the n-th shortage of a streak (cost per event, Eq. 1; short again: its shortage rate)\n"
+        f"{'dataset':<10} {'method':<10} {'n':>2} {'events':>7} {'short again':>12} {'its step':>9} "
+        f"{'best constant':>14} {'per service':>12} {'full info':>10}"
+    )
     for r in steps:
-        print(f"{r['dataset']:<10} {r['method']:<10} {r['after_shortage']:>2} {r['events']:>7.0f} "
-              f"{r['short_again']:>12.3f} {r['step_cost']:>9.4f} {r['best_constant_cost']:>14.4f} "
-              f"{r['per_service_cost']:>12.4f} {r['fi_cost']:>10.4f}")
+        print(
+            f"{r['dataset']:<10} {r['method']:<10} {r['after_shortage']:>2} {r['events']:>7.0f} "
+            f"{r['short_again']:>12.3f} {r['step_cost']:>9.4f} {r['best_constant_cost']:>14.4f} "
+            f"{r['per_service_cost']:>12.4f} {r['fi_cost']:>10.4f}"
+        )
     write_results(args, "censoring", rows, cells, {"rows": rows, "steps": steps}, plot, (steal, started))
 
 

@@ -9,6 +9,7 @@ the pooled std of the two runs' seeds (``(after - before) / sqrt((s_b^2 + s_a^2)
 are deterministic (std 0 in both) counts as within noise only when it is unchanged. Prints the table and the
 count within one pooled std, and writes ``compare_runs.csv`` and ``compare_runs.json`` to ``--out``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -24,8 +25,16 @@ from picrl.comparison.tables import METRICS, Summary, summarise
 def summaries(path: Path) -> tuple[dict, dict[tuple[str, str], Summary]]:
     """The run's ``results.json`` and its (method, dataset) summaries over seeds, as its tables were made."""
     run = json.loads(path.read_text())
-    results = [CellResult(Cell(c["dataset"], c["seed"], c["method"]), c["metrics"] if c["error"] is None else None,
-                          c["seconds"], c["cached"], error=c["error"]) for c in run["cells"]]
+    results = [
+        CellResult(
+            Cell(c["dataset"], c["seed"], c["method"]),
+            c["metrics"] if c["error"] is None else None,
+            c["seconds"],
+            c["cached"],
+            error=c["error"],
+        )
+        for c in run["cells"]
+    ]
     return run, summarise(results)
 
 
@@ -39,9 +48,19 @@ def compare(before: dict[tuple[str, str], Summary], after: dict[tuple[str, str],
         pooled = math.sqrt((b.std[metric] ** 2 + a.std[metric] ** 2) / 2)
         change = a.mean[metric] - b.mean[metric]
         in_std = change / pooled if pooled > 0 else (0.0 if change == 0 else math.copysign(math.inf, change))
-        rows.append({"dataset": dataset, "method": method, "before_mean": b.mean[metric], "before_std": b.std[metric],
-                     "after_mean": a.mean[metric], "after_std": a.std[metric], "change": change,
-                     "change_in_pooled_std": in_std, "within_noise": abs(in_std) <= 1.0})
+        rows.append(
+            {
+                "dataset": dataset,
+                "method": method,
+                "before_mean": b.mean[metric],
+                "before_std": b.std[metric],
+                "after_mean": a.mean[metric],
+                "after_std": a.std[metric],
+                "change": change,
+                "change_in_pooled_std": in_std,
+                "within_noise": abs(in_std) <= 1.0,
+            }
+        )
     return rows
 
 
@@ -63,8 +82,10 @@ def main() -> None:
     print(f"wall: {run_b.get('wall_seconds', float('nan')):.0f} s -> {run_a.get('wall_seconds', float('nan')):.0f} s")
     print(f"{'dataset':<12}{'method':<22}{'before':>17}{'after':>17}{'change / std':>14}")
     for r in rows:
-        print(f"{r['dataset']:<12}{r['method']:<22}{r['before_mean']:>9.3f} ± {r['before_std']:<5.2f}"
-              f"{r['after_mean']:>9.3f} ± {r['after_std']:<5.2f}{r['change_in_pooled_std']:>14.2f}")
+        print(
+            f"{r['dataset']:<12}{r['method']:<22}{r['before_mean']:>9.3f} ± {r['before_std']:<5.2f}"
+            f"{r['after_mean']:>9.3f} ± {r['after_std']:<5.2f}{r['change_in_pooled_std']:>14.2f}"
+        )
     within = sum(r["within_noise"] for r in rows)
     print(f"{within} of {len(rows)} rows moved by at most one pooled std of the seeds ({args.metric})")
     args.out.mkdir(parents=True, exist_ok=True)
@@ -72,9 +93,14 @@ def main() -> None:
         writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
-    summary = {"before": str(args.before), "after": str(args.after), "metric": args.metric,
-               "wall_seconds": [run_b.get("wall_seconds"), run_a.get("wall_seconds")],
-               "within_noise": within, "rows": rows}
+    summary = {
+        "before": str(args.before),
+        "after": str(args.after),
+        "metric": args.metric,
+        "wall_seconds": [run_b.get("wall_seconds"), run_a.get("wall_seconds")],
+        "within_noise": within,
+        "rows": rows,
+    }
     (args.out / "compare_runs.json").write_text(json.dumps(summary, indent=2) + "\n")
     print(f"written: {args.out / 'compare_runs.csv'}, {args.out / 'compare_runs.json'}")
 

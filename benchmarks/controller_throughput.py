@@ -27,6 +27,7 @@ State per service: ``state_bytes_per_service`` (the ``ControllerState`` arrays),
 (``stream.decisions.DecisionEngine.row_bytes``: the codec row plus range, capacity, tick, offsets
 and the warm-up buffer).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -79,7 +80,7 @@ def measure(controller: PicRLController, services: int, ticks: int, rng: np.rand
     for t in range(warmup):
         y, c = censor(demand[t], state.action)
         state, _ = controller.step(state, y, c)
-    demand = demand[warmup - 1:]
+    demand = demand[warmup - 1 :]
     steal = StealMeter()
     load = os.getloadavg()[0]
     started, cpu = time.perf_counter(), time.process_time()
@@ -95,28 +96,41 @@ def measure(controller: PicRLController, services: int, ticks: int, rng: np.rand
     tracemalloc.stop()
     rss = max_rss_mib()
     return {
-        "services": services, "ticks": ticks, "seconds": seconds,
+        "services": services,
+        "ticks": ticks,
+        "seconds": seconds,
         "service_steps_per_second": services * ticks / seconds,
-        "us_per_call": 1e6 * seconds / ticks, "cpu_steal_share": stolen,
-        "cpu_seconds": cpu_seconds, "load_average_1min": load,
+        "us_per_call": 1e6 * seconds / ticks,
+        "cpu_steal_share": stolen,
+        "cpu_seconds": cpu_seconds,
+        "load_average_1min": load,
         "state_bytes_per_service": state_bytes_per_service(state),
-        "max_rss_mib": rss, "rss_growth_mib": rss - rss_before,
-        "traced_peak_mib": traced_peak / MIB, "traced_peak_bytes_per_service": traced_peak / services,
+        "max_rss_mib": rss,
+        "rss_growth_mib": rss - rss_before,
+        "traced_peak_mib": traced_peak / MIB,
+        "traced_peak_bytes_per_service": traced_peak / services,
     }
 
 
 # Where a step's time goes: (label, function name in cProfile's statistics).
-COMPONENTS = (("Phase-1 LSTM (mu, sigma)", "predict_gaussian"), ("Phase-1 LSTM (mu, sigma)", "advance_memory"),
-              ("Phase-1 LSTM (mu, sigma)", "start_memory"),
-              ("Tobit censored-demand estimator", "estimate_censored_demand"),
-              ("state features", "state_features"), ("policy network (eta, k)", "_plan"),
-              ("reward and calibrator", "step_reward"), ("reward and calibrator", "calibrate"))
+COMPONENTS = (
+    ("Phase-1 LSTM (mu, sigma)", "predict_gaussian"),
+    ("Phase-1 LSTM (mu, sigma)", "advance_memory"),
+    ("Phase-1 LSTM (mu, sigma)", "start_memory"),
+    ("Tobit censored-demand estimator", "estimate_censored_demand"),
+    ("state features", "state_features"),
+    ("policy network (eta, k)", "_plan"),
+    ("reward and calibrator", "step_reward"),
+    ("reward and calibrator", "calibrate"),
+)
 
 
 def profile(controller: PicRLController, services: int, ticks: int, rng: np.random.Generator) -> dict[str, float]:
     """Seconds per tick of each component of ``step`` at ``services`` (cProfile, cumulative time), plus
     ``other`` (window shifts, clipping, array glue)."""
-    state = controller.initial_state(np.arange(services, dtype=np.uint64), rng.uniform(0.2, 0.8, (services, controller.window)))
+    state = controller.initial_state(
+        np.arange(services, dtype=np.uint64), rng.uniform(0.2, 0.8, (services, controller.window))
+    )
     warmup = controller.window + 1  # profile the steady state (windows full of censored points), as measure() times it
     demand = rng.uniform(0.0, 1.0, size=(warmup + ticks, services))
     for t in range(warmup):
@@ -142,28 +156,48 @@ def profile(controller: PicRLController, services: int, ticks: int, rng: np.rand
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--batches", type=int, nargs="+", default=[1, 10, 100, 1000, 10_000, 100_000],
-                        help="services per batch")
+    parser.add_argument(
+        "--batches", type=int, nargs="+", default=[1, 10, 100, 1000, 10_000, 100_000], help="services per batch"
+    )
     parser.add_argument("--chunk", type=int, default=128, help="rows per network forward pass (default 128)")
-    parser.add_argument("--ticks", type=int, default=0,
-                        help="ticks per size (default: enough for ~2M service-steps, 5..200; --quick: ~200k, 3..50)")
+    parser.add_argument(
+        "--ticks",
+        type=int,
+        default=0,
+        help="ticks per size (default: enough for ~2M service-steps, 5..200; --quick: ~200k, 3..50)",
+    )
     parser.add_argument("--quick", action="store_true", help="about ten times fewer service-steps per size")
     parser.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
-    parser.add_argument("--estimator-threads", type=int, default=1,
-                        help="threads the censored-demand estimator splits the services over (online.estimator_threads;"
-                             " default 1); with 2, run torch on 1 (--threads 1) so the two do not oversubscribe the cores")
-    parser.add_argument("--predictor", choices=["windowed", "incremental"], default="incremental",
-                        help="predictor.kind: the LSTM re-reads its window every tick, or carries (h, c) "
-                             "(default, as the config)")
+    parser.add_argument(
+        "--estimator-threads",
+        type=int,
+        default=1,
+        help="threads the censored-demand estimator splits the services over (online.estimator_threads;"
+        " default 1); with 2, run torch on 1 (--threads 1) so the two do not oversubscribe the cores",
+    )
+    parser.add_argument(
+        "--predictor",
+        choices=["windowed", "incremental"],
+        default="incremental",
+        help="predictor.kind: the LSTM re-reads its window every tick, or carries (h, c) (default, as the config)",
+    )
     parser.add_argument("--name", default="controller_throughput", help="result file names (without suffix)")
-    parser.add_argument("--profile", type=int, default=100_000, metavar="SERVICES",
-                        help="profile the step at this many services (cProfile, 5 ticks; 0: skip; default 100,000)")
+    parser.add_argument(
+        "--profile",
+        type=int,
+        default=100_000,
+        metavar="SERVICES",
+        help="profile the step at this many services (cProfile, 5 ticks; 0: skip; default 100,000)",
+    )
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results"), help="folder for the JSON result")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     config = PicRLConfig()
-    config = replace(config, predictor=replace(config.predictor, kind=args.predictor),
-                     online=replace(config.online, estimator_threads=args.estimator_threads))
+    config = replace(
+        config,
+        predictor=replace(config.predictor, kind=args.predictor),
+        online=replace(config.online, estimator_threads=args.estimator_threads),
+    )
     torch.manual_seed(0)
     predictor, policy = GaussianLSTM(config.predictor), PolicyNetwork(config.policy)
     controller = PicRLController(predictor, policy, config, chunk=args.chunk)
@@ -173,17 +207,23 @@ def main() -> None:
     steps, low, high = (200_000, 3, 50) if args.quick else (2_000_000, 5, 200)
     rng = np.random.default_rng(0)
     rows = []
-    print(f"state per service: StateCodec row {codec_row} B, stream table row (DecisionEngine.row_bytes) {stream_row} B")
-    print(f"{'services':>9}{'ticks':>7}{'service-steps/s':>17}{'us/call':>11}{'state B/svc':>13}{'max RSS MiB':>13}"
-          f"{'RSS growth':>12}{'traced MiB':>12}{'steal':>7}{'CPU/wall':>9}{'load':>6}")
+    print(
+        f"state per service: StateCodec row {codec_row} B, stream table row (DecisionEngine.row_bytes) {stream_row} B"
+    )
+    print(
+        f"{'services':>9}{'ticks':>7}{'service-steps/s':>17}{'us/call':>11}{'state B/svc':>13}{'max RSS MiB':>13}"
+        f"{'RSS growth':>12}{'traced MiB':>12}{'steal':>7}{'CPU/wall':>9}{'load':>6}"
+    )
     for services in sorted(args.batches):
         ticks = args.ticks or int(np.clip(steps // services, low, high))
         rows.append(measure(controller, services, ticks, rng))
         r = rows[-1]
-        print(f"{r['services']:>9,}{r['ticks']:>7}{r['service_steps_per_second']:>17,.0f}{r['us_per_call']:>11,.0f}"
-              f"{r['state_bytes_per_service']:>13.0f}{r['max_rss_mib']:>13.0f}{r['rss_growth_mib']:>12.0f}"
-              f"{r['traced_peak_mib']:>12.1f}{r['cpu_steal_share']:>7.0%}{r['cpu_seconds'] / r['seconds']:>9.2f}"
-              f"{r['load_average_1min']:>6.1f}")
+        print(
+            f"{r['services']:>9,}{r['ticks']:>7}{r['service_steps_per_second']:>17,.0f}{r['us_per_call']:>11,.0f}"
+            f"{r['state_bytes_per_service']:>13.0f}{r['max_rss_mib']:>13.0f}{r['rss_growth_mib']:>12.0f}"
+            f"{r['traced_peak_mib']:>12.1f}{r['cpu_steal_share']:>7.0%}{r['cpu_seconds'] / r['seconds']:>9.2f}"
+            f"{r['load_average_1min']:>6.1f}"
+        )
     breakdown = profile(controller, args.profile, 5, rng) if args.profile else {}
     if breakdown:
         total = sum(breakdown.values())
@@ -191,14 +231,29 @@ def main() -> None:
         for label, seconds in breakdown.items():
             print(f"  {label:<34}{seconds:>8.3f} s {seconds / total:>6.0%}")
         if args.estimator_threads > 1:
-            print("  (cProfile sees the calling thread: the estimator ran in other threads beside the predictor,\n"
-                  "   so its time is hidden in the predictor's and 'other', the wait for it)")
-    result = {"benchmark": "controller_throughput", "machine": describe(),
-              "profile": {"services": args.profile, "seconds_per_tick": breakdown},
-              "threads": args.threads, "estimator_threads": args.estimator_threads, "chunk": args.chunk, "quick": args.quick, "predictor": args.predictor,
-              "config": {"window": config.predictor.window, "hidden": config.predictor.hidden,
-                         "policy_hidden": config.policy.hidden, "estimator_iterations": config.estimator.iterations},
-              "state_codec_row_bytes": codec_row, "stream_row_bytes": stream_row, "rows": rows}
+            print(
+                "  (cProfile sees the calling thread: the estimator ran in other threads beside the predictor,\n"
+                "   so its time is hidden in the predictor's and 'other', the wait for it)"
+            )
+    result = {
+        "benchmark": "controller_throughput",
+        "machine": describe(),
+        "profile": {"services": args.profile, "seconds_per_tick": breakdown},
+        "threads": args.threads,
+        "estimator_threads": args.estimator_threads,
+        "chunk": args.chunk,
+        "quick": args.quick,
+        "predictor": args.predictor,
+        "config": {
+            "window": config.predictor.window,
+            "hidden": config.predictor.hidden,
+            "policy_hidden": config.policy.hidden,
+            "estimator_iterations": config.estimator.iterations,
+        },
+        "state_codec_row_bytes": codec_row,
+        "stream_row_bytes": stream_row,
+        "rows": rows,
+    }
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"{args.name}.json").write_text(json.dumps(result, indent=2) + "\n")
     plot(rows, args, args.out / f"{args.name}.png")
@@ -211,9 +266,13 @@ def plot(rows: list[dict[str, float]], args: argparse.Namespace, path: Path) -> 
     ax.plot(services, [r["service_steps_per_second"] for r in rows], marker="o", label="PIC-RL controller step")
     ax.axhline(250_000, color="tab:red", ls="--", lw=1, label="target at 100,000 services (250k/s)")
     ax.axhline(2_000, color="tab:orange", ls=":", lw=1, label="target for one service (2k/s)")
-    ax.set(xscale="log", yscale="log", xlabel="services per batch (one controller call)",
-           ylabel="service-steps per second",
-           title=f"Embedded controller ({args.predictor} LSTM), {args.threads} torch threads, chunk {args.chunk}")
+    ax.set(
+        xscale="log",
+        yscale="log",
+        xlabel="services per batch (one controller call)",
+        ylabel="service-steps per second",
+        title=f"Embedded controller ({args.predictor} LSTM), {args.threads} torch threads, chunk {args.chunk}",
+    )
     ax.grid(True, which="both", alpha=0.3)
     ax.legend()
     fig.tight_layout()

@@ -13,6 +13,7 @@ Run on demand (not part of the test suite), once per version of the code being c
 
 (`select_design.py` is the same protocol for switches of the config on single series and the pod fleet.)
 """
+
 from __future__ import annotations
 
 import argparse
@@ -25,7 +26,7 @@ import torch
 from host import describe
 
 from picrl.comparison.runner import FULL
-from picrl.datasets import FLEETS, DATASETS, load_dataset, prepare_trace
+from picrl.datasets import DATASETS, FLEETS, load_dataset, prepare_trace
 from picrl_core.config import PicRLConfig
 from picrl_core.methods import REGISTRY
 from picrl_core.methods.evaluation import run_on_test_split
@@ -50,14 +51,26 @@ def main() -> None:
             for method in args.methods:
                 started = time.perf_counter()
                 run = run_on_test_split(REGISTRY[method], series, config, trace.step_seconds)
-                rows.append({"dataset": name, "seed": seed, "method": method, "regret": run.metrics.regret,
-                             **run.extra, "seconds": time.perf_counter() - started})
+                rows.append(
+                    {
+                        "dataset": name,
+                        "seed": seed,
+                        "method": method,
+                        "regret": run.metrics.regret,
+                        **run.extra,
+                        "seconds": time.perf_counter() - started,
+                    }
+                )
                 per = ", ".join(f"{k[7:]} {v:.2f}" for k, v in run.extra.items() if k.startswith("regret_"))
-                print(f"{name:<14}{seed:>5}  {method:<22}{run.metrics.regret:>9.2f}  {per:<32}"
-                      f"{rows[-1]['seconds']:>6.0f}", flush=True)
+                print(
+                    f"{name:<14}{seed:>5}  {method:<22}{run.metrics.regret:>9.2f}  {per:<32}"
+                    f"{rows[-1]['seconds']:>6.0f}",
+                    flush=True,
+                )
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"benchmark": "development_split", "machine": describe(), "rows": rows},
-                                   indent=2) + "\n")
+    args.out.write_text(
+        json.dumps({"benchmark": "development_split", "machine": describe(), "rows": rows}, indent=2) + "\n"
+    )
     print(f"written {args.out}")
 
 

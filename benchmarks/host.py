@@ -4,6 +4,7 @@ These machines are virtual and shared: the hypervisor's *steal* time (``/proc/st
 guest wanted and did not get. A benchmark reports the steal share of its measured window next to
 each number, so a slow row can be told from a busy host.
 """
+
 from __future__ import annotations
 
 import os
@@ -43,6 +44,12 @@ class StealMeter:
 
 def describe() -> dict[str, object]:
     """The machine, the interpreter and the load: the context every result JSON carries."""
-    return {"platform": platform.platform(), "processor": platform.processor(), "cpu_count": os.cpu_count(),
-            "python": platform.python_version(), "torch": torch.__version__, "load_average": os.getloadavg(),
-            "command": " ".join([Path(sys.executable).name, *sys.argv])}
+    return {
+        "platform": platform.platform(),
+        "processor": platform.processor(),
+        "cpu_count": os.cpu_count(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "load_average": os.getloadavg(),
+        "command": " ".join([Path(sys.executable).name, *sys.argv]),
+    }

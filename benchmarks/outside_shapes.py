@@ -12,6 +12,7 @@ at seeds the development ladder (``select_design.py``, seeds 1-4) does not use, 
 heavy-tailed bursts, a daily wave), and two real pods the ladder does not hold out (pods 45 and 80 of the 91, GPU
 memory in bytes, all 1,441 ticks). ``docs/results.md`` ("Traces of other shapes") has their results.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,9 +31,11 @@ PODS = (45, 80)  # not among the ladder's evenly spaced pods (0, 18, 36, 54, 72,
 
 def shapes() -> dict[str, np.ndarray]:
     """Name -> usage series."""
-    out = {"surges": 100 * synthetic.surges(TICKS, seed=21),
-           "heavy-tailed-bursts": 100 * synthetic.heavy_tailed_bursts(TICKS, seed=23),
-           "daily-wave": 100 * synthetic.diurnal(TICKS, period=288, seed=24)}
+    out = {
+        "surges": 100 * synthetic.surges(TICKS, seed=21),
+        "heavy-tailed-bursts": 100 * synthetic.heavy_tailed_bursts(TICKS, seed=23),
+        "daily-wave": 100 * synthetic.diurnal(TICKS, period=288, seed=24),
+    }
     fleet = load_pod_fleet()
     for index in PODS:
         out[f"pod-{index}"] = np.asarray(fleet[index].values, dtype=np.float64)

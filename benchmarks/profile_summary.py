@@ -7,6 +7,7 @@ first component (in the order of :data:`COMPONENTS`) that one of its frames name
 stack names none are "other" (the event loop waiting, Faust and aiokafka internals not listed).
 Prints the share of samples per component and, with ``--json``, writes them.
 """
+
 from __future__ import annotations
 
 import argparse

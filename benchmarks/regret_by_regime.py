@@ -18,6 +18,7 @@ method), as mean and std over seeds: the regime's share of ticks, its part of th
 regret of the tables; a fleet's are means over services), its shortage rate, and the mean action and demand in it.
 Prints the table and writes ``regime.csv``, ``regime.json`` and ``regime.png`` (stacked regret per method) to ``--out``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -25,10 +26,10 @@ import csv
 import json
 import multiprocessing
 import time
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable
 
 import matplotlib
 import numpy as np
@@ -68,10 +69,13 @@ def regime_rows(actions: np.ndarray, demand: np.ndarray, config: PicRLConfig) ->
     rows = {}
     for name, mask in regimes(demand).items():
         n = int(mask.sum())
-        rows[name] = {"share": n / mask.size, "regret": float(cost[mask].sum() / services),
-                      "shortage_rate": float((demand > actions)[mask].mean()) if n else float("nan"),
-                      "mean_action": float(actions[mask].mean()) if n else float("nan"),
-                      "mean_demand": float(demand[mask].mean()) if n else float("nan")}
+        rows[name] = {
+            "share": n / mask.size,
+            "regret": float(cost[mask].sum() / services),
+            "shortage_rate": float((demand > actions)[mask].mean()) if n else float("nan"),
+            "mean_action": float(actions[mask].mean()) if n else float("nan"),
+            "mean_demand": float(demand[mask].mean()) if n else float("nan"),
+        }
     return rows
 
 
@@ -92,8 +96,7 @@ def run_group(dataset: str, seed: int, methods: list[str], split: str) -> dict[s
     return {m: regime_rows(np.asarray(run.actions), np.asarray(run.demand), config) for m, run in runs.items()}
 
 
-def summarise(cells: dict[tuple[str, int], dict], parts: tuple[str, ...] = REGIMES,
-              key: str = "regime") -> list[dict]:
+def summarise(cells: dict[tuple[str, int], dict], parts: tuple[str, ...] = REGIMES, key: str = "regime") -> list[dict]:
     """Mean and std over seeds of every (dataset, method, part) field; each cell maps method -> part -> fields,
     and a row names its part under ``key``."""
     rows = []
@@ -118,8 +121,12 @@ def plot(rows: list[dict], path: Path) -> Path:
         methods = list(dict.fromkeys(r["method"] for r in rows if r["dataset"] == dataset))
         bottom = np.zeros(len(methods))
         for regime in REGIMES:
-            part = np.array([next(r["regret"] for r in rows if (r["dataset"], r["method"], r["regime"]) ==
-                                  (dataset, m, regime)) for m in methods])
+            part = np.array(
+                [
+                    next(r["regret"] for r in rows if (r["dataset"], r["method"], r["regime"]) == (dataset, m, regime))
+                    for m in methods
+                ]
+            )
             ax.bar(methods, part, bottom=bottom, color=colours[regime], label=regime)
             bottom += part
         ax.set_title(dataset)
@@ -135,8 +142,12 @@ def plot(rows: list[dict], path: Path) -> Path:
 def add_split_arguments(parser: argparse.ArgumentParser) -> None:
     """``--seeds``, ``--split`` and ``--jobs``, as this script and ``censoring_cost.py`` take them."""
     parser.add_argument("--seeds", type=int, default=5, help="seeds 0 .. N-1 (default 5, as the tables)")
-    parser.add_argument("--split", choices=("test", "development"), default="test",
-                        help="the reported test split (default) or the development split the design was chosen on")
+    parser.add_argument(
+        "--split",
+        choices=("test", "development"),
+        default="test",
+        help="the reported test split (default) or the development split the design was chosen on",
+    )
     parser.add_argument("--jobs", type=int, default=2, help="(dataset, seed) groups run in parallel (default 2)")
 
 
@@ -149,8 +160,9 @@ def parse_split_arguments(parser: argparse.ArgumentParser) -> argparse.Namespace
     return args
 
 
-def run_cells(work: Callable[[str, int, list[str], str], dict], args: argparse.Namespace,
-              line: Callable[[dict], str]) -> dict[tuple[str, int], dict]:
+def run_cells(
+    work: Callable[[str, int, list[str], str], dict], args: argparse.Namespace, line: Callable[[dict], str]
+) -> dict[tuple[str, int], dict]:
     """``work(dataset, seed, methods, split)`` for every (dataset, seed) of ``args``, ``args.jobs`` groups in spawned
     processes at once; each group's ``line(cell)`` is printed as it completes, in order."""
     groups = [(d, s) for d in dict.fromkeys(args.datasets) for s in range(args.seeds)]
@@ -164,9 +176,15 @@ def run_cells(work: Callable[[str, int, list[str], str], dict], args: argparse.N
     return cells
 
 
-def write_results(args: argparse.Namespace, stem: str, rows: list[dict], cells: dict[tuple[str, int], dict],
-                  tables: dict[str, list[dict]], draw: Callable[[list[dict], Path], Path],
-                  clock: tuple[StealMeter, float]) -> None:
+def write_results(
+    args: argparse.Namespace,
+    stem: str,
+    rows: list[dict],
+    cells: dict[tuple[str, int], dict],
+    tables: dict[str, list[dict]],
+    draw: Callable[[list[dict], Path], Path],
+    clock: tuple[StealMeter, float],
+) -> None:
     """``STEM.csv`` (``rows``), ``STEM.json`` (the machine, the run's seconds and CPU steal, ``tables`` and every
     cell) and ``STEM.png`` (``draw(rows, path)``) in ``args.out``; prints their paths."""
     steal, started = clock
@@ -174,34 +192,64 @@ def write_results(args: argparse.Namespace, stem: str, rows: list[dict], cells: 
         writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
-    (args.out / f"{stem}.json").write_text(json.dumps(
-        {"machine": describe(), "seconds": time.perf_counter() - started, "cpu_steal_share": steal.share(),
-         "split": args.split, "seeds": args.seeds, **tables,
-         "cells": [{"dataset": d, "seed": s, "methods": cell} for (d, s), cell in cells.items()]}, indent=2) + "\n")
+    (args.out / f"{stem}.json").write_text(
+        json.dumps(
+            {
+                "machine": describe(),
+                "seconds": time.perf_counter() - started,
+                "cpu_steal_share": steal.share(),
+                "split": args.split,
+                "seeds": args.seeds,
+                **tables,
+                "cells": [{"dataset": d, "seed": s, "methods": cell} for (d, s), cell in cells.items()],
+            },
+            indent=2,
+        )
+        + "\n"
+    )
     written = [args.out / f"{stem}.csv", args.out / f"{stem}.json", draw(rows, args.out / f"{stem}.png")]
     print("written: " + ", ".join(map(str, written)))
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__
+    )
     parser.add_argument("--out", type=Path, required=True, help="folder for regime.csv, regime.json, regime.png")
-    parser.add_argument("--datasets", nargs="+", default=["genai-mem", "genai-ctx"], choices=[*DATASETS, *FLEETS],
-                        help="bundled datasets (default genai-mem genai-ctx)")
-    parser.add_argument("--methods", nargs="+", default=list(DEFAULT_METHODS), choices=list(REGISTRY),
-                        metavar="METHOD", help=f"methods of picrl compare (default {' '.join(DEFAULT_METHODS)})")
+    parser.add_argument(
+        "--datasets",
+        nargs="+",
+        default=["genai-mem", "genai-ctx"],
+        choices=[*DATASETS, *FLEETS],
+        help="bundled datasets (default genai-mem genai-ctx)",
+    )
+    parser.add_argument(
+        "--methods",
+        nargs="+",
+        default=list(DEFAULT_METHODS),
+        choices=list(REGISTRY),
+        metavar="METHOD",
+        help=f"methods of picrl compare (default {' '.join(DEFAULT_METHODS)})",
+    )
     add_split_arguments(parser)
     args = parse_split_arguments(parser)
     steal, started = StealMeter(), time.perf_counter()
-    cells = run_cells(run_group, args, lambda cell: "  ".join(
-        f"{m} {sum(r['regret'] for r in rows.values()):.2f}" for m, rows in cell.items()))
+    cells = run_cells(
+        run_group,
+        args,
+        lambda cell: "  ".join(f"{m} {sum(r['regret'] for r in rows.values()):.2f}" for m, rows in cell.items()),
+    )
     rows = summarise(cells)
-    print(f"\n{'dataset':<11} {'method':<14} {'demand':<26} {'ticks':>6} {'regret':>14} {'shortage':>9} "
-          f"{'action':>8} {'demand':>8}")
+    print(
+        f"\n{'dataset':<11} {'method':<14} {'demand':<26} {'ticks':>6} {'regret':>14} {'shortage':>9} "
+        f"{'action':>8} {'demand':>8}"
+    )
     for r in rows:
-        print(f"{r['dataset']:<11} {r['method']:<14} {r['regime']:<26} {r['share']:>6.1%} "
-              f"{r['regret']:>7.3f} ± {r['regret_std']:<5.3f} {r['shortage_rate']:>9.3f} {r['mean_action']:>8.4f} "
-              f"{r['mean_demand']:>8.4f}")
+        print(
+            f"{r['dataset']:<11} {r['method']:<14} {r['regime']:<26} {r['share']:>6.1%} "
+            f"{r['regret']:>7.3f} ± {r['regret_std']:<5.3f} {r['shortage_rate']:>9.3f} {r['mean_action']:>8.4f} "
+            f"{r['mean_demand']:>8.4f}"
+        )
     write_results(args, "regime", rows, cells, {"rows": rows}, plot, (steal, started))
 
 

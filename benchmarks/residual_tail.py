@@ -25,6 +25,7 @@ Run on demand (not part of the test suite; ~30 seconds for the default on 2 core
 Prints the table and writes ``tail.json``, ``tail.csv`` and ``tail.png`` (empirical against Gaussian mean excess,
 one panel per family) to ``--out``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -59,13 +60,14 @@ CURVE = np.linspace(0.0, 2.0, 21)  # the thresholds of the plotted mean-excess c
 REPORTED = (1.0, 1.5)  # thresholds reported besides z*
 
 
-def standardized_errors(model: GaussianLSTM, values: np.ndarray, context: np.ndarray | None,
-                        services: int) -> np.ndarray:
+def standardized_errors(
+    model: GaussianLSTM, values: np.ndarray, context: np.ndarray | None, services: int
+) -> np.ndarray:
     """``(d - mu) / sigma`` of every one-step forecast inside ``values``, read as the controller reads ``model``,
     whose demand does not repeat the last."""
     mu, sigma, target = forecasts_as_acted(model, values, context, services)
     width = model.cfg.window
-    previous = np.asarray(values, np.float64).reshape(services, -1)[:, width - 1:-1].ravel()
+    previous = np.asarray(values, np.float64).reshape(services, -1)[:, width - 1 : -1].ravel()
     return ((target - mu) / sigma)[np.abs(target - previous) > 1e-9]
 
 
@@ -124,8 +126,9 @@ def development_models(pods: int, seeds: int) -> Iterator[tuple[str, int, Prepar
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__
+    )
     parser.add_argument("--out", type=Path, required=True, help="folder for tail.json, tail.csv, tail.png")
     parser.add_argument("--pods", type=int, default=6, help="evenly spaced real pods to include (default 6)")
     parser.add_argument("--seeds", type=int, default=2, help="seeds per trace, from 0 (default 2)")
@@ -135,27 +138,50 @@ def main() -> None:
     steal, started = StealMeter(), time.perf_counter()
     fractile = NormalDist().inv_cdf(critical_ratio(PicRLConfig().cost))  # z*
     rows = []
-    print(f"{'trace':<12}{'seed':>5} {'part':<5}{'ticks':>6}{'T':>6}{'>z*':>7}   mean above c / Gaussian's: "
-          f"{'z*':>11}{'1':>12}{'1.5':>12}")
+    print(
+        f"{'trace':<12}{'seed':>5} {'part':<5}{'ticks':>6}{'T':>6}{'>z*':>7}   mean above c / Gaussian's: "
+        f"{'z*':>11}{'1':>12}{'1.5':>12}"
+    )
     for name, seed, series, model in development_models(args.pods, args.seeds):
-        for part, part_values, part_context in (("val", series.val, series.val_ctx),
-                                                ("test", series.test, series.test_ctx)):
-            row = {"trace": name, "seed": seed, "part": part,
-                   **summarize(standardized_errors(model, part_values, part_context, series.services), fractile)}
+        for part, part_values, part_context in (
+            ("val", series.val, series.val_ctx),
+            ("test", series.test, series.test_ctx),
+        ):
+            row = {
+                "trace": name,
+                "seed": seed,
+                "part": part,
+                **summarize(standardized_errors(model, part_values, part_context, series.services), fractile),
+            }
             rows.append(row)
-            tails = "".join(f"{row[f'mean_above_{c}']:>6.2f}/{row[f'gaussian_above_{c}']:<5.2f}"
-                            for c in ("z*", "1", "1.5"))
-            print(f"{name:<12}{seed:>5} {part:<5}{row['ticks']:>6}{row['temperature']:>6.2f}"
-                  f"{row['above_fractile']:>7.3f}   {'':>26}{tails}", flush=True)
+            tails = "".join(
+                f"{row[f'mean_above_{c}']:>6.2f}/{row[f'gaussian_above_{c}']:<5.2f}" for c in ("z*", "1", "1.5")
+            )
+            print(
+                f"{name:<12}{seed:>5} {part:<5}{row['ticks']:>6}{row['temperature']:>6.2f}"
+                f"{row['above_fractile']:>7.3f}   {'':>26}{tails}",
+                flush=True,
+            )
     columns = [k for k in rows[0] if k != "curve"]
     with (args.out / "tail.csv").open("w", newline="") as handle:
         writer = csv.DictWriter(handle, columns, extrasaction="ignore")
         writer.writeheader()
         writer.writerows(rows)
-    (args.out / "tail.json").write_text(json.dumps(
-        {"benchmark": "residual_tail", "machine": describe(), "seconds": time.perf_counter() - started,
-         "cpu_steal_share": steal.share(), "fractile": fractile, "curve_thresholds": CURVE.tolist(), "rows": rows},
-        indent=2) + "\n")
+    (args.out / "tail.json").write_text(
+        json.dumps(
+            {
+                "benchmark": "residual_tail",
+                "machine": describe(),
+                "seconds": time.perf_counter() - started,
+                "cpu_steal_share": steal.share(),
+                "fractile": fractile,
+                "curve_thresholds": CURVE.tolist(),
+                "rows": rows,
+            },
+            indent=2,
+        )
+        + "\n"
+    )
     plot(rows, args.out / "tail.png")
     print(f"written: {args.out / 'tail.json'}, {args.out / 'tail.csv'}, {args.out / 'tail.png'}")
 

@@ -81,6 +81,7 @@ default, paired by trace and seed) must lie below 0 (:func:`paired_verdict`: ``b
 lies above, else ``within noise``, and the default stays). The table prints each variant's verdict;
 ``--verdicts-of DIR/design.json`` prints them for a stored run without running anything.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -138,8 +139,9 @@ CHANGES: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
 INTERIM = {("calibrator", "delta_m"): 0.1}
 
 
-def _with_paper_values(settings: list[tuple[str, str]],
-                       interim: dict[tuple[str, str], object] | None = None) -> Variant:
+def _with_paper_values(
+    settings: list[tuple[str, str]], interim: dict[tuple[str, str], object] | None = None
+) -> Variant:
     """The config with ``settings`` set back to the paper preset's values (to ``interim``'s where given)."""
     interim = interim or {}
     preset = json.loads(PAPER_PRESET.read_text())
@@ -153,6 +155,7 @@ def _with_paper_values(settings: list[tuple[str, str]],
             value = interim.get((section, key), preset[section][key])
             config = replace(config, **{section: replace(getattr(config, section), **{key: value})})
         return config
+
     return apply
 
 
@@ -162,36 +165,42 @@ def ladder() -> dict[str, Variant]:
     was tried and left off."""
     rungs = {"paper": _with_paper_values([s for _, changed in CHANGES for s in changed])}
     for i, (name, _) in enumerate(CHANGES):
-        kept = {s for _, changed in CHANGES[:i + 1] for s in changed}
-        rungs[name] = _with_paper_values([s for _, changed in CHANGES[i + 1:] for s in changed],
-                                         {s: INTERIM[s] for s in kept if s in INTERIM})
+        kept = {s for _, changed in CHANGES[: i + 1] for s in changed}
+        rungs[name] = _with_paper_values(
+            [s for _, changed in CHANGES[i + 1 :] for s in changed], {s: INTERIM[s] for s in kept if s in INTERIM}
+        )
     # the LSTM re-reads its window from a zero state each tick (the paper's), asked again under the window's E-step
     rungs["+windowed-predictor"] = lambda c: replace(c, predictor=replace(c.predictor, kind="windowed"))
     # the escape off again: adopted while the window kept a shortage's bound; the E-step now answers a streak too
     rungs["+no-escape"] = lambda c: replace(c, calibrator=replace(c.calibrator, escape=False))
     rungs["+escape-halve"] = lambda c: replace(c, calibrator=replace(c.calibrator, escape_release="halve"))
     rungs["+escape-doubling"] = lambda c: replace(c, calibrator=replace(c.calibrator, escape_growth=2.0))
-    rungs["+escape-hold"] = lambda c: replace(c, calibrator=replace(c.calibrator, escape_release="hold",
-                                                                      escape_growth=2.0))
+    rungs["+escape-hold"] = lambda c: replace(
+        c, calibrator=replace(c.calibrator, escape_release="hold", escape_growth=2.0)
+    )
     rungs["+escape-growth-8"] = lambda c: replace(c, calibrator=replace(c.calibrator, escape_growth=8.0))
     rungs["+escape-from-1"] = lambda c: replace(c, calibrator=replace(c.calibrator, escape_start=1.0))
     # the escape's first step at 16 margin steps, the other candidate of the round that chose 4
     rungs["+escape-from-16"] = lambda c: replace(c, calibrator=replace(c.calibrator, escape_start=16.0))
     for label, rate in (("1/8", 1 / 8), ("1/128", 1 / 128)):  # the repeat share's step, around one window's 1/32
-        rungs[f"+repeat-rate-{label}"] = lambda c, rate=rate: replace(c, estimator=replace(
-            c.estimator, repeat_rate=rate))
+        rungs[f"+repeat-rate-{label}"] = lambda c, rate=rate: replace(
+            c, estimator=replace(c.estimator, repeat_rate=rate)
+        )
     rungs["+pessimism"] = lambda c: replace(c, reward=replace(c.reward, use_pessimism=True))  # Eq. 9 back
     rungs["+no-censored-reward"] = lambda c: replace(c, reward=replace(c.reward, use_censored_reward=False))
     rungs["+no-k-sigma"] = lambda c: replace(c, ablation=replace(c.ablation, use_k_sigma=False))
     # k held at the newsvendor fractile z* (its range shrunk to a point): Phase 2's policy sets eta alone
     rungs["+k-at-fractile"] = lambda c: replace(c, policy=replace(c.policy, k_low=0.0, k_high=0.0))
-    rungs["+margin-step-1/2"] = lambda c: replace(c, calibrator=replace(c.calibrator, delta_m=INTERIM[
-        ("calibrator", "delta_m")] / 2))  # the other candidate of the round that chose a quarter
-    rungs["+margin-step-1/8"] = lambda c: replace(c, calibrator=replace(c.calibrator, delta_m=INTERIM[
-        ("calibrator", "delta_m")] / 8))  # the next halving, now that the escape answers censoring streaks
+    rungs["+margin-step-1/2"] = lambda c: replace(
+        c, calibrator=replace(c.calibrator, delta_m=INTERIM[("calibrator", "delta_m")] / 2)
+    )  # the other candidate of the round that chose a quarter
+    rungs["+margin-step-1/8"] = lambda c: replace(
+        c, calibrator=replace(c.calibrator, delta_m=INTERIM[("calibrator", "delta_m")] / 8)
+    )  # the next halving, now that the escape answers censoring streaks
     for label, rate in (("1/32", 1 / 32), ("1/8", 1 / 8), ("1/4", 1 / 4), ("1/2", 1 / 2)):
-        rungs[f"+online-scale-{label}"] = lambda c, rate=rate: replace(c, calibrator=replace(
-            c.calibrator, select_scale_rate=False, scale_rate=rate))
+        rungs[f"+online-scale-{label}"] = lambda c, rate=rate: replace(
+            c, calibrator=replace(c.calibrator, select_scale_rate=False, scale_rate=rate)
+        )
     return rungs
 
 
@@ -206,17 +215,25 @@ def traces(pods: int) -> dict[str, tuple[np.ndarray, np.ndarray | None, tuple[st
     for index in np.linspace(0, len(fleet) - 1, pods).round().astype(int) if pods else []:
         out[f"pod-{index}"] = (fleet[index].values, None, ())
     n = 1440
-    out |= {"syn-surges": (synthetic.surges(n, seed=1), None, ()),
-            "syn-bursts": (synthetic.heavy_tailed_bursts(n, burst_rate=0.03, seed=2), None, ()),
-            "syn-drift": (synthetic.linear_drift(n, seed=3), None, ()),
-            "syn-daily": (synthetic.diurnal(n, period=288, seed=4), None, ())}
+    out |= {
+        "syn-surges": (synthetic.surges(n, seed=1), None, ()),
+        "syn-bursts": (synthetic.heavy_tailed_bursts(n, burst_rate=0.03, seed=2), None, ()),
+        "syn-drift": (synthetic.linear_drift(n, seed=3), None, ()),
+        "syn-daily": (synthetic.diurnal(n, period=288, seed=4), None, ()),
+    }
     return out
 
 
 def regret(provisioner: Provisioner, series: PreparedSeries, config: PicRLConfig, censoring: bool = True) -> dict:
     inputs = evaluation_inputs(series, config.predictor.window)
-    loop = run_pic_loop(provisioner, inputs["demand"], inputs["history"], context=inputs["context"],
-                        history_context=inputs["history_context"], censoring=censoring)
+    loop = run_pic_loop(
+        provisioner,
+        inputs["demand"],
+        inputs["history"],
+        context=inputs["context"],
+        history_context=inputs["history_context"],
+        censoring=censoring,
+    )
     return mean_service_metrics(loop.actions, inputs["demand"], config.cost).to_dict()
 
 
@@ -231,8 +248,9 @@ def evaluate_trace(series: PreparedSeries, seed: int, rungs: list[str] | None = 
             artifact = train_offline(series, variant(base))
             rows[name] = regret(PicRLProvisioner.from_artifact(artifact), series, artifact.config)
             if name.endswith("(default)"):
-                rows["default, full information"] = regret(PicRLProvisioner.from_artifact(artifact), series,
-                                                           artifact.config, censoring=False)
+                rows["default, full information"] = regret(
+                    PicRLProvisioner.from_artifact(artifact), series, artifact.config, censoring=False
+                )
         predictor = phase1_predictor(series, base)
         rows["conformal"] = regret(fit_conformal(series, base, predictor=predictor), series, base)
         rows["sgd-residual"] = regret(fit_censored_sgd_residual(series, base, predictor=predictor), series, base)
@@ -244,8 +262,9 @@ def plot(results: dict[str, dict[str, dict]], path: Path) -> Path:
     fig, ax = plt.subplots(figsize=(11, 4.5))
     width = 0.8 / len(names)
     for i, name in enumerate(names):
-        ratios = [rows[name]["regret"] / max(rows["default, full information"]["regret"], 1e-9)
-                  for rows in results.values()]
+        ratios = [
+            rows[name]["regret"] / max(rows["default, full information"]["regret"], 1e-9) for rows in results.values()
+        ]
         ax.bar(np.arange(len(results)) + i * width, ratios, width, label=name)
     ax.axhline(1.0, color="black", lw=0.8)
     ax.set_xticks(np.arange(len(results)) + 0.4 - width / 2, list(results), rotation=30, ha="right")
@@ -258,18 +277,29 @@ def plot(results: dict[str, dict[str, dict]], path: Path) -> Path:
     return path
 
 
-def paired_verdict(results: dict[str, dict[str, dict]], variant: str, base: str, draws: int = 10_000,
-                   level: float = 0.90, seed: int = 0) -> dict:
+def paired_verdict(
+    results: dict[str, dict[str, dict]],
+    variant: str,
+    base: str,
+    draws: int = 10_000,
+    level: float = 0.90,
+    seed: int = 0,
+) -> dict:
     """``variant`` against ``base`` over the trace-seed pairs of ``results``: the mean of
     ``log(regret_variant / regret_base)`` (negative: the variant is better), its ``level`` bootstrap interval
     (pairs resampled with replacement) and the verdict of the adoption rule."""
-    logs = np.array([np.log(max(rows[variant]["regret"], 1e-9) / max(rows[base]["regret"], 1e-9))
-                     for rows in results.values()])
+    logs = np.array(
+        [np.log(max(rows[variant]["regret"], 1e-9) / max(rows[base]["regret"], 1e-9)) for rows in results.values()]
+    )
     means = np.random.default_rng(seed).choice(logs, size=(draws, logs.size)).mean(axis=1)
     low, high = np.quantile(means, [(1 - level) / 2, (1 + level) / 2])
     verdict = "better" if high < 0 else "worse" if low > 0 else "within noise"
-    return {"mean_log_ratio": float(logs.mean()), "interval": [float(low), float(high)], "pairs": int(logs.size),
-            "verdict": verdict}
+    return {
+        "mean_log_ratio": float(logs.mean()),
+        "interval": [float(low), float(high)],
+        "pairs": int(logs.size),
+        "verdict": verdict,
+    }
 
 
 def print_verdicts(results: dict[str, dict[str, dict]]) -> dict[str, dict]:
@@ -277,40 +307,61 @@ def print_verdicts(results: dict[str, dict[str, dict]]) -> dict[str, dict]:
     names = list(next(iter(results.values())))
     base = next(m for m in names if m.endswith("(default)"))
     verdicts = {m: paired_verdict(results, m, base) for m in names if m != base and "full information" not in m}
-    print(f"\nadoption rule, against {base} over {len(results)} trace-seed pairs (90% bootstrap interval of the "
-          "mean log regret ratio; better only when it lies below 0):")
+    print(
+        f"\nadoption rule, against {base} over {len(results)} trace-seed pairs (90% bootstrap interval of the "
+        "mean log regret ratio; better only when it lies below 0):"
+    )
     for m, v in verdicts.items():
-        print(f"  {m:<30} {v['mean_log_ratio']:+.3f}  [{v['interval'][0]:+.3f}, {v['interval'][1]:+.3f}]  "
-              f"{v['verdict']}")
+        print(
+            f"  {m:<30} {v['mean_log_ratio']:+.3f}  [{v['interval'][0]:+.3f}, {v['interval'][1]:+.3f}]  {v['verdict']}"
+        )
     return verdicts
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--out", type=Path, required=True, help="folder for design.json, design.csv, design.png")
     parser.add_argument("--pods", type=int, default=6, help="evenly spaced real pods to include (default 6)")
     parser.add_argument("--seeds", type=int, default=1, help="seeds per trace (default 1)")
-    parser.add_argument("--first-seed", type=int, default=0,
-                        help="the first seed (default 0): a confirmatory run on seeds an earlier run did not use")
+    parser.add_argument(
+        "--first-seed",
+        type=int,
+        default=0,
+        help="the first seed (default 0): a confirmatory run on seeds an earlier run did not use",
+    )
     parser.add_argument("--fleet", action="store_true", help="add the 91-pod fleet as one more trace")
-    parser.add_argument("--rungs", nargs="+", choices=list(ladder()), metavar="NAME",
-                        help="only these variants besides the default (default: the whole ladder)")
-    parser.add_argument("--verdicts-of", type=Path, nargs="+", metavar="DESIGN_JSON",
-                        help="print the adoption rule's verdicts of stored runs' design.json (several: over the "
-                        "trace-seed pairs of all of them) and exit")
+    parser.add_argument(
+        "--rungs",
+        nargs="+",
+        choices=list(ladder()),
+        metavar="NAME",
+        help="only these variants besides the default (default: the whole ladder)",
+    )
+    parser.add_argument(
+        "--verdicts-of",
+        type=Path,
+        nargs="+",
+        metavar="DESIGN_JSON",
+        help="print the adoption rule's verdicts of stored runs' design.json (several: over the "
+        "trace-seed pairs of all of them) and exit",
+    )
     args = parser.parse_args()
     if args.verdicts_of:
-        print_verdicts({pair: rows for path in args.verdicts_of
-                        for pair, rows in json.loads(path.read_text())["traces"].items()})
+        print_verdicts(
+            {pair: rows for path in args.verdicts_of for pair, rows in json.loads(path.read_text())["traces"].items()}
+        )
         return
     torch.set_num_threads(1)
     args.out.mkdir(parents=True, exist_ok=True)
     steal = StealMeter()
     started = time.perf_counter()
     results: dict[str, dict[str, dict]] = {}
-    developed = {name: development_series(prepare_series(values, name, context, context_names))
-                 for name, (values, context, context_names) in traces(args.pods).items()}
+    developed = {
+        name: development_series(prepare_series(values, name, context, context_names))
+        for name, (values, context, context_names) in traces(args.pods).items()
+    }
     if args.fleet:
         developed["pods-fleet"] = development_series(prepare_fleet(load_dataset("pods").values, "pods"))
     for name, series in developed.items():
@@ -319,28 +370,57 @@ def main() -> None:
             results[key] = evaluate_trace(series, seed, args.rungs)
             print(f"{key:<18} " + "  ".join(f"{m} {r['regret']:.2f}" for m, r in results[key].items()), flush=True)
     names = list(next(iter(results.values())))
-    ratios = {m: [rows[m]["regret"] / max(rows["default, full information"]["regret"], 1e-9)
-                  for rows in results.values()] for m in names}
-    wins = {m: sum(rows[m]["regret"] <= min(rows[o]["regret"] for o in names if "full information" not in o)
-                   for rows in results.values()) for m in names if "full information" not in m}
+    ratios = {
+        m: [rows[m]["regret"] / max(rows["default, full information"]["regret"], 1e-9) for rows in results.values()]
+        for m in names
+    }
+    wins = {
+        m: sum(
+            rows[m]["regret"] <= min(rows[o]["regret"] for o in names if "full information" not in o)
+            for rows in results.values()
+        )
+        for m in names
+        if "full information" not in m
+    }
     print("\nvariant                         mean regret / FI   geo-mean   lowest on   mean shortage")
     for m in names:
         shortage = np.mean([rows[m]["shortage_rate"] for rows in results.values()])
-        print(f"{m:<30} {np.mean(ratios[m]):>14.3f} {np.exp(np.mean(np.log(ratios[m]))):>10.3f} "
-              f"{wins.get(m, '-'):>10} {shortage:>14.3f}")
+        print(
+            f"{m:<30} {np.mean(ratios[m]):>14.3f} {np.exp(np.mean(np.log(ratios[m]))):>10.3f} "
+            f"{wins.get(m, '-'):>10} {shortage:>14.3f}"
+        )
     verdicts = print_verdicts(results)
     with (args.out / "design.csv").open("w", newline="") as handle:
         writer = csv.writer(handle)
         writer.writerow(["trace", "variant", "regret", "mae", "shortage_rate", "regret_over_full_information"])
         for trace, rows in results.items():
             for m, r in rows.items():
-                writer.writerow([trace, m, f"{r['regret']:.6g}", f"{r['mae']:.6g}", f"{r['shortage_rate']:.4g}",
-                                 f"{r['regret'] / max(rows['default, full information']['regret'], 1e-9):.4g}"])
-    (args.out / "design.json").write_text(json.dumps(
-        {"machine": describe(), "seconds": time.perf_counter() - started, "cpu_steal_share": steal.share(),
-         "summary": {m: {"mean_ratio": float(np.mean(ratios[m])), "wins": wins.get(m), "verdict": verdicts.get(m)}
-                     for m in names},
-         "traces": results}, indent=2) + "\n")
+                writer.writerow(
+                    [
+                        trace,
+                        m,
+                        f"{r['regret']:.6g}",
+                        f"{r['mae']:.6g}",
+                        f"{r['shortage_rate']:.4g}",
+                        f"{r['regret'] / max(rows['default, full information']['regret'], 1e-9):.4g}",
+                    ]
+                )
+    (args.out / "design.json").write_text(
+        json.dumps(
+            {
+                "machine": describe(),
+                "seconds": time.perf_counter() - started,
+                "cpu_steal_share": steal.share(),
+                "summary": {
+                    m: {"mean_ratio": float(np.mean(ratios[m])), "wins": wins.get(m), "verdict": verdicts.get(m)}
+                    for m in names
+                },
+                "traces": results,
+            },
+            indent=2,
+        )
+        + "\n"
+    )
     plot(results, args.out / "design.png")
     print(f"written: {args.out / 'design.json'}, {args.out / 'design.csv'}, {args.out / 'design.png'}")
 

@@ -16,6 +16,7 @@ summary (kills, recoveries, p50/max time to recover, gaps, duplicates, mismatche
 ``soak.json`` in ``--out`` with the machine's description. The harness is the chaos test's
 (tests/support/chaos.py); a model for the workers comes from ``picrl train --dataset genai-mem --quick``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -36,9 +37,9 @@ from host import describe  # noqa: E402
 
 from picrl.datasets import load_dataset  # noqa: E402
 from picrl.kafka import LocalKafka  # noqa: E402
+from picrl.workloads import copies_of  # noqa: E402
 from picrl_core.artifact import load_artifact  # noqa: E402
 from producers.closed_loop import ClosedLoopEnvironment, NoActionError  # noqa: E402
-from picrl.workloads import copies_of  # noqa: E402
 from stream.topics import TopicNames, ensure_topics, topic_specs  # noqa: E402
 from tests.support.chaos import BROKER, Chaos, Fault, audit  # noqa: E402
 
@@ -48,15 +49,25 @@ def _arguments() -> argparse.Namespace:
     parser.add_argument("--model", type=Path, required=True, help="a model folder (picrl train)")
     parser.add_argument("--dataset", default="genai-mem", help="bundled dataset the services copy (default genai-mem)")
     parser.add_argument("--minutes", type=float, default=30.0, help="how long to keep playing rounds (default 30)")
-    parser.add_argument("--kill-every", type=float, nargs=2, default=(60.0, 120.0), metavar=("MIN", "MAX"),
-                        help="seconds between kills, uniform in [MIN, MAX] (default 60 120)")
+    parser.add_argument(
+        "--kill-every",
+        type=float,
+        nargs=2,
+        default=(60.0, 120.0),
+        metavar=("MIN", "MAX"),
+        help="seconds between kills, uniform in [MIN, MAX] (default 60 120)",
+    )
     parser.add_argument("--broker-share", type=int, default=4, help="one kill in N is the broker's (default 4)")
     parser.add_argument("--services", type=int, default=12)
     parser.add_argument("--ticks", type=int, default=1000, help="ticks per round (default 1000)")
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--session-timeout", type=float, default=10.0, help="workers' --session-timeout (default 10)")
-    parser.add_argument("--action-timeout", type=float, default=300.0,
-                        help="seconds without a tick's actions after which the round counts as stalled (default 300)")
+    parser.add_argument(
+        "--action-timeout",
+        type=float,
+        default=300.0,
+        help="seconds without a tick's actions after which the round counts as stalled (default 300)",
+    )
     parser.add_argument("--seed", type=int, default=15)
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/soak"))
     return parser.parse_args()
@@ -76,8 +87,10 @@ class KillClock:
             return None
         self.next = time.monotonic() + self.rng.uniform(*self.every)
         target = BROKER if self.rng.randrange(self.broker_share) == 0 else self.rng.randrange(self.workers)
-        print(f"{time.strftime('%H:%M:%S')} tick {tick}: SIGKILL {target if target == BROKER else f'worker {target}'}",
-              flush=True)
+        print(
+            f"{time.strftime('%H:%M:%S')} tick {tick}: SIGKILL {target if target == BROKER else f'worker {target}'}",
+            flush=True,
+        )
         return target
 
 
@@ -100,51 +113,106 @@ def main() -> int:
                 workload = copies_of(trace, args.services, min(args.ticks, trace.values.size), seed=args.seed + index)
                 prefix = f"soak-{index}-{int(time.time())}"
                 asyncio.run(ensure_topics(bootstrap, topic_specs(prefix, args.partitions)))
-                worker_args = ["worker", "--model", str(args.model), "--bootstrap", bootstrap, "--prefix", prefix,
-                               "--partitions", str(args.partitions), "--app-id", f"{prefix}-worker", "--log-level",
-                               "warning", "--session-timeout", str(args.session_timeout)]
+                worker_args = [
+                    "worker",
+                    "--model",
+                    str(args.model),
+                    "--bootstrap",
+                    bootstrap,
+                    "--prefix",
+                    prefix,
+                    "--partitions",
+                    str(args.partitions),
+                    "--app-id",
+                    f"{prefix}-worker",
+                    "--log-level",
+                    "warning",
+                    "--session-timeout",
+                    str(args.session_timeout),
+                ]
                 logs = args.out / "logs" / prefix  # kept: the workers' logs of every round
                 logs.mkdir(parents=True)
                 chaos = Chaos(worker_args, logs, 2, broker, clock)
                 began = time.monotonic()
                 try:
                     chaos.start()
-                    record = asyncio.run(ClosedLoopEnvironment(bootstrap, TopicNames(prefix), workload,
-                                                               action_timeout=args.action_timeout,
-                                                               on_tick=chaos.on_tick).run())
+                    record = asyncio.run(
+                        ClosedLoopEnvironment(
+                            bootstrap,
+                            TopicNames(prefix),
+                            workload,
+                            action_timeout=args.action_timeout,
+                            on_tick=chaos.on_tick,
+                        ).run()
+                    )
                     exited += chaos.exited_by_themselves()
                     result = audit(record, bootstrap, prefix, artifact, window)
                 except NoActionError as exc:
-                    print(f"round {index} stalled: {exc}\n{chaos.report()}\n"
-                          f"{chaos.diagnose(bootstrap, prefix, args.partitions, f'{prefix}-worker')}\n"
-                          f"worker logs: {logs}", flush=True)
+                    print(
+                        f"round {index} stalled: {exc}\n{chaos.report()}\n"
+                        f"{chaos.diagnose(bootstrap, prefix, args.partitions, f'{prefix}-worker')}\n"
+                        f"worker logs: {logs}",
+                        flush=True,
+                    )
                     raise
                 finally:
                     chaos.stop()
                 faults += chaos.faults
-                rounds.append({"round": index, "seconds": round(time.monotonic() - began, 1), "checked": result.checked,
-                               "gaps": len(result.missing), "duplicates": len(result.repeated),
-                               "mismatches": result.mismatches, "faults": len(chaos.faults)})
-                print(f"round {index}: {workload.ticks} ticks x {args.services} services in "
-                      f"{rounds[-1]['seconds']:.0f} s, {len(chaos.faults)} kill(s); {result.checked} actions: "
-                      f"{len(result.missing)} gaps, {len(result.repeated)} duplicates, {result.mismatches} mismatches\n"
-                      f"{chaos.report()}", flush=True)
+                rounds.append(
+                    {
+                        "round": index,
+                        "seconds": round(time.monotonic() - began, 1),
+                        "checked": result.checked,
+                        "gaps": len(result.missing),
+                        "duplicates": len(result.repeated),
+                        "mismatches": result.mismatches,
+                        "faults": len(chaos.faults),
+                    }
+                )
+                print(
+                    f"round {index}: {workload.ticks} ticks x {args.services} services in "
+                    f"{rounds[-1]['seconds']:.0f} s, {len(chaos.faults)} kill(s); {result.checked} actions: "
+                    f"{len(result.missing)} gaps, {len(result.repeated)} duplicates, {result.mismatches} mismatches\n"
+                    f"{chaos.report()}",
+                    flush=True,
+                )
         finally:
             broker.stop()
     recovered = [f.recovered for f in faults if not math.isnan(f.recovered)]
     summary = {
-        "minutes": round(sum(r["seconds"] for r in rounds) / 60, 1), "rounds": len(rounds), "kills": len(faults),
-        "broker_kills": sum(f.target == BROKER for f in faults), "recoveries": len(recovered),
+        "minutes": round(sum(r["seconds"] for r in rounds) / 60, 1),
+        "rounds": len(rounds),
+        "kills": len(faults),
+        "broker_kills": sum(f.target == BROKER for f in faults),
+        "recoveries": len(recovered),
         "recover_p50_s": round(float(np.median(recovered)), 1) if recovered else None,
         "recover_max_s": round(max(recovered), 1) if recovered else None,
-        "gaps": sum(r["gaps"] for r in rounds), "duplicates": sum(r["duplicates"] for r in rounds),
-        "mismatches": sum(r["mismatches"] for r in rounds), "workers_exited_by_themselves": len(exited),
+        "gaps": sum(r["gaps"] for r in rounds),
+        "duplicates": sum(r["duplicates"] for r in rounds),
+        "mismatches": sum(r["mismatches"] for r in rounds),
+        "workers_exited_by_themselves": len(exited),
     }
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "soak.json").write_text(json.dumps({
-        "machine": describe(), "summary": summary, "rounds": rounds,
-        "faults": [{"tick": f.tick, "target": f.target, "down_s": round(f.down, 1), "recovered_s": round(f.recovered, 1)}
-                   for f in faults]}, indent=2) + "\n")
+    (args.out / "soak.json").write_text(
+        json.dumps(
+            {
+                "machine": describe(),
+                "summary": summary,
+                "rounds": rounds,
+                "faults": [
+                    {
+                        "tick": f.tick,
+                        "target": f.target,
+                        "down_s": round(f.down, 1),
+                        "recovered_s": round(f.recovered, 1),
+                    }
+                    for f in faults
+                ],
+            },
+            indent=2,
+        )
+        + "\n"
+    )
     print(json.dumps(summary, indent=2))
     for line in exited:
         print(line)

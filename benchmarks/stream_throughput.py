@@ -35,10 +35,12 @@ its measured window, and to each latency worker while its load is offered. ``--w
 a row of N workers of one app id deciding the same workload (see :func:`scale_out`). Every row records the
 host's steal and the CPU share that other processes of the machine took (``other_cpu_share``).
 """
+
 from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import math
 import os
@@ -64,16 +66,15 @@ import torch
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.partitioner import murmur2
-from tqdm import tqdm
-
 from host import describe, steal_seconds
+from tqdm import tqdm
 
 from picrl.datasets import load_dataset
 from picrl.kafka import LocalKafka
+from picrl.workloads import copies_of
 from picrl_core.artifact import load_artifact
 from picrl_core.simulator import censor
 from producers.workload import Workload
-from picrl.workloads import copies_of
 from stream.decisions import DecisionEngine, Incoming
 from stream.records import UsageEvent, decode_action
 from stream.topics import TopicNames, committed_offsets, end_offsets, ensure_topics, topic_specs
@@ -98,20 +99,35 @@ def usage_messages(workload: Workload, capacity: np.ndarray, ticks: range, stamp
     for t in ticks:
         usage, censored = censor(workload.demand[t], capacity)
         for j, service in enumerate(workload.services):
-            context = (None if workload.context is None
-                       else dict(zip(workload.context_names, workload.context[t, j].tolist())))
-            event = UsageEvent(service, t, float(usage[j]), bool(censored[j]), float(capacity[j]), context,
-                               time.time() if stamp else 0.0)
+            context = (
+                None if workload.context is None else dict(zip(workload.context_names, workload.context[t, j].tolist()))
+            )
+            event = UsageEvent(
+                service,
+                t,
+                float(usage[j]),
+                bool(censored[j]),
+                float(capacity[j]),
+                context,
+                time.time() if stamp else 0.0,
+            )
             messages.append((service.encode(), event.to_bytes()))
     return messages
 
 
 def output_sizes(engine: DecisionEngine, workload: Workload, capacity: np.ndarray) -> tuple[int, int]:
     """Bytes of a real control Action and TransitionRecord of the first service (W + 2 ticks through the engine)."""
-    one = Workload(workload.services[:1], workload.demand[:, :1], None if workload.context is None else
-                   workload.context[:, :1], workload.context_names, workload.unit)
-    batch = [Incoming(UsageEvent.from_dict(orjson.loads(value)), 0, offset) for offset, (_, value) in
-             enumerate(usage_messages(one, capacity[:1], range(engine.window + 2)))]
+    one = Workload(
+        workload.services[:1],
+        workload.demand[:, :1],
+        None if workload.context is None else workload.context[:, :1],
+        workload.context_names,
+        workload.unit,
+    )
+    batch = [
+        Incoming(UsageEvent.from_dict(orjson.loads(value)), 0, offset)
+        for offset, (_, value) in enumerate(usage_messages(one, capacity[:1], range(engine.window + 2)))
+    ]
     outcome = engine.process(batch, {})
     return len(outcome.actions[-1].to_bytes()), len(outcome.transitions[-1].to_bytes())
 
@@ -123,7 +139,7 @@ async def produce(bootstrap: str, topic: str, messages: list[Message], desc: str
     try:
         with tqdm(total=len(messages), desc=desc, unit="ev", dynamic_ncols=True, leave=False) as bar:
             for lo in range(0, len(messages), 5_000):
-                chunk = messages[lo:lo + 5_000]
+                chunk = messages[lo : lo + 5_000]
                 await asyncio.gather(*[await producer.send(topic, value, key=key) for key, value in chunk])
                 bar.update(len(chunk))
     finally:
@@ -172,9 +188,18 @@ class Window:
         return self.ended - self.started
 
 
-async def drain(bootstrap: str, group: str, topic: str, begin: dict[int, int], total: dict[int, int], desc: str,
-                timeout: float, alive: Callable[[], None], cpu: dict[str, Callable[[], float]] | None = None,
-                on_start: Callable[[], None] | None = None) -> Window:
+async def drain(
+    bootstrap: str,
+    group: str,
+    topic: str,
+    begin: dict[int, int],
+    total: dict[int, int],
+    desc: str,
+    timeout: float,
+    alive: Callable[[], None],
+    cpu: dict[str, Callable[[], float]] | None = None,
+    on_start: Callable[[], None] | None = None,
+) -> Window:
     """Poll ``group``'s committed offsets on ``topic`` until they reach ``total``. The window opens at
     the first poll where every partition's committed offset has reached ``begin`` (the end of the
     warm-up) and closes when everything is committed; ``cpu`` readers are sampled at both ends; ``alive`` raises
@@ -196,9 +221,13 @@ async def drain(bootstrap: str, group: str, topic: str, begin: dict[int, int], t
                 if committed != last:
                     progressed, last = time.monotonic(), committed
                 elif time.monotonic() - progressed > STALL_SECONDS:
-                    behind = {p: f"{by_partition.get(p, 0)}/{end}" for p, end in total.items() if by_partition.get(p, 0) < end}
-                    raise TimeoutError(f"{desc}: no offset committed for {STALL_SECONDS:.0f} s; partitions behind "
-                                       f"(committed/end): {behind}")
+                    behind = {
+                        p: f"{by_partition.get(p, 0)}/{end}" for p, end in total.items() if by_partition.get(p, 0) < end
+                    }
+                    raise TimeoutError(
+                        f"{desc}: no offset committed for {STALL_SECONDS:.0f} s; partitions behind "
+                        f"(committed/end): {behind}"
+                    )
                 bar.update(committed - bar.n)
                 if not cpu_start and all(by_partition.get(p, 0) >= offset for p, offset in begin.items()):
                     window.started, window.wall, window.committed_at_start = now, (wall, wall), committed
@@ -209,8 +238,10 @@ async def drain(bootstrap: str, group: str, topic: str, begin: dict[int, int], t
                     window.ended, window.wall = now, (window.wall[0], wall)
                     window.cpu = {name: read() - cpu_start[name] for name, read in cpu.items()}
                     if window.events and window.seconds < MIN_WINDOW:
-                        raise ValueError(f"{desc}: the measured window lasted {window.seconds:.2f} s "
-                                         f"({window.events} events), too short to time; raise --events")
+                        raise ValueError(
+                            f"{desc}: the measured window lasted {window.seconds:.2f} s "
+                            f"({window.events} events), too short to time; raise --events"
+                        )
                     return window
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"{desc}: {committed} of {window.total} events committed after {timeout:.0f} s")
@@ -222,15 +253,25 @@ async def drain(bootstrap: str, group: str, topic: str, begin: dict[int, int], t
 # ---------------------------------------------------------------- the two consumers
 
 
-async def raw_pipe(bootstrap: str, source: str, begin: dict[int, int], out: TopicNames, group: str,
-                   sizes: tuple[int, int], batch_max: int, commit_interval: float, stop: asyncio.Event) -> None:
+async def raw_pipe(
+    bootstrap: str,
+    source: str,
+    begin: dict[int, int],
+    out: TopicNames,
+    group: str,
+    sizes: tuple[int, int],
+    batch_max: int,
+    commit_interval: float,
+    stop: asyncio.Event,
+) -> None:
     """Consume ``source`` from the ``begin`` offsets; per event send an action-sized and a
     transition-sized message to the source's partition of ``out.actions`` / ``out.replay`` (acks=all,
     as Faust's producer); commit the offsets (as ``group``) once the sends are acknowledged, every
     ``commit_interval`` seconds. Computes nothing."""
     action, transition = b"a" * sizes[0], b"t" * sizes[1]
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False,
-                                max_poll_records=batch_max)
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False, max_poll_records=batch_max
+    )
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
     await consumer.start()
     await producer.start()
@@ -264,8 +305,13 @@ class WorkerProcess:
         self.log = folder / "worker.log"
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         with open(self.log, "wb") as out:
-            self.process = subprocess.Popen([sys.executable, "-m", "picrl", "worker", *args], stdout=out,
-                                            stderr=subprocess.STDOUT, cwd=folder, env=env)
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "picrl", "worker", *args],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                cwd=folder,
+                env=env,
+            )
         self.spy: subprocess.Popen | None = None
 
     def alive(self) -> None:
@@ -279,9 +325,22 @@ class WorkerProcess:
     def start_py_spy(self, output: Path) -> None:
         """Sample the worker's Python stacks (100 Hz) into ``output`` until :meth:`stop_py_spy`."""
         search = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
-        self.spy = subprocess.Popen([str(shutil.which("py-spy", path=search)), "record", "--pid", str(self.process.pid), "--rate", "100",
-                                     "--format", "raw", "--output", str(output)],
-                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.spy = subprocess.Popen(
+            [
+                str(shutil.which("py-spy", path=search)),
+                "record",
+                "--pid",
+                str(self.process.pid),
+                "--rate",
+                "100",
+                "--format",
+                "raw",
+                "--output",
+                str(output),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
 
     def stop_py_spy(self) -> None:
         if self.spy is not None and self.spy.poll() is None:
@@ -319,9 +378,28 @@ class Setup:
 
     def worker_args(self, prefix: str, app_id: str, guarantee: str) -> list[str]:
         a = self.args
-        return ["--model", str(self.model), "--bootstrap", self.bootstrap, "--prefix", prefix, "--partitions",
-                str(a.partitions), "--app-id", app_id, "--guarantee", guarantee, "--batch-max", str(a.batch_max),
-                "--batch-within", str(a.batch_within), "--commit-interval", str(a.commit_interval), "--log-level", "warning"]
+        return [
+            "--model",
+            str(self.model),
+            "--bootstrap",
+            self.bootstrap,
+            "--prefix",
+            prefix,
+            "--partitions",
+            str(a.partitions),
+            "--app-id",
+            app_id,
+            "--guarantee",
+            guarantee,
+            "--batch-max",
+            str(a.batch_max),
+            "--batch-within",
+            str(a.batch_within),
+            "--commit-interval",
+            str(a.commit_interval),
+            "--log-level",
+            "warning",
+        ]
 
     def workload(self, services: int, ticks: int) -> tuple[Workload, np.ndarray]:
         workload = copies_of(load_dataset(self.args.dataset), services, ticks, seed=0)
@@ -329,22 +407,34 @@ class Setup:
 
 
 def row(name: str, window: Window, main: str) -> dict[str, float | str | int]:
-    return {"consumer": name, "events": window.events, "seconds": window.seconds,
-            "events_per_second": window.events / window.seconds,
-            "cpu_us_per_event": 1e6 * window.cpu[main] / window.events,
-            "broker_cpu_us_per_event": 1e6 * window.cpu["broker"] / window.events,
-            "cpu_steal_share": window.cpu["steal"] / (window.seconds * (os.cpu_count() or 1)),
-            # the CPU that processes other than the benchmark's (this one, the consumers, the broker) took: the host
-            # is shared, and on 2 cores another session's work slows every row down
-            "other_cpu_share": max(0.0, window.cpu["busy"] - sum(v for k, v in window.cpu.items()
-                                                                  if k not in ("busy", "steal", "pipe", "bench"))
-                                   - window.cpu["bench"]) / (window.seconds * (os.cpu_count() or 1))}
+    return {
+        "consumer": name,
+        "events": window.events,
+        "seconds": window.seconds,
+        "events_per_second": window.events / window.seconds,
+        "cpu_us_per_event": 1e6 * window.cpu[main] / window.events,
+        "broker_cpu_us_per_event": 1e6 * window.cpu["broker"] / window.events,
+        "cpu_steal_share": window.cpu["steal"] / (window.seconds * (os.cpu_count() or 1)),
+        # the CPU that processes other than the benchmark's (this one, the consumers, the broker) took: the host
+        # is shared, and on 2 cores another session's work slows every row down
+        "other_cpu_share": max(
+            0.0,
+            window.cpu["busy"]
+            - sum(v for k, v in window.cpu.items() if k not in ("busy", "steal", "pipe", "bench"))
+            - window.cpu["bench"],
+        )
+        / (window.seconds * (os.cpu_count() or 1)),
+    }
 
 
 async def decision_batches(bootstrap: str, topic: str, partitions: int) -> list[float]:
     """``decided_at`` of every committed action of ``topic`` (the actions of one decision batch share it)."""
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_committed",
-                                auto_offset_reset="earliest", max_poll_records=10_000)
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap,
+        isolation_level="read_committed",
+        auto_offset_reset="earliest",
+        max_poll_records=10_000,
+    )
     await consumer.start()
     decided: list[float] = []
     try:
@@ -377,13 +467,28 @@ async def throughput(setup: Setup, bar: tqdm) -> list[dict]:
     warm = await end_offsets(setup.bootstrap, names.usage, a.partitions)
     await produce(setup.bootstrap, names.usage, usage_messages(workload, capacity, range(w, ticks)), "produce events")
     total = await end_offsets(setup.bootstrap, names.usage, a.partitions)
-    broker = {"broker": lambda: cpu_seconds(setup.broker_pid), "steal": steal_seconds, "busy": busy_seconds,
-              "bench": time.process_time}
+    broker = {
+        "broker": lambda: cpu_seconds(setup.broker_pid),
+        "steal": steal_seconds,
+        "busy": busy_seconds,
+        "bench": time.process_time,
+    }
     bar.update(1)
 
     stop = asyncio.Event()
-    pipe = asyncio.create_task(raw_pipe(setup.bootstrap, names.usage, warm, TopicNames(f"{prefix}-raw"),
-                                        f"{prefix}-raw", sizes, a.batch_max, a.commit_interval, stop))
+    pipe = asyncio.create_task(
+        raw_pipe(
+            setup.bootstrap,
+            names.usage,
+            warm,
+            TopicNames(f"{prefix}-raw"),
+            f"{prefix}-raw",
+            sizes,
+            a.batch_max,
+            a.commit_interval,
+            stop,
+        )
+    )
 
     def pipe_alive() -> None:
         if pipe.done():
@@ -391,8 +496,17 @@ async def throughput(setup: Setup, bar: tqdm) -> list[dict]:
             raise RuntimeError("the raw pipe stopped")
 
     try:
-        window = await drain(setup.bootstrap, f"{prefix}-raw", names.usage, warm, total, "raw aiokafka pipe",
-                             a.timeout, pipe_alive, {"pipe": time.process_time, **broker})  # pipe = bench: one process
+        window = await drain(
+            setup.bootstrap,
+            f"{prefix}-raw",
+            names.usage,
+            warm,
+            total,
+            "raw aiokafka pipe",
+            a.timeout,
+            pipe_alive,
+            {"pipe": time.process_time, **broker},
+        )  # pipe = bench: one process
     finally:
         stop.set()
         await asyncio.gather(pipe, return_exceptions=True)
@@ -401,11 +515,20 @@ async def throughput(setup: Setup, bar: tqdm) -> list[dict]:
     windows = {}
     for guarantee, app_id in app_ids.items():
         worker = WorkerProcess(setup.worker_args(prefix, app_id, guarantee), setup.folder / app_id)
-        spy = None if a.py_spy is None else (lambda: worker.start_py_spy(a.py_spy / f"worker-{guarantee}.txt"))
+        spy = None if a.py_spy is None else functools.partial(worker.start_py_spy, a.py_spy / f"worker-{guarantee}.txt")
         try:
-            windows[guarantee] = window = await drain(setup.bootstrap, app_id, names.usage, warm, total,
-                                                      f"worker {guarantee}", a.timeout, worker.alive,
-                                                      {"worker": worker.cpu, **broker}, spy)
+            windows[guarantee] = window = await drain(
+                setup.bootstrap,
+                app_id,
+                names.usage,
+                warm,
+                total,
+                f"worker {guarantee}",
+                a.timeout,
+                worker.alive,
+                {"worker": worker.cpu, **broker},
+                spy,
+            )
         finally:
             peak = worker.stop()
         rows.append({**row(f"picrl worker ({guarantee})", window, "worker"), "worker_peak_rss_mib": peak})
@@ -447,12 +570,15 @@ async def scale_out(setup: Setup, guarantee: str, workload: Workload, capacity: 
     names = TopicNames(prefix)
     app_id = f"{prefix}-{guarantee.replace('_', '-')}"
     await ensure_topics(setup.bootstrap, topic_specs(prefix, a.partitions))
-    workers = [WorkerProcess(setup.worker_args(prefix, app_id, guarantee), setup.folder / f"{app_id}-{i}")
-               for i in range(a.workers)]
+    workers = [
+        WorkerProcess(setup.worker_args(prefix, app_id, guarantee), setup.folder / f"{app_id}-{i}")
+        for i in range(a.workers)
+    ]
 
     def alive() -> None:
         for worker in workers:
             worker.alive()
+
     try:
         deadline = time.monotonic() + a.timeout
         while await group_members(setup.bootstrap, app_id) != ("Stable", a.workers):
@@ -467,19 +593,36 @@ async def scale_out(setup: Setup, guarantee: str, workload: Workload, capacity: 
         if await group_members(setup.bootstrap, app_id) != ("Stable", a.workers):
             raise RuntimeError(f"{app_id}: the group changed after its warm-up")
         cpu = {f"worker{i}": worker.cpu for i, worker in enumerate(workers)}
-        producing = asyncio.create_task(produce(setup.bootstrap, names.usage,
-                                                usage_messages(workload, capacity, range(w, ticks)), "produce events"))
+        producing = asyncio.create_task(
+            produce(setup.bootstrap, names.usage, usage_messages(workload, capacity, range(w, ticks)), "produce events")
+        )
         total = {p: warm[p] + n for p, n in (await expected_counts(workload, a.partitions, ticks - w)).items()}
-        window = await drain(setup.bootstrap, app_id, names.usage, warm, total, f"{a.workers} workers {guarantee}",
-                             a.timeout, alive, {**cpu, "broker": lambda: cpu_seconds(setup.broker_pid),
-                                                "steal": steal_seconds, "busy": busy_seconds,
-                                                "bench": time.process_time})
+        window = await drain(
+            setup.bootstrap,
+            app_id,
+            names.usage,
+            warm,
+            total,
+            f"{a.workers} workers {guarantee}",
+            a.timeout,
+            alive,
+            {
+                **cpu,
+                "broker": lambda: cpu_seconds(setup.broker_pid),
+                "steal": steal_seconds,
+                "busy": busy_seconds,
+                "bench": time.process_time,
+            },
+        )
         await producing
     finally:
         peaks = [worker.stop() for worker in workers]
     window.cpu["workers"] = sum(window.cpu.pop(f"worker{i}") for i in range(a.workers))
-    return {**row(f"{a.workers} picrl workers ({guarantee})", window, "workers"), "workers": a.workers,
-            "worker_peak_rss_mib": max(peaks)}
+    return {
+        **row(f"{a.workers} picrl workers ({guarantee})", window, "workers"),
+        "workers": a.workers,
+        "worker_peak_rss_mib": max(peaks),
+    }
 
 
 async def expected_counts(workload: Workload, partitions: int, ticks: int) -> dict[int, int]:
@@ -490,26 +633,36 @@ async def expected_counts(workload: Workload, partitions: int, ticks: int) -> di
     return counts
 
 
-async def paced(bootstrap: str, topic: str, workload: Workload, capacity: np.ndarray, ticks: range,
-                rate: float) -> tuple[int, float]:
+async def paced(
+    bootstrap: str, topic: str, workload: Workload, capacity: np.ndarray, ticks: range, rate: float
+) -> tuple[int, float]:
     """Offer ``ticks`` of every service at ``rate`` events/s, ``produced_at`` stamped at send; (sent, seconds)."""
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=0)
     await producer.start()
     sent, futures = 0, []
     started = time.monotonic()
     try:
-        with tqdm(total=len(ticks) * len(workload.services), desc=f"offer {rate:g} ev/s", unit="ev",
-                  dynamic_ncols=True, leave=False) as bar:
+        with tqdm(
+            total=len(ticks) * len(workload.services),
+            desc=f"offer {rate:g} ev/s",
+            unit="ev",
+            dynamic_ncols=True,
+            leave=False,
+        ) as bar:
             for t in ticks:
                 usage, censored = censor(workload.demand[t], capacity)
                 for j, service in enumerate(workload.services):
                     ahead = sent / rate - (time.monotonic() - started)
                     if ahead > 0.001:
                         await asyncio.sleep(ahead)
-                    context = (None if workload.context is None
-                               else dict(zip(workload.context_names, workload.context[t, j].tolist())))
-                    event = UsageEvent(service, t, float(usage[j]), bool(censored[j]), float(capacity[j]), context,
-                                       time.time())
+                    context = (
+                        None
+                        if workload.context is None
+                        else dict(zip(workload.context_names, workload.context[t, j].tolist()))
+                    )
+                    event = UsageEvent(
+                        service, t, float(usage[j]), bool(censored[j]), float(capacity[j]), context, time.time()
+                    )
                     futures.append(await producer.send(topic, event.to_bytes(), key=service.encode()))
                     sent += 1
                 bar.update(len(workload.services))
@@ -520,8 +673,14 @@ async def paced(bootstrap: str, topic: str, workload: Workload, capacity: np.nda
     return sent, seconds
 
 
-async def watch_actions(bootstrap: str, topic: str, partitions: int, seen: list[tuple[float, bytes]],
-                        ready: asyncio.Event, stop: asyncio.Event) -> None:
+async def watch_actions(
+    bootstrap: str,
+    topic: str,
+    partitions: int,
+    seen: list[tuple[float, bytes]],
+    ready: asyncio.Event,
+    stop: asyncio.Event,
+) -> None:
     """Record (arrival time, value) of every action committed from now on (read_committed)."""
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_committed")
     await consumer.start()
@@ -543,8 +702,10 @@ async def watch_actions(bootstrap: str, topic: str, partitions: int, seen: list[
 def percentiles(values: np.ndarray) -> dict[str, float]:
     if not len(values):
         raise RuntimeError("no action was seen in time: see the worker's log")
-    return {f"p{q}_ms": float(np.percentile(values, q) * 1e3) for q in (50, 90, 99)} | \
-        {"max_ms": float(values.max() * 1e3), "mean_ms": float(values.mean() * 1e3)}
+    return {f"p{q}_ms": float(np.percentile(values, q) * 1e3) for q in (50, 90, 99)} | {
+        "max_ms": float(values.max() * 1e3),
+        "mean_ms": float(values.mean() * 1e3),
+    }
 
 
 async def latency(setup: Setup, rate: float) -> dict:
@@ -557,14 +718,23 @@ async def latency(setup: Setup, rate: float) -> dict:
     workload, capacity = setup.workload(a.latency_services, ticks)
     await produce(setup.bootstrap, names.usage, usage_messages(workload, capacity, range(w)), "produce warm-up")
     warm = await end_offsets(setup.bootstrap, names.usage, a.partitions)
-    worker = WorkerProcess(setup.worker_args(prefix, f"{prefix}-worker", a.latency_guarantee),
-                           setup.folder / f"{prefix}-worker")
+    worker = WorkerProcess(
+        setup.worker_args(prefix, f"{prefix}-worker", a.latency_guarantee), setup.folder / f"{prefix}-worker"
+    )
     seen: list[tuple[float, bytes]] = []
     ready, stop = asyncio.Event(), asyncio.Event()
     watcher: asyncio.Task | None = None
     try:
-        await drain(setup.bootstrap, f"{prefix}-worker", names.usage, warm, warm, f"warm-up {rate:g} ev/s",
-                    a.timeout, worker.alive)
+        await drain(
+            setup.bootstrap,
+            f"{prefix}-worker",
+            names.usage,
+            warm,
+            warm,
+            f"warm-up {rate:g} ev/s",
+            a.timeout,
+            worker.alive,
+        )
         watcher = asyncio.create_task(watch_actions(setup.bootstrap, names.actions, a.partitions, seen, ready, stop))
         await asyncio.wait([watcher, asyncio.create_task(ready.wait())], return_when=asyncio.FIRST_COMPLETED)
         if watcher.done():
@@ -580,8 +750,17 @@ async def latency(setup: Setup, rate: float) -> dict:
         worker.stop_py_spy()
         elapsed_cpu = (time.monotonic() - offered_from) * (os.cpu_count() or 1)
         steal = (steal_seconds() - steal_before) / elapsed_cpu
-        others = max(0.0, busy_seconds() - busy_before - cpu - (time.process_time() - bench_before)
-                     - (cpu_seconds(setup.broker_pid) - broker_before)) / elapsed_cpu
+        others = (
+            max(
+                0.0,
+                busy_seconds()
+                - busy_before
+                - cpu
+                - (time.process_time() - bench_before)
+                - (cpu_seconds(setup.broker_pid) - broker_before),
+            )
+            / elapsed_cpu
+        )
         deadline = time.monotonic() + 30
         while len(seen) < sent and time.monotonic() < deadline:
             await asyncio.sleep(0.1)
@@ -596,15 +775,31 @@ async def latency(setup: Setup, rate: float) -> dict:
     leading = [(arrived, x) for arrived, x in control if x.tick <= w + lead]
 
     def delays(pairs: list) -> dict[str, dict[str, float]]:
-        return {"decided": percentiles(np.array([x.decided_at - x.source_produced_at for _, x in pairs])),
-                "visible_read_committed": percentiles(np.array([arrived - x.source_produced_at for arrived, x in pairs]))}
-    return {"offered_rate": rate, "achieved_rate": sent / seconds, "services": a.latency_services,
-            "events": sent, "control_actions": len(measured), "guarantee": a.latency_guarantee, **delays(measured),
-            "lead_in": {"seconds": a.lead_in, "ticks": lead, "control_actions": len(leading),
-                        **(delays(leading) if leading else {})},
-            "events_per_decision_batch": len(control) / max(1, len({x.decided_at for _, x in control})),
-            "worker_cpu_share": cpu / seconds,  # worker CPU seconds per offered second
-            "worker_peak_rss_mib": peak, "cpu_steal_share": steal, "other_cpu_share": others}
+        return {
+            "decided": percentiles(np.array([x.decided_at - x.source_produced_at for _, x in pairs])),
+            "visible_read_committed": percentiles(np.array([arrived - x.source_produced_at for arrived, x in pairs])),
+        }
+
+    return {
+        "offered_rate": rate,
+        "achieved_rate": sent / seconds,
+        "services": a.latency_services,
+        "events": sent,
+        "control_actions": len(measured),
+        "guarantee": a.latency_guarantee,
+        **delays(measured),
+        "lead_in": {
+            "seconds": a.lead_in,
+            "ticks": lead,
+            "control_actions": len(leading),
+            **(delays(leading) if leading else {}),
+        },
+        "events_per_decision_batch": len(control) / max(1, len({x.decided_at for _, x in control})),
+        "worker_cpu_share": cpu / seconds,  # worker CPU seconds per offered second
+        "worker_peak_rss_mib": peak,
+        "cpu_steal_share": steal,
+        "other_cpu_share": others,
+    }
 
 
 async def run(args: argparse.Namespace, folder: Path) -> dict:
@@ -615,8 +810,12 @@ async def run(args: argparse.Namespace, folder: Path) -> dict:
         if model is None:
             model = folder / "model"
             tqdm.write("training a quick genai-mem model (picrl train --quick) ...")
-            subprocess.run([sys.executable, "-m", "picrl", "train", "--dataset", "genai-mem", "--quick", "--out",
-                            str(model)], check=True, cwd=REPO, stdout=subprocess.DEVNULL)
+            subprocess.run(
+                [sys.executable, "-m", "picrl", "train", "--dataset", "genai-mem", "--quick", "--out", str(model)],
+                check=True,
+                cwd=REPO,
+                stdout=subprocess.DEVNULL,
+            )
         setup = Setup(args, info.bootstrap, info.pid, folder, model, DecisionEngine(load_artifact(model)))
         steps = 2 + len(args.guarantees) + (args.workers > 1) + len(args.rates)
         with tqdm(total=steps, desc="stream benchmark", unit="phase", dynamic_ncols=True) as bar:
@@ -625,62 +824,114 @@ async def run(args: argparse.Namespace, folder: Path) -> dict:
             for rate in args.rates:
                 latencies.append(await latency(setup, rate))
                 bar.update(1)
-        return {"throughput": rows, "latency": latencies,
-                "model": {"path": str(model), "window": setup.engine.window, "row_bytes": setup.engine.row_bytes}}
+        return {
+            "throughput": rows,
+            "latency": latencies,
+            "model": {"path": str(model), "window": setup.engine.window, "row_bytes": setup.engine.row_bytes},
+        }
     finally:
         broker.stop()
 
 
 def print_tables(result: dict) -> None:
     if result["throughput"]:
-        print(f"\n{'consumer':<29}{'events':>8}{'seconds':>9}{'events/s':>10}{'x raw':>7}{'CPU us/ev':>10}"
-              f"{'broker us/ev':>13}{'ev/batch':>9}{'steal':>7}{'others':>7}")
+        print(
+            f"\n{'consumer':<29}{'events':>8}{'seconds':>9}{'events/s':>10}{'x raw':>7}{'CPU us/ev':>10}"
+            f"{'broker us/ev':>13}{'ev/batch':>9}{'steal':>7}{'others':>7}"
+        )
         for r in result["throughput"]:
-            print(f"{r['consumer']:<29}{r['events']:>8,}{r['seconds']:>9.1f}{r['events_per_second']:>10,.0f}"
-                  f"{r['ratio_to_raw_pipe']:>7.2f}{r['cpu_us_per_event']:>10.0f}{r['broker_cpu_us_per_event']:>13.0f}"
-                  f"{r.get('events_per_decision_batch', float('nan')):>9.0f}{r['cpu_steal_share']:>7.0%}"
-                  f"{r['other_cpu_share']:>7.0%}")
+            print(
+                f"{r['consumer']:<29}{r['events']:>8,}{r['seconds']:>9.1f}{r['events_per_second']:>10,.0f}"
+                f"{r['ratio_to_raw_pipe']:>7.2f}{r['cpu_us_per_event']:>10.0f}{r['broker_cpu_us_per_event']:>13.0f}"
+                f"{r.get('events_per_decision_batch', float('nan')):>9.0f}{r['cpu_steal_share']:>7.0%}"
+                f"{r['other_cpu_share']:>7.0%}"
+            )
     if result["latency"]:
-        print(f"\n{'offered/s':>10}{'achieved/s':>11}{'actions':>9}  {'decided p50/p99/max ms':<24}"
-              f"{'visible p50/p99/max ms':<24}{'CPU/s':>6}{'ev/batch':>9}{'steal':>7}{'others':>7}"
-              f"{'lead-in p99 ms (dec/vis)':>26}")
+        print(
+            f"\n{'offered/s':>10}{'achieved/s':>11}{'actions':>9}  {'decided p50/p99/max ms':<24}"
+            f"{'visible p50/p99/max ms':<24}{'CPU/s':>6}{'ev/batch':>9}{'steal':>7}{'others':>7}"
+            f"{'lead-in p99 ms (dec/vis)':>26}"
+        )
         for r in result["latency"]:
             d, v, lead = r["decided"], r["visible_read_committed"], r["lead_in"]
-            print(f"{r['offered_rate']:>10,.0f}{r['achieved_rate']:>11,.0f}{r['control_actions']:>9,}  "
-                  f"{d['p50_ms']:>6.1f} {d['p99_ms']:>7.1f} {d['max_ms']:>7.0f}   "
-                  f"{v['p50_ms']:>6.1f} {v['p99_ms']:>7.1f} {v['max_ms']:>7.0f}   {r['worker_cpu_share']:>4.2f}"
-                  f"{r['events_per_decision_batch']:>9.1f}{r['cpu_steal_share']:>7.0%}{r['other_cpu_share']:>7.0%}"
-                  + (f"{lead['decided']['p99_ms']:>15.0f} / {lead['visible_read_committed']['p99_ms']:.0f}"
-                     if "decided" in lead else f"{'--':>18}"))
+            print(
+                f"{r['offered_rate']:>10,.0f}{r['achieved_rate']:>11,.0f}{r['control_actions']:>9,}  "
+                f"{d['p50_ms']:>6.1f} {d['p99_ms']:>7.1f} {d['max_ms']:>7.0f}   "
+                f"{v['p50_ms']:>6.1f} {v['p99_ms']:>7.1f} {v['max_ms']:>7.0f}   {r['worker_cpu_share']:>4.2f}"
+                f"{r['events_per_decision_batch']:>9.1f}{r['cpu_steal_share']:>7.0%}{r['other_cpu_share']:>7.0%}"
+                + (
+                    f"{lead['decided']['p99_ms']:>15.0f} / {lead['visible_read_committed']['p99_ms']:.0f}"
+                    if "decided" in lead
+                    else f"{'--':>18}"
+                )
+            )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true",
-                        help="small sizes: 20,000 events over 200 services, latency over 200 services for 10 s")
-    parser.add_argument("--events", type=int, help="measured usage events, warm-up excluded (default 200,000; 0: "
-                                                   "skip the throughput part)")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="small sizes: 20,000 events over 200 services, latency over 200 services for 10 s",
+    )
+    parser.add_argument(
+        "--events",
+        type=int,
+        help="measured usage events, warm-up excluded (default 200,000; 0: skip the throughput part)",
+    )
     parser.add_argument("--services", type=int, help="services of the throughput part (default 1,000)")
-    parser.add_argument("--rates", type=float, nargs="*", default=[1000.0, 2500.0, 5000.0],
-                        help="offered loads of the latency part, events/s (default 1000 2500 5000; none: skip it)")
+    parser.add_argument(
+        "--rates",
+        type=float,
+        nargs="*",
+        default=[1000.0, 2500.0, 5000.0],
+        help="offered loads of the latency part, events/s (default 1000 2500 5000; none: skip it)",
+    )
     parser.add_argument("--duration", type=float, help="seconds per offered load (default 20)")
-    parser.add_argument("--lead-in", type=float, default=2.0,
-                        help="seconds each offered load runs before the measured --duration (default 2; reported apart)")
+    parser.add_argument(
+        "--lead-in",
+        type=float,
+        default=2.0,
+        help="seconds each offered load runs before the measured --duration (default 2; reported apart)",
+    )
     parser.add_argument("--latency-services", type=int, help="services of the latency part (default 1,000)")
-    parser.add_argument("--guarantees", nargs="+", default=["exactly_once", "at_least_once"],
-                        choices=("exactly_once", "at_least_once"), help="worker rows of the throughput part")
-    parser.add_argument("--workers", type=int, default=2,
-                        help="a throughput row with this many workers of one app id (first guarantee; 1: none)")
+    parser.add_argument(
+        "--guarantees",
+        nargs="+",
+        default=["exactly_once", "at_least_once"],
+        choices=("exactly_once", "at_least_once"),
+        help="worker rows of the throughput part",
+    )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=2,
+        help="a throughput row with this many workers of one app id (first guarantee; 1: none)",
+    )
     parser.add_argument("--latency-guarantee", default="exactly_once", choices=("exactly_once", "at_least_once"))
     parser.add_argument("--partitions", type=int, default=8, help="partitions of the topics (default 8)")
-    parser.add_argument("--batch-max", type=int, default=1000, help="worker --batch-max and raw pipe batch (default 1000)")
-    parser.add_argument("--batch-within", type=float, default=0.005,
-                        help="worker --batch-within: seconds it waits for more events before deciding (default 0.005)")
-    parser.add_argument("--commit-interval", type=float, default=WorkerSettings.commit_interval,
-                        help=f"seconds between commits (default {WorkerSettings.commit_interval:g}, the worker's)")
+    parser.add_argument(
+        "--batch-max", type=int, default=1000, help="worker --batch-max and raw pipe batch (default 1000)"
+    )
+    parser.add_argument(
+        "--batch-within",
+        type=float,
+        default=0.005,
+        help="worker --batch-within: seconds it waits for more events before deciding (default 0.005)",
+    )
+    parser.add_argument(
+        "--commit-interval",
+        type=float,
+        default=WorkerSettings.commit_interval,
+        help=f"seconds between commits (default {WorkerSettings.commit_interval:g}, the worker's)",
+    )
     parser.add_argument("--dataset", default="genai-mem", help="trace the services are copies of (default genai-mem)")
-    parser.add_argument("--capacity-headroom", type=float, default=0.9,
-                        help="static capacity as a multiple of each service's peak (below 1: some censoring)")
+    parser.add_argument(
+        "--capacity-headroom",
+        type=float,
+        default=0.9,
+        help="static capacity as a multiple of each service's peak (below 1: some censoring)",
+    )
     parser.add_argument("--model", type=Path, help="model folder (default: train a quick genai-mem model first)")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds allowed per drain (default 900)")
     parser.add_argument("--py-spy", type=Path, metavar="DIR", help="record each throughput worker with py-spy into DIR")
@@ -706,9 +957,15 @@ def main() -> None:
         shutil.rmtree(folder, ignore_errors=True)
     print_tables(result)
     settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
-    result = {"benchmark": "stream_throughput", "settings": settings, "machine": machine(load_before), "wall_seconds": time.monotonic() - started,
-              "warmup": "W = predictor-window ticks per service are produced first and not measured; every measured "
-                        "event is past its service's warm-up (full PIC-RL decision)", **result}
+    result = {
+        "benchmark": "stream_throughput",
+        "settings": settings,
+        "machine": machine(load_before),
+        "wall_seconds": time.monotonic() - started,
+        "warmup": "W = predictor-window ticks per service are produced first and not measured; every measured "
+        "event is past its service's warm-up (full PIC-RL decision)",
+        **result,
+    }
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "stream_throughput.json").write_text(json.dumps(result, indent=2) + "\n")
     plot(result, args.out / "stream_throughput.png")
@@ -720,27 +977,43 @@ def plot(result: dict, path: Path) -> None:
     fig, (bars, lines) = plt.subplots(1, 2, figsize=(13, 4.5))
     rows = result["throughput"]
     if rows:
-        bars.bar([r["consumer"].replace(" (", "\n(") for r in rows], [r["events_per_second"] for r in rows],
-                 color=["grey"] + ["tab:blue"] * (len(rows) - 1))
+        bars.bar(
+            [r["consumer"].replace(" (", "\n(") for r in rows],
+            [r["events_per_second"] for r in rows],
+            color=["grey"] + ["tab:blue"] * (len(rows) - 1),
+        )
         for i, r in enumerate(rows):
-            bars.annotate(f"{r['events_per_second']:,.0f}/s\n{r['ratio_to_raw_pipe']:.2f}x raw", (i, r["events_per_second"]),
-                          ha="center", va="bottom", fontsize=8)
-        bars.set(ylabel="usage events per second", title="(a) throughput on one broker, same backlog",
-                 ylim=(0, 1.2 * max(r["events_per_second"] for r in rows)))
+            bars.annotate(
+                f"{r['events_per_second']:,.0f}/s\n{r['ratio_to_raw_pipe']:.2f}x raw",
+                (i, r["events_per_second"]),
+                ha="center",
+                va="bottom",
+                fontsize=8,
+            )
+        bars.set(
+            ylabel="usage events per second",
+            title="(a) throughput on one broker, same backlog",
+            ylim=(0, 1.2 * max(r["events_per_second"] for r in rows)),
+        )
         bars.tick_params(axis="x", labelsize=8)
     latency = result["latency"]
     if latency:
         rates = [r["offered_rate"] for r in latency]
-        for key, label, style in (("decided", "decided (worker clock)", "-"),
-                                  ("visible_read_committed", "visible to read_committed", "--")):
+        for key, label, style in (
+            ("decided", "decided (worker clock)", "-"),
+            ("visible_read_committed", "visible to read_committed", "--"),
+        ):
             for pct, marker in (("p50_ms", "o"), ("p99_ms", "s")):
-                lines.plot(rates, [r[key][pct] for r in latency], ls=style, marker=marker,
-                           label=f"{label} {pct[:3]}")
+                lines.plot(rates, [r[key][pct] for r in latency], ls=style, marker=marker, label=f"{label} {pct[:3]}")
         lines.axhline(50.0, color="tab:red", lw=1, ls=":", label="decided p99 target (50 ms)")
         lines.axhline(150.0, color="tab:purple", lw=1, ls=":", label="visible p99 target (150 ms)")
         lead_in = latency[0].get("lead_in", {}).get("seconds")
-        lines.set(xlabel="offered load (usage events/s)", ylabel="event -> action latency (ms)", yscale="log",
-                  title="(b) latency against offered load" + (f" (after a {lead_in:g} s lead-in)" if lead_in else ""))
+        lines.set(
+            xlabel="offered load (usage events/s)",
+            ylabel="event -> action latency (ms)",
+            yscale="log",
+            title="(b) latency against offered load" + (f" (after a {lead_in:g} s lead-in)" if lead_in else ""),
+        )
         lines.legend(fontsize=8)
         lines.grid(True, which="both", alpha=0.3)
     fig.tight_layout()
@@ -749,8 +1022,11 @@ def plot(result: dict, path: Path) -> None:
 
 
 def machine(load_before: tuple[float, float, float]) -> dict:
-    return describe() | {"faust": faust.__version__, "aiokafka": aiokafka.__version__,
-                         "load_average_before": load_before}
+    return describe() | {
+        "faust": faust.__version__,
+        "aiokafka": aiokafka.__version__,
+        "load_average_before": load_before,
+    }
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
 """``python -m picrl``: the same CLI as the ``picrl`` script."""
+
 import sys
 
 from picrl.cli import main

@@ -6,6 +6,7 @@ lines a minute (5,000 in a 22 s outage in the chaos test), burying everything el
 handler, lets the first such error through as "broker X unreachable since T", then only a count every
 :data:`SUMMARY_EVERY` seconds, and says when the broker answered again (with the next line logged after its
 errors stopped for :data:`QUIET` seconds)."""
+
 from __future__ import annotations
 
 import logging
@@ -17,9 +18,15 @@ SUMMARY_EVERY = 30.0  # seconds between "still unreachable" lines
 QUIET = 10.0  # seconds without a connection error after which the outage counts as over
 # what aiokafka logs when it cannot reach a broker (not "coordinator not available", which a healthy broker
 # also answers while a group's coordinator loads)
-_CONNECTION_ERRORS = ("Unable connect to", "Unable to update metadata", "Failed fetch messages",
-                      "NodeNotReadyError", "KafkaConnectionError", "Error sending HeartbeatRequest",
-                      "Error sending LeaveGroupRequest")
+_CONNECTION_ERRORS = (
+    "Unable connect to",
+    "Unable to update metadata",
+    "Failed fetch messages",
+    "NodeNotReadyError",
+    "KafkaConnectionError",
+    "Error sending HeartbeatRequest",
+    "Error sending LeaveGroupRequest",
+)
 _ADDRESS = re.compile(r"\('([^']+)', (\d+)\)|Connection at (\S+:\d+)")
 
 
@@ -52,9 +59,12 @@ class BrokerOutageFilter(logging.Filter):
                     self._errors += 1
                     keep = now - self._last_summary >= SUMMARY_EVERY
                     if keep:
-                        self._rewrite(record, logging.WARNING,
-                                      f"{self._broker} still unreachable since {_clock(self._since)}: {self._errors} "
-                                      f"connection errors in the last {now - self._last_summary:.0f} s")
+                        self._rewrite(
+                            record,
+                            logging.WARNING,
+                            f"{self._broker} still unreachable since {_clock(self._since)}: {self._errors} "
+                            f"connection errors in the last {now - self._last_summary:.0f} s",
+                        )
                         self._errors, self._last_summary = 0, now
             if ended is not None:  # said ahead of the first line logged after the errors stopped
                 record.msg, record.args = f"{ended}. {record.getMessage()}", None
@@ -65,16 +75,22 @@ class BrokerOutageFilter(logging.Filter):
         if match:
             self._broker = "Kafka broker " + (match.group(3) or f"{match.group(1)}:{match.group(2)}")
         self._since, self._last_summary, self._errors = time.time(), now, 0
-        self._rewrite(record, logging.ERROR, f"{self._broker} unreachable since {_clock(self._since)} "
-                                             f"({record.getMessage()}); further connection errors are counted, "
-                                             f"not logged, until it answers")
+        self._rewrite(
+            record,
+            logging.ERROR,
+            f"{self._broker} unreachable since {_clock(self._since)} "
+            f"({record.getMessage()}); further connection errors are counted, "
+            f"not logged, until it answers",
+        )
 
     def _end(self, now: float) -> str:
         """The line that closes the outage (its errors stopped ``QUIET`` seconds ago or more)."""
         assert self._since is not None
         back = time.time() - (now - self._last_error)
-        line = (f"{self._broker} answered again after {back - self._since:.0f} s (unreachable from "
-                f"{_clock(self._since)} to about {_clock(back)})")
+        line = (
+            f"{self._broker} answered again after {back - self._since:.0f} s (unreachable from "
+            f"{_clock(self._since)} to about {_clock(back)})"
+        )
         self._since = None
         return line
 

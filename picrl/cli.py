@@ -4,6 +4,7 @@ Each sub-command lives in ``picrl/commands/<name>.py`` and exposes ``register(su
 adds its parser and sets ``handler`` (a function of the parsed arguments returning an exit code).
 Only the module of the command being run is imported (see ``picrl.commands``).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -20,7 +21,7 @@ def build_parser(commands: Collection[str] | None = None) -> argparse.ArgumentPa
     parser = argparse.ArgumentParser(
         prog="picrl",
         description="PIC-RL capacity provisioning under prediction-induced censoring: "
-                    "offline training and evaluation, and a Kafka stream processor.",
+        "offline training and evaluation, and a Kafka stream processor.",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, summary in SUMMARIES.items():

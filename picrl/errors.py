@@ -1,4 +1,5 @@
 """Errors the CLI reports as one clear line (exit code 2) instead of a traceback."""
+
 from __future__ import annotations
 
 from picrl.kafka.local_broker import BrokerError

@@ -5,11 +5,13 @@ logs) with frames; :func:`progress_bar` therefore draws a tqdm bar only when std
 and otherwise returns a :class:`PlainProgress` with the same calls that writes one line at most every
 ``PLAIN_EVERY`` seconds and a last one when it closes. The core only calls plain callbacks.
 """
+
 from __future__ import annotations
 
 import sys
 import time
-from typing import Any, Callable, TextIO
+from collections.abc import Callable
+from typing import Any, TextIO
 
 from tqdm import tqdm
 
@@ -20,7 +22,9 @@ PLAIN_EVERY = 10.0  # seconds between two plain progress lines
 class PlainProgress:
     """tqdm's ``update``/``set_postfix``/``close`` as lines like ``closed loop: 120/240 tick (50%), censored=3.1%``."""
 
-    def __init__(self, total: int, desc: str, unit: str, every: float = PLAIN_EVERY, file: TextIO | None = None) -> None:
+    def __init__(
+        self, total: int, desc: str, unit: str, every: float = PLAIN_EVERY, file: TextIO | None = None
+    ) -> None:
         self.total, self.desc, self.unit, self.every = total, desc, unit, every
         self.file = file or sys.stderr
         self.n, self.postfix, self._printed_n = 0, "", -1
@@ -43,11 +47,14 @@ class PlainProgress:
 
     def _line(self) -> None:
         share = f" ({self.n / self.total:.0%})" if self.total else ""
-        print(f"{self.desc}: {self.n}/{self.total} {self.unit}{share}" + (f", {self.postfix}" if self.postfix else ""),
-              file=self.file, flush=True)
+        print(
+            f"{self.desc}: {self.n}/{self.total} {self.unit}{share}" + (f", {self.postfix}" if self.postfix else ""),
+            file=self.file,
+            flush=True,
+        )
         self._printed_n, self._last = self.n, time.monotonic()
 
-    def __enter__(self) -> "PlainProgress":
+    def __enter__(self) -> PlainProgress:
         return self
 
     def __exit__(self, *_: object) -> None:
@@ -75,6 +82,7 @@ class PhaseBars:
                 self._bar = progress_bar(total, description, unit)
             self._bar.set_postfix({k: f"{report[k]:.4g}" for k in fields if k in report})
             self._bar.update(1)
+
         return update
 
     def close(self) -> None:
@@ -82,7 +90,7 @@ class PhaseBars:
             self._bar.close()
             self._bar = None
 
-    def __enter__(self) -> "PhaseBars":
+    def __enter__(self) -> PhaseBars:
         return self
 
     def __exit__(self, *_: object) -> None:

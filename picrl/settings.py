@@ -11,6 +11,7 @@ Per-service overrides live only in the file, under ``"services"``::
      "services": {"web-frontend": {"min_capacity": 4, "max_capacity": 64}, "batch": {"freeze": 8},
                   "gpu-pool": {"low": 0, "high": 512}}}
 """
+
 from __future__ import annotations
 
 import json
@@ -44,6 +45,7 @@ def _choice(*allowed: str) -> Callable[[Any], str]:
         if value not in allowed:
             raise ValueError(f"expected one of {', '.join(allowed)}")
         return str(value)
+
     return parse
 
 
@@ -108,43 +110,71 @@ class Spec:
 
 
 SPECS: dict[str, Spec] = {
-    "bootstrap": Spec(_optional(str), None, "Kafka bootstrap HOST:PORT (none: the local broker of `picrl kafka start`)"),
-    "bootstrap_timeout": Spec(_positive, 120.0, "seconds a starting worker, trainer or producer waits for Kafka to "
-                                               "answer before it exits with an error"),
-    "replication_factor": Spec(_optional(_positive_int), None, "replicas of each topic picrl or Faust creates "
-                                                               "(none: min(3, live brokers))"),
-    "min_insync_replicas": Spec(_optional(_positive_int), None, "min.insync.replicas of each topic picrl or Faust "
-                                                                "creates (none: replication factor - 1, at least 1)"),
+    "bootstrap": Spec(
+        _optional(str), None, "Kafka bootstrap HOST:PORT (none: the local broker of `picrl kafka start`)"
+    ),
+    "bootstrap_timeout": Spec(
+        _positive,
+        120.0,
+        "seconds a starting worker, trainer or producer waits for Kafka to answer before it exits with an error",
+    ),
+    "replication_factor": Spec(
+        _optional(_positive_int), None, "replicas of each topic picrl or Faust creates (none: min(3, live brokers))"
+    ),
+    "min_insync_replicas": Spec(
+        _optional(_positive_int),
+        None,
+        "min.insync.replicas of each topic picrl or Faust creates (none: replication factor - 1, at least 1)",
+    ),
     "prefix": Spec(str, "picrl", "topic name prefix"),
     "partitions": Spec(_positive_int, 8, "partitions of the keyed topics"),
     "app_id": Spec(str, "picrl-worker", "Faust app id of the workers (consumer group, changelog names)"),
     "guarantee": Spec(_guarantee, "exactly_once", "processing guarantee"),
-    "mode": Spec(_choice("enforce", "recommend"), "enforce", "enforce: actions are to be applied; recommend: "
-                                                             "actions are labelled advisory"),
+    "mode": Spec(
+        _choice("enforce", "recommend"),
+        "enforce",
+        "enforce: actions are to be applied; recommend: actions are labelled advisory",
+    ),
     "policy_name": Spec(str, "default", "policy followed on <prefix>.policy"),
     "batch_max": Spec(_positive_int, 1_000, "most events decided in one batch"),
     "batch_within": Spec(_non_negative, 0.005, "seconds to wait for more events before deciding"),
     "commit_interval": Spec(_non_negative, 0.05, "seconds between commits (transactions)"),
     "session_timeout": Spec(_non_negative, 10.0, "seconds after which a silent worker's partitions move"),
-    "stall_timeout": Spec(_non_negative, 30.0, "seconds a usage partition may have records waiting and nothing "
-                                               "committed before its worker rejoins the group (0: never)"),
+    "stall_timeout": Spec(
+        _non_negative,
+        30.0,
+        "seconds a usage partition may have records waiting and nothing "
+        "committed before its worker rejoins the group (0: never)",
+    ),
     "scaling": Spec(_choice("window", "artifact"), "window", "service ranges from the first window or the model"),
     "headroom": Spec(_non_negative, 0.5, "window scaling: spans added on each side of the first window's range"),
     "range_growth": Spec(_growth, 2.0, "an outgrown range grows upward to this many times its span (1: never)"),
     "grow_after": Spec(_positive_int, 3, "short ticks in a row, the last at the top of the range, before it grows"),
     "max_services": Spec(_optional(_positive_int), None, "cap on services per worker (none: no cap)"),
     "max_tick_gap": Spec(_positive_int, 1_000, "ticks further than this from the expected one are refused"),
-    "resources": Spec(resource_names, (), "resources decided together per service, e.g. gpu_mem,gpu_compute (schema-2 "
-                                      "usage records; empty: one resource per service)"),
-    "hard_shortage": Spec(_choice("requests", "pod"), "requests", "what a shortage of a hard resource (gpu_mem) does: "
-                          "requests (the requests that do not fit fail) or pod (the pod is OOM-killed: nothing of the "
-                          "tick is served, its other resources go unobserved)"),
+    "resources": Spec(
+        resource_names,
+        (),
+        "resources decided together per service, e.g. gpu_mem,gpu_compute (schema-2 "
+        "usage records; empty: one resource per service)",
+    ),
+    "hard_shortage": Spec(
+        _choice("requests", "pod"),
+        "requests",
+        "what a shortage of a hard resource (gpu_mem) does: "
+        "requests (the requests that do not fit fail) or pod (the pod is OOM-killed: nothing of the "
+        "tick is served, its other resources go unobserved)",
+    ),
     "max_kl": Spec(_non_negative, 0.5, "policy guardrail: largest KL to the parent accepted"),
     "score_margin": Spec(_non_negative, 0.05, "policy guardrail: largest validation-score drop below the parent"),
     "c_under": Spec(_non_negative, None, "cost of a unit short (none: the model's, 2)"),
     "c_over": Spec(_non_negative, None, "cost of a unit idle (none: the model's, 1)"),
-    "web_port": Spec(_port, 6066, "worker web server port (/healthz, /metrics, /services/<id>; 0: off); when the "
-                                  "default is taken, the next free port"),
+    "web_port": Spec(
+        _port,
+        6066,
+        "worker web server port (/healthz, /metrics, /services/<id>; 0: off); when the "
+        "default is taken, the next free port",
+    ),
     "log_format": Spec(_choice("json", "text"), "json", "log lines as JSON objects or plain text"),
 }
 
@@ -160,8 +190,9 @@ class Settings:
     def __getitem__(self, name: str) -> Any:
         return self.values[name]
 
-    def worker(self, bootstrap: str, replication: Replication | None = None,
-               web_port: int | None = None) -> WorkerSettings:
+    def worker(
+        self, bootstrap: str, replication: Replication | None = None, web_port: int | None = None
+    ) -> WorkerSettings:
         """The worker's settings, with the replication of the topics it creates (default: 1 replica) and the
         port of its web server (None: off) as resolved against the cluster and the host."""
         from picrl_core.resources import resources_named
@@ -171,21 +202,40 @@ class Settings:
 
         v = self.values
         if v["hard_shortage"] == "pod" and not v["resources"]:
-            raise SettingsError(f"setting hard_shortage = pod (from {self.sources['hard_shortage']}) needs resources "
-                                "(e.g. gpu_mem,gpu_compute): with one resource per service there is none to kill the pod")
+            raise SettingsError(
+                f"setting hard_shortage = pod (from {self.sources['hard_shortage']}) needs resources "
+                "(e.g. gpu_mem,gpu_compute): with one resource per service there is none to kill the pod"
+            )
         resources = resources_named(v["resources"], v["hard_shortage"] == "pod") if v["resources"] else ()
-        engine = EngineSettings(scaling=v["scaling"], headroom=v["headroom"], max_services=v["max_services"],
-                                max_tick_gap=v["max_tick_gap"], advisory=v["mode"] == "recommend",
-                                overrides=dict(self.services), range_growth=v["range_growth"],
-                                grow_after=v["grow_after"], resources=resources)
+        engine = EngineSettings(
+            scaling=v["scaling"],
+            headroom=v["headroom"],
+            max_services=v["max_services"],
+            max_tick_gap=v["max_tick_gap"],
+            advisory=v["mode"] == "recommend",
+            overrides=dict(self.services),
+            range_growth=v["range_growth"],
+            grow_after=v["grow_after"],
+            resources=resources,
+        )
         return WorkerSettings(
-            bootstrap=bootstrap, prefix=v["prefix"], app_id=v["app_id"], partitions=v["partitions"],
-            guarantee=v["guarantee"], policy_name=v["policy_name"], batch_max=v["batch_max"],
-            batch_within=v["batch_within"], commit_interval=v["commit_interval"],
-            session_timeout=v["session_timeout"], stall_timeout=v["stall_timeout"], web_port=web_port,
-            replication=replication or Replication(), max_policy_kl=v["max_kl"],
-            policy_score_margin=v["score_margin"], engine=engine)
-
+            bootstrap=bootstrap,
+            prefix=v["prefix"],
+            app_id=v["app_id"],
+            partitions=v["partitions"],
+            guarantee=v["guarantee"],
+            policy_name=v["policy_name"],
+            batch_max=v["batch_max"],
+            batch_within=v["batch_within"],
+            commit_interval=v["commit_interval"],
+            session_timeout=v["session_timeout"],
+            stall_timeout=v["stall_timeout"],
+            web_port=web_port,
+            replication=replication or Replication(),
+            max_policy_kl=v["max_kl"],
+            policy_score_margin=v["score_margin"],
+            engine=engine,
+        )
 
     def replication(self, brokers: int) -> Replication:
         """The replication of the topics to create on a cluster of ``brokers`` live brokers: the settings'
@@ -193,11 +243,14 @@ class Settings:
         from stream.topics import Replication
 
         try:
-            return Replication.for_brokers(brokers, self.values["replication_factor"],
-                                           self.values["min_insync_replicas"])
+            return Replication.for_brokers(
+                brokers, self.values["replication_factor"], self.values["min_insync_replicas"]
+            )
         except ValueError as exc:
-            raise SettingsError(f"settings replication_factor (from {self.sources['replication_factor']}) and "
-                                f"min_insync_replicas (from {self.sources['min_insync_replicas']}): {exc}") from None
+            raise SettingsError(
+                f"settings replication_factor (from {self.sources['replication_factor']}) and "
+                f"min_insync_replicas (from {self.sources['min_insync_replicas']}): {exc}"
+            ) from None
 
 
 def _parse(name: str, raw: Any, source: str) -> Any:
@@ -216,8 +269,10 @@ def _services(raw: Any, source: str) -> dict[str, ServiceOverride]:
     out = {}
     for service, override in raw.items():
         if not isinstance(override, Mapping) or set(override) - allowed:
-            raise SettingsError(f"setting services.{service} (from {source}) must be an object with keys among "
-                                f"{sorted(allowed)}; got {override!r}")
+            raise SettingsError(
+                f"setting services.{service} (from {source}) must be an object with keys among "
+                f"{sorted(allowed)}; got {override!r}"
+            )
         try:
             out[str(service)] = ServiceOverride(**{k: None if v is None else float(v) for k, v in override.items()})
         except (TypeError, ValueError) as exc:
@@ -225,8 +280,9 @@ def _services(raw: Any, source: str) -> dict[str, ServiceOverride]:
     return out
 
 
-def load_settings(file: Path | None = None, flags: Mapping[str, Any] | None = None,
-                  environ: Mapping[str, str] | None = None) -> Settings:
+def load_settings(
+    file: Path | None = None, flags: Mapping[str, Any] | None = None, environ: Mapping[str, str] | None = None
+) -> Settings:
     """Resolve every setting from defaults, the file, the environment and the flags (None flags are unset)."""
     environ = os.environ if environ is None else environ
     values = {name: spec.default for name, spec in SPECS.items()}
@@ -245,8 +301,10 @@ def load_settings(file: Path | None = None, flags: Mapping[str, Any] | None = No
             raise SettingsError(f"settings file {file} must hold a JSON object")
         unknown = sorted(set(data) - set(SPECS) - {"services"})
         if unknown:
-            raise SettingsError(f"settings file {file} has unknown setting(s) {', '.join(unknown)}; "
-                                f"known: {', '.join(sorted(SPECS))}, services")
+            raise SettingsError(
+                f"settings file {file} has unknown setting(s) {', '.join(unknown)}; "
+                f"known: {', '.join(sorted(SPECS))}, services"
+            )
         for name, raw in data.items():
             if name == "services":
                 services = _services(raw, source)

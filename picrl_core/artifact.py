@@ -1,8 +1,9 @@
 """Model artifacts: a folder with weights in safetensors (never pickle) and JSON for the rest.
 
-    weights.safetensors   predictor.*, policy.*, value.* tensors
-    artifact.json         format version, config, scaling, training reports, sha256 of the weights
+weights.safetensors   predictor.*, policy.*, value.* tensors
+artifact.json         format version, config, scaling, training reports, sha256 of the weights
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -42,9 +43,11 @@ class ModelArtifact:
 
 def save_artifact(artifact: ModelArtifact, folder: Path) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
-    tensors = {f"{part}.{name}": tensor.detach().contiguous().clone()
-               for part in ("predictor", "policy", "value")
-               for name, tensor in getattr(artifact, part).state_dict().items()}
+    tensors = {
+        f"{part}.{name}": tensor.detach().contiguous().clone()
+        for part in ("predictor", "policy", "value")
+        for name, tensor in getattr(artifact, part).state_dict().items()
+    }
     save_file(tensors, str(folder / WEIGHTS))
     manifest = {
         "format_version": FORMAT_VERSION,
@@ -69,33 +72,46 @@ def load_artifact(folder: Path) -> ModelArtifact:
     except ValueError as exc:
         raise ArtifactError(f"{manifest_path} is not valid JSON ({exc})") from exc
     if manifest.get("format_version") != FORMAT_VERSION:
-        raise ArtifactError(f"{folder} has format version {manifest.get('format_version')!r}; "
-                            f"this picrl reads version {FORMAT_VERSION} (train it again: picrl train)")
+        raise ArtifactError(
+            f"{folder} has format version {manifest.get('format_version')!r}; "
+            f"this picrl reads version {FORMAT_VERSION} (train it again: picrl train)"
+        )
     digest = hashlib.sha256(weights_path.read_bytes()).hexdigest()
     if digest != manifest.get("weights_sha256"):
         raise ArtifactError(f"{weights_path} does not match the checksum in {MANIFEST}: truncated or modified")
     try:
         config = PicRLConfig.from_dict(manifest["config"])
         if manifest.get("predictor", config.predictor.kind) != config.predictor.kind:
-            raise ValueError(f"the manifest says a {manifest['predictor']} predictor, its config a "
-                             f"{config.predictor.kind} one")
+            raise ValueError(
+                f"the manifest says a {manifest['predictor']} predictor, its config a {config.predictor.kind} one"
+            )
         tensors = load_file(str(weights_path))
     except (KeyError, TypeError, ValueError, SafetensorError) as exc:
         raise ArtifactError(f"{folder} cannot be read: {exc}") from exc
-    networks = {"predictor": GaussianLSTM(config.predictor), "policy": PolicyNetwork(config.policy),
-                "value": ValueNetwork(config.policy)}
+    networks = {
+        "predictor": GaussianLSTM(config.predictor),
+        "policy": PolicyNetwork(config.policy),
+        "value": ValueNetwork(config.policy),
+    }
     for part, module in networks.items():
         state = {name.split(".", 1)[1]: t for name, t in tensors.items() if name.startswith(f"{part}.")}
         try:
             module.load_state_dict(state)
         except RuntimeError as exc:
-            raise ArtifactError(f"{folder}: the {part} weights do not fit the configured network: "
-                                f"{str(exc).splitlines()[0]}") from exc
+            raise ArtifactError(
+                f"{folder}: the {part} weights do not fit the configured network: {str(exc).splitlines()[0]}"
+            ) from exc
         if not all(torch.isfinite(t).all() for t in state.values()):
             raise ArtifactError(f"{folder}: the {part} weights contain NaN or infinite values")
         module.eval()
-    return ModelArtifact(config, networks["predictor"], networks["policy"], networks["value"],  # type: ignore[arg-type]
-                         manifest.get("scaling", {}), manifest.get("reports", {}))
+    return ModelArtifact(
+        config,
+        networks["predictor"],
+        networks["policy"],
+        networks["value"],  # type: ignore[arg-type]
+        manifest.get("scaling", {}),
+        manifest.get("reports", {}),
+    )
 
 
 def policy_to_bytes(policy: PolicyNetwork) -> bytes:

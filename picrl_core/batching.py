@@ -6,6 +6,7 @@ A stream worker sees services in whatever batches arrive while the simulator ste
 once; to keep their decisions identical bit for bit, the networks always run on fixed-size chunks
 of :data:`INVARIANT_CHUNK` rows, the last one padded by repeating its first row.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -17,13 +18,14 @@ import numpy as np
 INVARIANT_CHUNK = 128
 
 
-def in_fixed_chunks(fn: Callable[[np.ndarray], tuple[np.ndarray, ...]], rows: np.ndarray,
-                    chunk: int = INVARIANT_CHUNK) -> tuple[np.ndarray, ...]:
+def in_fixed_chunks(
+    fn: Callable[[np.ndarray], tuple[np.ndarray, ...]], rows: np.ndarray, chunk: int = INVARIANT_CHUNK
+) -> tuple[np.ndarray, ...]:
     """``fn`` applied to ``rows`` (B, ...) in chunks of exactly ``chunk`` rows; outputs concatenated
     and trimmed to B rows. ``fn`` returns a tuple of arrays whose first axis is the row axis."""
     outputs: list[tuple[np.ndarray, ...]] = []
     for lo in range(0, rows.shape[0], chunk):
-        part = rows[lo:lo + chunk]
+        part = rows[lo : lo + chunk]
         count = part.shape[0]
         if count < chunk:
             part = np.concatenate([part, np.repeat(part[:1], chunk - count, axis=0)])

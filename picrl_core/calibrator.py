@@ -1,11 +1,11 @@
 """Phase 3 fast loop: the event-driven reactive calibrator, Eq. (12) and Algorithm 1."""
+
 from __future__ import annotations
 
 import numpy as np
 
 from picrl_core.config import CalibratorConfig, CostConfig, PicRLConfig
 from picrl_core.mills import inverse_mills_ratio
-
 
 # Feedback above the action by less than this (scaled units) is rounding, not a shortage: a stream worker's
 # usage goes through its service's native unit and back (to_unit(from_unit(a)) can exceed a by ~1e-16, and
@@ -42,9 +42,16 @@ def over_weights(cfg: CalibratorConfig, cost: CostConfig) -> tuple[float, float]
     return ratio, ratio
 
 
-def calibrate(margin: np.ndarray, bias: np.ndarray, eta: np.ndarray, shortage: np.ndarray,
-              over_provisioned: np.ndarray, cfg: CalibratorConfig, cost: CostConfig,
-              scale: np.ndarray | float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+def calibrate(
+    margin: np.ndarray,
+    bias: np.ndarray,
+    eta: np.ndarray,
+    shortage: np.ndarray,
+    over_provisioned: np.ndarray,
+    cfg: CalibratorConfig,
+    cost: CostConfig,
+    scale: np.ndarray | float = 1.0,
+) -> tuple[np.ndarray, np.ndarray]:
     """One reactive-calibrator step for a batch of services, Eq. (12) with the weights of :func:`over_weights`:
 
         m_{t+1} = m_t + eta_t * delta_m * s_t * [1(short_t) - w_m * 1(over_t)]
@@ -64,9 +71,15 @@ def calibrate(margin: np.ndarray, bias: np.ndarray, eta: np.ndarray, shortage: n
     return margin.clip(-cfg.margin_limit, cfg.margin_limit), bias.clip(-cfg.bias_limit, cfg.bias_limit)
 
 
-def track_temperature(temperature: np.ndarray, y: np.ndarray, mu: np.ndarray, sigma: np.ndarray,
-                      censored: np.ndarray, cfg: CalibratorConfig,
-                      gaussian_share: np.ndarray | None = None) -> np.ndarray:
+def track_temperature(
+    temperature: np.ndarray,
+    y: np.ndarray,
+    mu: np.ndarray,
+    sigma: np.ndarray,
+    censored: np.ndarray,
+    cfg: CalibratorConfig,
+    gaussian_share: np.ndarray | None = None,
+) -> np.ndarray:
     """One online EM step of each service's temperature ``T`` of the predicted std, from the feedback of the
     forecast ``(mu_t, sigma_t)`` (``sigma_t`` already multiplied by ``T_t``) under the Tobit likelihood of the
     censored-demand estimator:
@@ -92,8 +105,15 @@ def track_temperature(temperature: np.ndarray, y: np.ndarray, mu: np.ndarray, si
     return (temperature * np.sqrt(1.0 - rate + rate * second)).clip(cfg.scale_min, cfg.scale_max)
 
 
-def reactive_step(margin: np.ndarray, bias: np.ndarray, eta: np.ndarray, shortage: np.ndarray,
-                  over_provisioned: np.ndarray, sigma: np.ndarray, config: PicRLConfig) -> tuple[np.ndarray, np.ndarray]:
+def reactive_step(
+    margin: np.ndarray,
+    bias: np.ndarray,
+    eta: np.ndarray,
+    shortage: np.ndarray,
+    over_provisioned: np.ndarray,
+    sigma: np.ndarray,
+    config: PicRLConfig,
+) -> tuple[np.ndarray, np.ndarray]:
     """:func:`calibrate` as PIC-RL's Phase 3 applies it after the feedback of ``a_t``: the margin in units
     of the ``sigma_t`` that action was planned with when ``margin_in_sigma``."""
     cal = config.calibrator
@@ -101,8 +121,14 @@ def reactive_step(margin: np.ndarray, bias: np.ndarray, eta: np.ndarray, shortag
     return calibrate(margin, bias, eta, shortage, over_provisioned, cal, config.cost, unit)
 
 
-def escape_step(escape: np.ndarray, shortage: np.ndarray, seen: np.ndarray, censor_streak: np.ndarray,
-                sigma: np.ndarray, cfg: CalibratorConfig) -> np.ndarray:
+def escape_step(
+    escape: np.ndarray,
+    shortage: np.ndarray,
+    seen: np.ndarray,
+    censor_streak: np.ndarray,
+    sigma: np.ndarray,
+    cfg: CalibratorConfig,
+) -> np.ndarray:
     """The censoring-streak escape ``e_t``, added to the action of Eq. (11): an exponential search for a demand level
     the censoring hides (the unbounded search of Bentley & Yao, Inf. Process. Lett. 1976):
 
@@ -128,8 +154,9 @@ def escape_step(escape: np.ndarray, shortage: np.ndarray, seen: np.ndarray, cens
     return np.where(shortage & (censor_streak >= 2), grown, np.where(seen, 0.5 * escape, escape))
 
 
-def release_escape(escape: np.ndarray, previous: np.ndarray, seen: np.ndarray, y: np.ndarray, mu: np.ndarray,
-                   cfg: CalibratorConfig) -> np.ndarray:
+def release_escape(
+    escape: np.ndarray, previous: np.ndarray, seen: np.ndarray, y: np.ndarray, mu: np.ndarray, cfg: CalibratorConfig
+) -> np.ndarray:
     """The escape in force for the next action after a tick whose demand ``y_t`` was seen, at the new forecast
     ``mu_{t+1}``, by ``calibrator.escape_release`` (``escape``: :func:`escape_step`'s, ``previous``: ``e_t``):
 

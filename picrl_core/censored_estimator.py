@@ -23,6 +23,7 @@ Edge cases (no NaN ever comes out):
 * the std never goes below ``EstimatorConfig.sigma_floor`` (a single uncensored value, or censoring
   thresholds all below identical uncensored values, would otherwise send it to 0).
 """
+
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
@@ -101,19 +102,20 @@ class _Window:
         return np.add.reduceat(values, self.first)
 
     @staticmethod
-    def of(y: np.ndarray, unc: np.ndarray, cens: np.ndarray) -> "_Window":
+    def of(y: np.ndarray, unc: np.ndarray, cens: np.ndarray) -> _Window:
         n_unc = _row_sum(unc).astype(np.float64)
         mean_unc = _row_sum(np.where(unc, y, 0.0)) / np.maximum(n_unc, 1.0)
         m2_unc = _row_sum(np.where(unc, (y - mean_unc[:, None]) ** 2, 0.0))
         row, col = np.nonzero(cens)
         return _Window(n_unc, mean_unc, m2_unc, row, y[row, col])
 
-    def rows(self, keep: np.ndarray) -> "_Window":
+    def rows(self, keep: np.ndarray) -> _Window:
         """The sub-window of the rows where ``keep`` (boolean, (R,)) holds, rows renumbered."""
         number = np.cumsum(keep) - 1
         entries = keep[self.row]
-        return _Window(self.n_unc[keep], self.mean_unc[keep], self.m2_unc[keep], number[self.row[entries]],
-                       self.y_cens[entries])
+        return _Window(
+            self.n_unc[keep], self.mean_unc[keep], self.m2_unc[keep], number[self.row[entries]], self.y_cens[entries]
+        )
 
 
 @dataclass
@@ -175,8 +177,9 @@ def _relative_move(d0: np.ndarray, g0: np.ndarray, p_d: np.ndarray, p_g: np.ndar
     return np.maximum(np.abs(p_d) / (1.0 + np.abs(d0)), np.abs(p_g) / g0)
 
 
-def _newton(delta: np.ndarray, gamma: np.ndarray, window: _Window, iterations: int,
-            gamma_max: float) -> tuple[np.ndarray, np.ndarray, _Point]:
+def _newton(
+    delta: np.ndarray, gamma: np.ndarray, window: _Window, iterations: int, gamma_max: float
+) -> tuple[np.ndarray, np.ndarray, _Point]:
     """Damped Newton ascent on the concave Olsen log-likelihood with ``0 < gamma <= gamma_max``, each row
     until its step is below ``_STEP_TOLERANCE``, its Newton decrement is within rounding of 0, or its next step
     is below ``_LAST_STEP`` (then taken without a line search: quadratic convergence leaves it ~1e-12 from the
@@ -204,16 +207,21 @@ def _newton(delta: np.ndarray, gamma: np.ndarray, window: _Window, iterations: i
             if accepted.all():
                 new_point = trial
             else:
-                new_point = _Point(**{name: np.where(accepted, getattr(trial, name), getattr(point, name))
-                                      for name in _Point.__dataclass_fields__})
+                new_point = _Point(
+                    **{
+                        name: np.where(accepted, getattr(trial, name), getattr(point, name))
+                        for name in _Point.__dataclass_fields__
+                    }
+                )
                 step[~accepted] *= 0.5
                 for _ in range(_BACKTRACKS - 1):
                     todo = ~accepted
                     if not todo.any():
                         break
                     s = step[todo]
-                    trial = _evaluate(d0[todo] + s * p_d[todo], np.minimum(g0[todo] + s * p_g[todo], gamma_max),
-                                      w.rows(todo))
+                    trial = _evaluate(
+                        d0[todo] + s * p_d[todo], np.minimum(g0[todo] + s * p_g[todo], gamma_max), w.rows(todo)
+                    )
                     ok = trial.f >= point.f[todo] + _ARMIJO * s * slope[todo]
                     at = todo.nonzero()[0]
                     for name in _Point.__dataclass_fields__:
@@ -264,25 +272,30 @@ def _standard_error_of_mean(delta: np.ndarray, gamma: np.ndarray, point: _Point)
     return np.sqrt(np.maximum(variance, 0.0))
 
 
-def _check_window(y: np.ndarray, censored: np.ndarray, valid: np.ndarray,
-                  n_consecutive: np.ndarray) -> None:
+def _check_window(y: np.ndarray, censored: np.ndarray, valid: np.ndarray, n_consecutive: np.ndarray) -> None:
     if y.ndim != 2:
         raise EstimatorInputError(f"y must be a (services, window) array; got shape {y.shape}")
     for name, arr in (("censored", censored), ("valid", valid)):
         if arr.shape != y.shape:
             raise EstimatorInputError(f"{name} has shape {arr.shape} but y has shape {y.shape}")
     if n_consecutive.shape != (y.shape[0],):
-        raise EstimatorInputError(f"n_consecutive must have shape ({y.shape[0]},) (one count per "
-                                  f"service); got {n_consecutive.shape}")
+        raise EstimatorInputError(
+            f"n_consecutive must have shape ({y.shape[0]},) (one count per service); got {n_consecutive.shape}"
+        )
     if not np.isfinite(y[valid]).all():
         raise EstimatorInputError("y has non-finite values at valid positions (mark them invalid instead)")
 
 
-def estimate_censored_demand(y: ArrayLike, censored: ArrayLike, n_consecutive: ArrayLike,
-                             estimator: EstimatorConfig, reward: RewardConfig,
-                             valid: ArrayLike | None = None,
-                             start: tuple[ArrayLike, ArrayLike] | None = None,
-                             threads: int = 1) -> CensoredDemandEstimate:
+def estimate_censored_demand(
+    y: ArrayLike,
+    censored: ArrayLike,
+    n_consecutive: ArrayLike,
+    estimator: EstimatorConfig,
+    reward: RewardConfig,
+    valid: ArrayLike | None = None,
+    start: tuple[ArrayLike, ArrayLike] | None = None,
+    threads: int = 1,
+) -> CensoredDemandEstimate:
     """Tobit MLE of ``N(m, s^2)`` demand from each service's recent ``(y, c)`` window.
 
     ``y``, ``censored`` (and ``valid``, default all ``True``): ``(B, W)`` with the oldest entry first;
@@ -312,11 +325,23 @@ def estimate_censored_demand(y: ArrayLike, censored: ArrayLike, n_consecutive: A
     # oversubscribes the cores).
     bounds = np.linspace(0, y.shape[0], min(threads, y.shape[0] // ROWS_PER_THREAD) + 1).astype(int)
     blocks = [slice(lo, hi) for lo, hi in zip(bounds[:-1], bounds[1:])]
-    parts = list(_pool(len(blocks)).map(lambda b: _estimate(
-        y[b], censored[b], valid[b], n_consecutive[b], estimator, reward,
-        None if start is None else tuple(np.asarray(v, dtype=np.float64).reshape(-1)[b] for v in start)), blocks))
-    return CensoredDemandEstimate(*(np.concatenate([getattr(p, f) for p in parts])
-                                    for f in CensoredDemandEstimate.__dataclass_fields__))
+    parts = list(
+        _pool(len(blocks)).map(
+            lambda b: _estimate(
+                y[b],
+                censored[b],
+                valid[b],
+                n_consecutive[b],
+                estimator,
+                reward,
+                None if start is None else tuple(np.asarray(v, dtype=np.float64).reshape(-1)[b] for v in start),
+            ),
+            blocks,
+        )
+    )
+    return CensoredDemandEstimate(
+        *(np.concatenate([getattr(p, f) for p in parts]) for f in CensoredDemandEstimate.__dataclass_fields__)
+    )
 
 
 @cache
@@ -326,9 +351,15 @@ def _pool(workers: int) -> ThreadPoolExecutor:
     return ThreadPoolExecutor(max_workers=workers, thread_name_prefix="picrl-estimator")
 
 
-def _estimate(y: np.ndarray, censored: np.ndarray, valid: np.ndarray, n_consecutive: np.ndarray,
-              estimator: EstimatorConfig, reward: RewardConfig,
-              start: tuple[ArrayLike, ArrayLike] | None) -> CensoredDemandEstimate:
+def _estimate(
+    y: np.ndarray,
+    censored: np.ndarray,
+    valid: np.ndarray,
+    n_consecutive: np.ndarray,
+    estimator: EstimatorConfig,
+    reward: RewardConfig,
+    start: tuple[ArrayLike, ArrayLike] | None,
+) -> CensoredDemandEstimate:
     """:func:`estimate_censored_demand` on checked arrays, in the calling thread."""
     window = slice(max(y.shape[1] - estimator.window, 0), None)
     valid = valid[:, window]
@@ -360,9 +391,13 @@ def _estimate(y: np.ndarray, censored: np.ndarray, valid: np.ndarray, n_consecut
             warm = np.isfinite(warm_mean) & np.isfinite(warm_std) & (warm_std > 0)
             start_mean = np.where(warm, warm_mean, start_mean)
             start_std = np.where(warm, np.maximum(warm_std, floor), start_std)
-        delta, gamma, point = _newton(start_mean / start_std, 1.0 / start_std,
-                                      _Window.of(y[tobit], unc[tobit], cens[tobit]), estimator.iterations,
-                                      1.0 / floor)
+        delta, gamma, point = _newton(
+            start_mean / start_std,
+            1.0 / start_std,
+            _Window.of(y[tobit], unc[tobit], cens[tobit]),
+            estimator.iterations,
+            1.0 / floor,
+        )
         mean[tobit], std[tobit] = delta / gamma, 1.0 / gamma
         uncertainty[tobit] = np.minimum(_standard_error_of_mean(delta, gamma, point), UNCERTAINTY_CAP)
 
@@ -373,5 +408,6 @@ def _estimate(y: np.ndarray, censored: np.ndarray, valid: np.ndarray, n_consecut
     empty = n_valid == 0
     if empty.any():
         mean[empty], std[empty] = 0.0, floor
-    return CensoredDemandEstimate(mean=mean, std=std, pessimism=pessimism_factor(n_consecutive, reward),
-                                  uncertainty=uncertainty)
+    return CensoredDemandEstimate(
+        mean=mean, std=std, pessimism=pessimism_factor(n_consecutive, reward), uncertainty=uncertainty
+    )

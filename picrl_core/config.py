@@ -3,6 +3,7 @@
 Defaults follow the paper (``pic-rl.tex``) where it gives a value and are documented here where
 it does not. Configs are frozen: derive variants with :func:`dataclasses.replace`.
 """
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields, is_dataclass
@@ -129,15 +130,18 @@ class CalibratorConfig:
         if self.rule not in ("pinball", "paper"):
             raise ValueError(f"calibrator.rule must be 'pinball' or 'paper'; got {self.rule!r}")
         if not (0.0 < self.scale_rate <= 1.0 and 0.0 < self.scale_min <= 1.0 <= self.scale_max):
-            raise ValueError("calibrator.scale_rate must be in (0, 1] and scale_min <= 1 <= scale_max (both > 0); "
-                             f"got {self.scale_rate}, [{self.scale_min}, {self.scale_max}]")
+            raise ValueError(
+                "calibrator.scale_rate must be in (0, 1] and scale_min <= 1 <= scale_max (both > 0); "
+                f"got {self.scale_rate}, [{self.scale_min}, {self.scale_max}]"
+            )
         if not self.escape_limit > 0.0:
             raise ValueError(f"calibrator.escape_limit must be > 0; got {self.escape_limit}")
         if not self.escape_growth >= 1.0:
             raise ValueError(f"calibrator.escape_growth must be >= 1; got {self.escape_growth}")
         if self.escape_release not in ("halve", "hold", "handover"):
-            raise ValueError("calibrator.escape_release must be 'halve', 'hold' or 'handover'; "
-                             f"got {self.escape_release!r}")
+            raise ValueError(
+                f"calibrator.escape_release must be 'halve', 'hold' or 'handover'; got {self.escape_release!r}"
+            )
         if not self.escape_start > 0.0:
             raise ValueError(f"calibrator.escape_start must be > 0; got {self.escape_start}")
         if not self.scale_min <= self.initial_scale <= self.scale_max:
@@ -230,7 +234,7 @@ class PicRLConfig:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "PicRLConfig":
+    def from_dict(cls, data: dict[str, Any]) -> PicRLConfig:
         """Inverse of :meth:`to_dict`; unknown keys are an error (a typo must not pass silently)."""
         return _build(cls, data, "config")
 

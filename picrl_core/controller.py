@@ -6,6 +6,7 @@
 the demand ``d_t``. The simulator, the embedded runner and the stream workers all call it, so the
 same inputs and policy give the same decisions everywhere.
 """
+
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
@@ -27,8 +28,15 @@ from picrl_core.noise import counter_normal
 from picrl_core.policy import N_OUTPUTS, PolicyNetwork, gaussian_log_prob, risk_centre, squash
 from picrl_core.predictor.kinds import kind_of
 from picrl_core.predictor.model import Forecast, GaussianLSTM
-from picrl_core.repeats import (REPEAT_TOLERANCE, gaussian_responsibility, inside_range, mean_above_or_repeat,
-                               repeat_quantile, repeats_in, track_repeats)
+from picrl_core.repeats import (
+    REPEAT_TOLERANCE,
+    gaussian_responsibility,
+    inside_range,
+    mean_above_or_repeat,
+    repeat_quantile,
+    repeats_in,
+    track_repeats,
+)
 from picrl_core.reward import expected_cost, step_reward
 
 
@@ -102,8 +110,16 @@ class DecisionInputs:
 class PicRLController:
     """Predict -> plan -> act, and the fast calibrator update, for any number of services at once."""
 
-    def __init__(self, predictor: GaussianLSTM, policy: PolicyNetwork, config: PicRLConfig, *,
-                 explore: bool | None = None, seed: int | None = None, chunk: int | None = None) -> None:
+    def __init__(
+        self,
+        predictor: GaussianLSTM,
+        policy: PolicyNetwork,
+        config: PicRLConfig,
+        *,
+        explore: bool | None = None,
+        seed: int | None = None,
+        chunk: int | None = None,
+    ) -> None:
         self.predictor = predictor.eval()
         self.set_policy(policy)
         self.config = config
@@ -125,8 +141,13 @@ class PicRLController:
         # its layers' parameters, read once: in-place updates of them (the slow loop's EMA) still act at once
         self._layers = _plain_mlp(policy.body) if type(policy) is PolicyNetwork else None
 
-    def initial_state(self, keys: np.ndarray, history: np.ndarray, history_context: np.ndarray | None = None,
-                      start_tick: int | np.ndarray = 0) -> ControllerState:
+    def initial_state(
+        self,
+        keys: np.ndarray,
+        history: np.ndarray,
+        history_context: np.ndarray | None = None,
+        start_tick: int | np.ndarray = 0,
+    ) -> ControllerState:
         """Cold start from uncensored history ``(B, H)`` (H >= 1) and its context ``(B, H, C)``.
 
         The window takes the last W history values; a shorter history is padded on the left by
@@ -145,19 +166,34 @@ class PicRLController:
         calibrator = self.config.calibrator
         warm = calibrator.start_from_validation
         scale = calibrator.initial_scale if warm and self.scales_sigma else 1.0
-        fast = FastVariables(margin=zeros, bias=zeros.copy(), temperature=np.full(n, scale), escape=zeros.copy(),
-                             repeat_share=repeats_in(history[:, -self.window:], self.config.estimator.act_on_repeat),
-                             last_seen=observations[:, -1].astype(np.float64))  # the padding is no repeat
-        return self._decide(DecisionInputs(
-            keys=np.asarray(keys, dtype=np.uint64).reshape(n),
-            tick=np.broadcast_to(np.asarray(start_tick, dtype=np.int64), (n,)).copy(),
-            window=Window(observations, np.zeros_like(observations, dtype=bool), context), fast=fast,
-            censor_streak=np.zeros(n, np.int64), over_streak=np.zeros(n, np.int64),
-            start_margin=calibrator.initial_margin if warm else 0.0,
-        ))
+        fast = FastVariables(
+            margin=zeros,
+            bias=zeros.copy(),
+            temperature=np.full(n, scale),
+            escape=zeros.copy(),
+            repeat_share=repeats_in(history[:, -self.window :], self.config.estimator.act_on_repeat),
+            last_seen=observations[:, -1].astype(np.float64),
+        )  # the padding is no repeat
+        return self._decide(
+            DecisionInputs(
+                keys=np.asarray(keys, dtype=np.uint64).reshape(n),
+                tick=np.broadcast_to(np.asarray(start_tick, dtype=np.int64), (n,)).copy(),
+                window=Window(observations, np.zeros_like(observations, dtype=bool), context),
+                fast=fast,
+                censor_streak=np.zeros(n, np.int64),
+                over_streak=np.zeros(n, np.int64),
+                start_margin=calibrator.initial_margin if warm else 0.0,
+            )
+        )
 
-    def step(self, state: ControllerState, y: np.ndarray, censored: np.ndarray,
-             context: np.ndarray | None = None, missing: np.ndarray | None = None) -> tuple[ControllerState, Transition]:
+    def step(
+        self,
+        state: ControllerState,
+        y: np.ndarray,
+        censored: np.ndarray,
+        context: np.ndarray | None = None,
+        missing: np.ndarray | None = None,
+    ) -> tuple[ControllerState, Transition]:
         """Consume feedback ``(y_t, c_t)`` (and this tick's context ``(B, C)``) for the pending
         actions; return the states with the decisions for the next tick, and the transitions. Four stages:
         observe (:meth:`_observe`), calibrate (:meth:`_calibrate`), window and E-step (:meth:`_window`), decide
@@ -171,18 +207,33 @@ class PicRLController:
         obs = self._observe(state, y, censored, missing)
         fast = self._calibrate(state, obs)
         window = self._window(state, obs, context)
-        new = self._decide(DecisionInputs(
-            keys=state.keys, tick=state.tick + 1, window=window, fast=fast, censor_streak=obs.censor_streak,
-            over_streak=obs.over_streak, memory=state.memory,
-            estimate_start=(state.est_mean, state.est_std) if self.config.estimator.warm_start else None,
-            seen=(state.escape, obs.seen if obs.unseen is None else obs.seen & ~obs.unseen, obs.y),
-        ))
-        transition = Transition(features=state.features, pre=state.pre, log_prob=state.log_prob, reward=obs.reward,
-                                next_features=new.features, censored=obs.censored, action=state.action)
+        new = self._decide(
+            DecisionInputs(
+                keys=state.keys,
+                tick=state.tick + 1,
+                window=window,
+                fast=fast,
+                censor_streak=obs.censor_streak,
+                over_streak=obs.over_streak,
+                memory=state.memory,
+                estimate_start=(state.est_mean, state.est_std) if self.config.estimator.warm_start else None,
+                seen=(state.escape, obs.seen if obs.unseen is None else obs.seen & ~obs.unseen, obs.y),
+            )
+        )
+        transition = Transition(
+            features=state.features,
+            pre=state.pre,
+            log_prob=state.log_prob,
+            reward=obs.reward,
+            next_features=new.features,
+            censored=obs.censored,
+            action=state.action,
+        )
         return new, transition
 
-    def _observe(self, state: ControllerState, y: np.ndarray, censored: np.ndarray,
-                 missing: np.ndarray | None) -> Feedback:
+    def _observe(
+        self, state: ControllerState, y: np.ndarray, censored: np.ndarray, missing: np.ndarray | None
+    ) -> Feedback:
         """Observe: whether each pending action was short or over, the streaks, and the reward of Eq. (9)-(10) (the
         forecast's expected cost where the demand went unobserved)."""
         y = np.asarray(y, dtype=np.float64).reshape(len(state))
@@ -203,9 +254,17 @@ class PicRLController:
         reward = step_reward(a, y, seen_censored, state.mu, state.sigma, censor_streak, cfg.cost, cfg.reward)
         if unseen is not None:
             reward[unseen] = -expected_cost(a[unseen], state.mu[unseen], state.sigma[unseen], cfg.cost)
-        return Feedback(y=y, censored=censored, unseen=unseen, shortage=shortage, over=over,
-                        seen=~shortage & ~censored, censor_streak=censor_streak, over_streak=over_streak,
-                        reward=reward)
+        return Feedback(
+            y=y,
+            censored=censored,
+            unseen=unseen,
+            shortage=shortage,
+            over=over,
+            seen=~shortage & ~censored,
+            censor_streak=censor_streak,
+            over_streak=over_streak,
+            reward=reward,
+        )
 
     def _calibrate(self, state: ControllerState, obs: Feedback) -> FastVariables:
         """Calibrate: the fast loop's step on the feedback: margin and bias (Eq. 12), the temperature of sigma, the
@@ -219,33 +278,57 @@ class PicRLController:
         if cfg.estimator.act_on_repeat:  # a shortage at or above v did not repeat; a clipped v is no value seen
             missed = shortage & (a >= state.last_seen - REPEAT_TOLERANCE)
             after_seen = after_seen & inside_range(state.last_seen)
-        gaussian_share = (gaussian_responsibility(y, censored, state.mu, state.sigma, a, state.repeat_share,
-                                                  state.last_seen, after_seen)
-                          if cfg.calibrator.scale_skips_repeats else None)
-        temperature = (track_temperature(state.temperature, y, state.mu, state.sigma, censored, cfg.calibrator,
-                                         gaussian_share) if self.scales_sigma else state.temperature)
-        repeat_share, last_seen = track_repeats(state.repeat_share, state.last_seen, y, observed,
-                                                after_seen, cfg.estimator.repeat_rate, missed)
-        escape = (escape_step(state.escape, shortage, obs.seen, obs.censor_streak, state.sigma, cfg.calibrator)
-                  if cfg.calibrator.escape else state.escape)
+        gaussian_share = (
+            gaussian_responsibility(
+                y, censored, state.mu, state.sigma, a, state.repeat_share, state.last_seen, after_seen
+            )
+            if cfg.calibrator.scale_skips_repeats
+            else None
+        )
+        temperature = (
+            track_temperature(state.temperature, y, state.mu, state.sigma, censored, cfg.calibrator, gaussian_share)
+            if self.scales_sigma
+            else state.temperature
+        )
+        repeat_share, last_seen = track_repeats(
+            state.repeat_share, state.last_seen, y, observed, after_seen, cfg.estimator.repeat_rate, missed
+        )
+        escape = (
+            escape_step(state.escape, shortage, obs.seen, obs.censor_streak, state.sigma, cfg.calibrator)
+            if cfg.calibrator.escape
+            else state.escape
+        )
         if unseen is not None:  # the temperature and the escape hold
             temperature = np.where(unseen, state.temperature, temperature)
             escape = np.where(unseen, state.escape, escape)
-        return FastVariables(margin=margin, bias=bias, temperature=temperature, escape=escape,
-                             repeat_share=repeat_share, last_seen=last_seen)
+        return FastVariables(
+            margin=margin,
+            bias=bias,
+            temperature=temperature,
+            escape=escape,
+            repeat_share=repeat_share,
+            last_seen=last_seen,
+        )
 
     def _window(self, state: ControllerState, obs: Feedback, context: np.ndarray | None) -> Window:
         """Window and E-step: the window moves one tick on. Its new point is ``(y_t, c_t)``, a shortage's Tobit
         E-step with ``estimator.impute_window`` (:func:`impute_shortage`), or the pending forecast ``mu`` where the
         demand went unobserved (the E-step of a missing value); this tick's context row joins the context."""
-        window_y, window_c = (impute_shortage(obs.y, obs.censored, obs.shortage, state, self.config.estimator)
-                              if self.config.estimator.impute_window else (obs.y, obs.censored))
+        window_y, window_c = (
+            impute_shortage(obs.y, obs.censored, obs.shortage, state, self.config.estimator)
+            if self.config.estimator.impute_window
+            else (obs.y, obs.censored)
+        )
         if obs.unseen is not None:
             window_y, window_c = np.where(obs.unseen, state.mu, window_y), window_c & ~obs.unseen
-        row_context = self._check_context(None if context is None else np.asarray(context)[:, None, :],
-                                          (len(state), 1), "context")
-        return Window(observations=_shift(state.observations, window_y.astype(np.float32)),
-                      censored=_shift(state.censored, window_c), context=_shift(state.context, row_context[:, 0, :]))
+        row_context = self._check_context(
+            None if context is None else np.asarray(context)[:, None, :], (len(state), 1), "context"
+        )
+        return Window(
+            observations=_shift(state.observations, window_y.astype(np.float32)),
+            censored=_shift(state.censored, window_c),
+            context=_shift(state.context, row_context[:, 0, :]),
+        )
 
     def _check_context(self, context: np.ndarray | None, shape: tuple[int, int], name: str) -> np.ndarray:
         """Context as ``(B, H, C)`` float32; an empty ``C = 0`` array when the model has no context."""
@@ -277,11 +360,18 @@ class PicRLController:
         recent = slice(-cfg.estimator.window, None)
 
         def estimate() -> CensoredDemandEstimate:
-            return estimate_censored_demand(observations[:, recent].astype(np.float64), censored[:, recent],
-                                            censor_streak, cfg.estimator, cfg.reward, start=inputs.estimate_start,
-                                            threads=cfg.online.estimator_threads)
+            return estimate_censored_demand(
+                observations[:, recent].astype(np.float64),
+                censored[:, recent],
+                censor_streak,
+                cfg.estimator,
+                cfg.reward,
+                start=inputs.estimate_start,
+                threads=cfg.online.estimator_threads,
+            )
 
-        # With estimator threads and enough services, the estimator (it does not read the forecast) runs beside the predictor.
+        # With estimator threads and enough services, the estimator (it does not read the forecast) runs beside
+        # the predictor.
         parallel = cfg.online.estimator_threads > 1 and len(keys) >= ROWS_PER_THREAD
         running = _side_thread().submit(estimate) if parallel else None
         mu, sigma, memory = self._predict(observations, censored, context, inputs.memory)
@@ -295,32 +385,79 @@ class PicRLController:
         if inputs.seen is not None and cfg.calibrator.escape:
             escape = release_escape(escape, *inputs.seen, mu, cfg.calibrator)
         features = state_features(
-            margin=margin, bias=fast.bias, observations=observations[:, recent], censored=censored[:, recent],
-            censor_streak=censor_streak, over_streak=over_streak, tick=tick, mu=mu, sigma=sigma,
-            estimate=censored_demand, n_max=cfg.reward.n_max, horizon=cfg.policy.horizon,
+            margin=margin,
+            bias=fast.bias,
+            observations=observations[:, recent],
+            censored=censored[:, recent],
+            censor_streak=censor_streak,
+            over_streak=over_streak,
+            tick=tick,
+            mu=mu,
+            sigma=sigma,
+            estimate=censored_demand,
+            n_max=cfg.reward.n_max,
+            horizon=cfg.policy.horizon,
         )
         pre, log_prob = self._plan(features, keys, tick)
         eta, k = squash(pre, cfg.policy, self.risk_centre)
         # the method: np.clip without its wrapper
-        action = self._order(mu, k, sigma, margin, fast.bias, escape, fast.repeat_share, fast.last_seen,
-                             censor_streak).clip(0.0, 1.0)
+        action = self._order(
+            mu, k, sigma, margin, fast.bias, escape, fast.repeat_share, fast.last_seen, censor_streak
+        ).clip(0.0, 1.0)
         return ControllerState(
-            keys=keys, tick=tick, observations=observations, censored=censored, context=context,
-            margin=margin, bias=fast.bias, censor_streak=censor_streak, over_streak=over_streak,
-            action=action, mu=mu, sigma=sigma, eta=eta, k=k, pre=pre, log_prob=log_prob, features=features,
-            est_mean=censored_demand.mean, est_std=censored_demand.std, memory=memory, temperature=fast.temperature,
-            escape=escape, repeat_share=fast.repeat_share, last_seen=fast.last_seen,
+            keys=keys,
+            tick=tick,
+            observations=observations,
+            censored=censored,
+            context=context,
+            margin=margin,
+            bias=fast.bias,
+            censor_streak=censor_streak,
+            over_streak=over_streak,
+            action=action,
+            mu=mu,
+            sigma=sigma,
+            eta=eta,
+            k=k,
+            pre=pre,
+            log_prob=log_prob,
+            features=features,
+            est_mean=censored_demand.mean,
+            est_std=censored_demand.std,
+            memory=memory,
+            temperature=fast.temperature,
+            escape=escape,
+            repeat_share=fast.repeat_share,
+            last_seen=fast.last_seen,
         )
 
     def unclipped(self, state: ControllerState) -> np.ndarray:
         """The action of the decisions in ``state`` before its clip to ``[0, 1]`` (a stream worker reads it to say
         whether the range cut it)."""
-        return self._order(state.mu, state.k, state.sigma, state.margin, state.bias, state.escape, state.repeat_share,
-                           state.last_seen, state.censor_streak)
+        return self._order(
+            state.mu,
+            state.k,
+            state.sigma,
+            state.margin,
+            state.bias,
+            state.escape,
+            state.repeat_share,
+            state.last_seen,
+            state.censor_streak,
+        )
 
-    def _order(self, mu: np.ndarray, k: np.ndarray, sigma: np.ndarray, margin: np.ndarray, bias: np.ndarray,
-               escape: np.ndarray, repeat_share: np.ndarray, last_seen: np.ndarray,
-               censor_streak: np.ndarray) -> np.ndarray:
+    def _order(
+        self,
+        mu: np.ndarray,
+        k: np.ndarray,
+        sigma: np.ndarray,
+        margin: np.ndarray,
+        bias: np.ndarray,
+        escape: np.ndarray,
+        repeat_share: np.ndarray,
+        last_seen: np.ndarray,
+        censor_streak: np.ndarray,
+    ) -> np.ndarray:
         """Eq. (11) before its clip, :func:`unclipped_action`; with ``estimator.act_on_repeat`` the critical-fractile
         quantile of the repeat mixture around it (:func:`~picrl_core.repeats.repeat_quantile`)."""
         cfg = self.config
@@ -329,8 +466,9 @@ class PicRLController:
             return order
         return repeat_quantile(order, sigma, repeat_share, last_seen, censor_streak == 0, critical_ratio(cfg.cost))
 
-    def _predict(self, observations: np.ndarray, censored: np.ndarray, context: np.ndarray,
-                 memory: np.ndarray | None) -> Forecast:
+    def _predict(
+        self, observations: np.ndarray, censored: np.ndarray, context: np.ndarray, memory: np.ndarray | None
+    ) -> Forecast:
         """Phase 1's ``(mu, sigma)`` for the next tick and the predictor's new memory: from a cold start when there
         is no memory yet, else one tick on from it."""
         if memory is None:
@@ -345,10 +483,12 @@ class PicRLController:
 
         layers = self._layers
         if layers is None:  # any other policy: through its modules
+
             def forward(rows: np.ndarray) -> tuple[np.ndarray, ...]:
                 mean, std = self.policy(torch.from_numpy(rows))
                 return mean.numpy(), std.numpy()
         else:  # nn.Linear's own function, without the per-module call overhead (the same bits)
+
             def forward(rows: np.ndarray) -> tuple[np.ndarray]:
                 x = torch.from_numpy(rows)
                 for weight, bias, squashed in layers:
@@ -398,16 +538,24 @@ def _plain_mlp(body: torch.nn.Module) -> list[tuple[torch.Tensor, torch.Tensor |
     return layers
 
 
-def unclipped_action(mu: np.ndarray, k: np.ndarray, sigma: np.ndarray, margin: np.ndarray, bias: np.ndarray,
-                     escape: np.ndarray, use_k_sigma: bool = True) -> np.ndarray:
+def unclipped_action(
+    mu: np.ndarray,
+    k: np.ndarray,
+    sigma: np.ndarray,
+    margin: np.ndarray,
+    bias: np.ndarray,
+    escape: np.ndarray,
+    use_k_sigma: bool = True,
+) -> np.ndarray:
     """Eq. (11) before its clip to ``[0, 1]``: ``mu + k sigma + m + b + e`` (``k sigma`` dropped by ablation A4), the
     one sum the controller plans (:meth:`PicRLController.unclipped` is what it acts on)."""
     buffer = k * sigma if use_k_sigma else 0.0
     return mu + buffer + margin + bias + escape
 
 
-def impute_shortage(y: np.ndarray, censored: np.ndarray, shortage: np.ndarray, pending: ControllerState,
-                    cfg: EstimatorConfig) -> tuple[np.ndarray, np.ndarray]:
+def impute_shortage(
+    y: np.ndarray, censored: np.ndarray, shortage: np.ndarray, pending: ControllerState, cfg: EstimatorConfig
+) -> tuple[np.ndarray, np.ndarray]:
     """What the window keeps of a tick with ``estimator.impute_window``: a shortage (``d > a``, seen as ``y = a``)
     as its Tobit E-step ``E[d | d > a]`` under the forecast ``N(mu, sigma^2)`` its action was planned with, and
     uncensored (the E-step of data augmentation for censored time series, Park, Genton & Ghosh, Can. J. Stat.
@@ -419,8 +567,11 @@ def impute_shortage(y: np.ndarray, censored: np.ndarray, shortage: np.ndarray, p
     rows = imputed.nonzero()[0]
     if rows.size:  # the E-step only where it is kept (elementwise, so a row's value does not depend on the others)
         mu, sigma, bound = pending.mu[rows], pending.sigma[rows], pending.action[rows]
-        window_y[rows] = (mean_above_or_repeat(mu, sigma, bound, pending.repeat_share[rows], pending.last_seen[rows])
-                          if cfg.impute_repeat else mean_above(mu, sigma, bound))
+        window_y[rows] = (
+            mean_above_or_repeat(mu, sigma, bound, pending.repeat_share[rows], pending.last_seen[rows])
+            if cfg.impute_repeat
+            else mean_above(mu, sigma, bound)
+        )
     return window_y, censored & ~imputed
 
 

@@ -4,6 +4,7 @@ A batch of services is a struct of arrays, one row per service. :func:`rescale_s
 per-service ``[low, high]`` range of :mod:`picrl_core.scaling` to another: levels move affinely, spreads scale with
 the span, the rest does not depend on the unit.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
@@ -47,19 +48,20 @@ class ControllerState:
     def __len__(self) -> int:
         return int(self.keys.shape[0])
 
-    def take(self, index: np.ndarray | slice) -> "ControllerState":
+    def take(self, index: np.ndarray | slice) -> ControllerState:
         """The sub-batch of services at ``index`` (copies)."""
         return ControllerState(**{f.name: getattr(self, f.name)[index].copy() for f in fields(self)})
 
-    def put(self, index: np.ndarray, other: "ControllerState") -> None:
+    def put(self, index: np.ndarray, other: ControllerState) -> None:
         """Overwrite the services at ``index`` with the services of ``other`` (in place, in order)."""
         for f in fields(self):
             getattr(self, f.name)[index] = getattr(other, f.name)
 
     @staticmethod
-    def concat(states: list["ControllerState"]) -> "ControllerState":
-        return ControllerState(**{f.name: np.concatenate([getattr(s, f.name) for s in states])
-                                  for f in fields(ControllerState)})
+    def concat(states: list[ControllerState]) -> ControllerState:
+        return ControllerState(
+            **{f.name: np.concatenate([getattr(s, f.name) for s in states]) for f in fields(ControllerState)}
+        )
 
 
 # How each ControllerState field moves with the range: levels are affine in the native unit, spreads
@@ -70,15 +72,30 @@ SPREAD_FIELDS = ("sigma", "margin", "bias", "est_std", "escape")
 # estimates may lie outside [0, 1], and the last seen demand is compared with the next one as it comes; a moved range
 # clips observations and actions
 _UNCLIPPED_LEVELS = ("mu", "est_mean", "last_seen")
-UNIT_FREE_FIELDS = ("keys", "tick", "censored", "context", "censor_streak", "over_streak", "eta", "k", "pre",
-                    "log_prob", "features", "memory", "temperature", "repeat_share")
+UNIT_FREE_FIELDS = (
+    "keys",
+    "tick",
+    "censored",
+    "context",
+    "censor_streak",
+    "over_streak",
+    "eta",
+    "k",
+    "pre",
+    "log_prob",
+    "features",
+    "memory",
+    "temperature",
+    "repeat_share",
+)
 # ``memory`` (the incremental predictor's LSTM state) is not rescaled: no affine map carries an LSTM's hidden
 # state to other units. Its mu stays anchored on the rescaled newest observation (mu = y_last + head(h)),
 # and the state adapts over the next ticks as the LSTM's forget gates let it.
 
 
-def rescale_state(state: ControllerState, low: np.ndarray, high: np.ndarray, new_low: np.ndarray,
-                  new_high: np.ndarray) -> ControllerState:
+def rescale_state(
+    state: ControllerState, low: np.ndarray, high: np.ndarray, new_low: np.ndarray, new_high: np.ndarray
+) -> ControllerState:
     """``state`` (per service, in ``[low, high]``) expressed in ``[new_low, new_high]``: the same native
     history, prediction, calibrator offsets and capacity in force. The observations and the action of a service
     whose range moves are clipped to ``[0, 1]`` (the new range may be narrower); a service whose range stays is

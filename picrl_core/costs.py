@@ -5,6 +5,7 @@ services side by side, time on axis 0). A ``(T, N)`` episode is pooled: MAE, sho
 masses treat every ``(t, service)`` decision as one step, regret sums over all of them, and
 :func:`cumulative_regret` accumulates the per-tick cost summed over services.
 """
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
@@ -60,8 +61,7 @@ def _episode_arrays(actions: ArrayLike, demand: ArrayLike) -> tuple[np.ndarray, 
     if a.shape != d.shape:
         raise EpisodeShapeError(f"actions have shape {a.shape} but demand has shape {d.shape}")
     if a.ndim not in (1, 2) or a.size == 0:
-        raise EpisodeShapeError(
-            f"an episode is a non-empty (T,) or (T, N) array; got shape {a.shape}")
+        raise EpisodeShapeError(f"an episode is a non-empty (T,) or (T, N) array; got shape {a.shape}")
     return a, d
 
 
@@ -91,8 +91,10 @@ def mean_service_metrics(actions: ArrayLike, demand: ArrayLike, cost: CostConfig
     """The metrics of a fleet's ``(T, N)`` episodes as the mean over services of each one's
     :func:`episode_metrics` (``steps`` is ``T``); for one service, its own metrics."""
     each = per_service_metrics(actions, demand, cost)
-    means = {name: float(np.mean([getattr(m, name) for m in each])) for name in
-             ("mae", "regret", "shortage_rate", "under_mass", "over_mass", "action_variance")}
+    means = {
+        name: float(np.mean([getattr(m, name) for m in each]))
+        for name in ("mae", "regret", "shortage_rate", "under_mass", "over_mass", "action_variance")
+    }
     return EpisodeMetrics(**means, steps=each[0].steps)
 
 

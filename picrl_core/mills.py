@@ -24,6 +24,7 @@ is under the smallest normal double (2.2e-308): it underflows gracefully to subn
 and so does ``lambda'`` (0 < lambda' holds in floating point only down to there). Every function is
 finite for finite input.
 """
+
 from __future__ import annotations
 
 import math

@@ -5,6 +5,7 @@ together. Drawing exploration noise from a stateful RNG would make their decisio
 the counter ``(seed, service key, tick, dimension)`` with SplitMix64 gives the same normal draw in
 both, whatever the batching.
 """
+
 from __future__ import annotations
 
 import hashlib

@@ -6,6 +6,7 @@ update (vieillard2020leverage); the acting policy then moves to an exponential m
 the learner's parameters. The same learner runs inline in the embedded runner and in the stream's
 trainer worker.
 """
+
 from __future__ import annotations
 
 import copy
@@ -67,8 +68,10 @@ class ReplayBuffer:
         return self._rows(np.arange(self._size))
 
     def _rows(self, index: np.ndarray) -> dict[str, torch.Tensor]:
-        return {name: torch.from_numpy(getattr(self, f"_{name}")[index])
-                for name in ("features", "next_features", "pre", "log_prob", "reward")}
+        return {
+            name: torch.from_numpy(getattr(self, f"_{name}")[index])
+            for name in ("features", "next_features", "pre", "log_prob", "reward")
+        }
 
 
 @dataclass(frozen=True)
@@ -115,7 +118,7 @@ class SlowPolicyLearner:
             self._critic_opt.zero_grad()
             value_loss.backward()
             self._critic_opt.step()
-            advantage = (target - estimate.detach())
+            advantage = target - estimate.detach()
             advantage = (advantage - advantage.mean()) / (advantage.std() + 1e-8)
             mean, std = self.learner(batch["features"])
             ratio = (gaussian_log_prob(mean, std, batch["pre"]) - batch["log_prob"]).clamp(max=10.0).exp()

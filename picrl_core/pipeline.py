@@ -3,11 +3,13 @@
 ``run_online`` is the embedded runner: the same controller and slow learner the stream uses, driven
 by the counterfactual simulator over one or many services.
 """
+
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -38,16 +40,30 @@ def config_for(series: PreparedSeries, config: PicRLConfig) -> PicRLConfig:
     return replace(config, predictor=replace(config.predictor, context_channels=channels))
 
 
-def train_phase1(series: PreparedSeries, config: PicRLConfig, *,
-                 model_factory: Callable[[PredictorConfig], torch.nn.Module] = GaussianLSTM,
-                 progress: Progress | None = None) -> tuple[torch.nn.Module, PredictorReport]:
+def train_phase1(
+    series: PreparedSeries,
+    config: PicRLConfig,
+    *,
+    model_factory: Callable[[PredictorConfig], torch.nn.Module] = GaussianLSTM,
+    progress: Progress | None = None,
+) -> tuple[torch.nn.Module, PredictorReport]:
     """Phase 1 on the series' training split, early-stopped on its validation split (``config`` from
     :func:`config_for`). Inside :func:`~picrl_core.training_memo.shared_training` an identical
     earlier training (same series, predictor config, seed and model) is reused."""
+
     def train() -> tuple[torch.nn.Module, PredictorReport]:
-        return train_predictor(series.train, series.val, config.predictor, seed=config.seed,
-                               train_context=series.train_ctx, val_context=series.val_ctx, progress=progress,
-                               model_factory=model_factory, services=series.services)
+        return train_predictor(
+            series.train,
+            series.val,
+            config.predictor,
+            seed=config.seed,
+            train_context=series.train_ctx,
+            val_context=series.val_ctx,
+            progress=progress,
+            model_factory=model_factory,
+            services=series.services,
+        )
+
     return memoized(("phase1", series_fingerprint(series), config.seed, config.predictor, model_factory), train)
 
 
@@ -64,10 +80,15 @@ def phase1_predictor(series: PreparedSeries, config: PicRLConfig) -> torch.nn.Mo
     return train_phase1(series, config_for(series, with_windowed_predictor(config)))[0].eval()
 
 
-def train_offline(series: PreparedSeries, config: PicRLConfig, *, phase1_progress: Progress | None = None,
-                  phase2_progress: Progress | None = None,
-                  model_factory: Callable[[PredictorConfig], torch.nn.Module] = GaussianLSTM,
-                  pretrainer: Pretrainer = pretrain_policy) -> ModelArtifact:
+def train_offline(
+    series: PreparedSeries,
+    config: PicRLConfig,
+    *,
+    phase1_progress: Progress | None = None,
+    phase2_progress: Progress | None = None,
+    model_factory: Callable[[PredictorConfig], torch.nn.Module] = GaussianLSTM,
+    pretrainer: Pretrainer = pretrain_policy,
+) -> ModelArtifact:
     """Phase 1 (Gaussian LSTM by NLL, early stopping on validation) then Phase 2 (actor-critic
     pretraining on rollouts of the training split). ``model_factory`` and ``pretrainer`` substitute
     Phase 1 or Phase 2 (the comparison's baselines); an artifact with a substituted predictor is
@@ -77,27 +98,50 @@ def train_offline(series: PreparedSeries, config: PicRLConfig, *, phase1_progres
     ``calibrator.select_scale_rate`` the online temperature's rate is then chosen on the validation split
     (:func:`select_scale_rate`, the report under ``reports["phase3_scale_rate"]``)."""
     config = config_for(series, config)
-    predictor, predictor_report = train_phase1(series, config, model_factory=model_factory,
-                                               progress=phase1_progress)
-    return _phases_2_and_3(series, config, predictor, predictor_report.to_dict(), model_factory, pretrainer,
-                           phase2_progress)
+    predictor, predictor_report = train_phase1(series, config, model_factory=model_factory, progress=phase1_progress)
+    return _phases_2_and_3(
+        series, config, predictor, predictor_report.to_dict(), model_factory, pretrainer, phase2_progress
+    )
 
 
-def _phases_2_and_3(series: PreparedSeries, config: PicRLConfig, predictor: torch.nn.Module, predictor_report: dict,
-                    model_factory: Callable[[PredictorConfig], torch.nn.Module], pretrainer: Pretrainer,
-                    phase2_progress: Progress | None) -> ModelArtifact:
+def _phases_2_and_3(
+    series: PreparedSeries,
+    config: PicRLConfig,
+    predictor: torch.nn.Module,
+    predictor_report: dict,
+    model_factory: Callable[[PredictorConfig], torch.nn.Module],
+    pretrainer: Pretrainer,
+    phase2_progress: Progress | None,
+) -> ModelArtifact:
     """Phase 2 on ``predictor`` and the Phase-3 settings chosen on the validation split (:func:`train_offline`)."""
     offline_config = replace(config, online=OnlineConfig())
     policy, value, pretrain_report = memoized(
         ("phase2", series_fingerprint(series), offline_config, model_factory, pretrainer),
-        lambda: pretrainer(predictor, series.train, config, train_context=series.train_ctx,
-                           services=series.services, progress=phase2_progress))
+        lambda: pretrainer(
+            predictor,
+            series.train,
+            config,
+            train_context=series.train_ctx,
+            services=series.services,
+            progress=phase2_progress,
+        ),
+    )
     artifact = ModelArtifact(
-        config=config, predictor=predictor, policy=policy, value=value,
-        scaling={"series": series.scaler.to_dict(), "context": [s.to_dict() for s in series.context_scalers],
-                 "context_names": list(series.context_names)},
-        reports={"series": series.name, "notes": list(series.notes), "phase1": predictor_report,
-                 "phase2": pretrain_report.to_dict()},
+        config=config,
+        predictor=predictor,
+        policy=policy,
+        value=value,
+        scaling={
+            "series": series.scaler.to_dict(),
+            "context": [s.to_dict() for s in series.context_scalers],
+            "context_names": list(series.context_names),
+        },
+        reports={
+            "series": series.name,
+            "notes": list(series.notes),
+            "phase1": predictor_report,
+            "phase2": pretrain_report.to_dict(),
+        },
     )
     levels = None
     if config.calibrator.online_scale and config.calibrator.select_scale_rate:
@@ -106,9 +150,11 @@ def _phases_2_and_3(series: PreparedSeries, config: PicRLConfig, predictor: torc
     if config.calibrator.start_from_validation:
         levels = levels if levels is not None else validation_run(artifact, series)
         calibrator = replace(artifact.config.calibrator, initial_margin=levels.margin, initial_scale=levels.scale)
-        artifact = replace(artifact, config=replace(artifact.config, calibrator=calibrator),
-                           reports={**artifact.reports, "phase3_start": {"margin_in_sigma": levels.margin,
-                                                                         "scale": levels.scale}})
+        artifact = replace(
+            artifact,
+            config=replace(artifact.config, calibrator=calibrator),
+            reports={**artifact.reports, "phase3_start": {"margin_in_sigma": levels.margin, "scale": levels.scale}},
+        )
     return artifact
 
 
@@ -147,8 +193,13 @@ class SlowLoop:
             self._since_update = 0
 
 
-def online_controller(predictor: torch.nn.Module, policy: PolicyNetwork, value: ValueNetwork, config: PicRLConfig,
-                      slow_updates: bool = True) -> tuple[PicRLController, SlowLoop | None]:
+def online_controller(
+    predictor: torch.nn.Module,
+    policy: PolicyNetwork,
+    value: ValueNetwork,
+    config: PicRLConfig,
+    slow_updates: bool = True,
+) -> tuple[PicRLController, SlowLoop | None]:
     """The Phase 3 controller acting with (a copy of) ``policy`` and, when ``slow_updates``, the slow
     loop that refines it; the networks passed in are left untouched."""
     if not slow_updates:
@@ -157,11 +208,19 @@ def online_controller(predictor: torch.nn.Module, policy: PolicyNetwork, value: 
     return PicRLController(predictor, slow.acting, config), slow
 
 
-def run_online(artifact: ModelArtifact, demand: np.ndarray, history: np.ndarray, *,
-               context: np.ndarray | None = None, history_context: np.ndarray | None = None,
-               keys: np.ndarray | None = None, config: PicRLConfig | None = None,
-               slow_updates: bool = True, progress: Callable[[int], None] | None = None,
-               on_step: StepHook | None = None) -> OnlineRun:
+def run_online(
+    artifact: ModelArtifact,
+    demand: np.ndarray,
+    history: np.ndarray,
+    *,
+    context: np.ndarray | None = None,
+    history_context: np.ndarray | None = None,
+    keys: np.ndarray | None = None,
+    config: PicRLConfig | None = None,
+    slow_updates: bool = True,
+    progress: Callable[[int], None] | None = None,
+    on_step: StepHook | None = None,
+) -> OnlineRun:
     """Phase 3 on ``demand`` ``(T, N)``: act with the pretrained policy, calibrate every tick and,
     when ``slow_updates``, refine the policy from replay every ``N_update`` transitions.
 
@@ -179,10 +238,14 @@ def run_online(artifact: ModelArtifact, demand: np.ndarray, history: np.ndarray,
         if progress is not None:
             progress(t)
 
-    trajectory = simulate(controller, demand, history, context=context, history_context=history_context,
-                          keys=keys, on_step=hook)
-    return OnlineRun(trajectory, episode_metrics(trajectory.action, trajectory.demand, config.cost),
-                     [] if slow is None else slow.updates)
+    trajectory = simulate(
+        controller, demand, history, context=context, history_context=history_context, keys=keys, on_step=hook
+    )
+    return OnlineRun(
+        trajectory,
+        episode_metrics(trajectory.action, trajectory.demand, config.cost),
+        [] if slow is None else slow.updates,
+    )
 
 
 # The validation episode knobs are chosen on: the last this-many ticks of the validation split (all of
@@ -212,9 +275,12 @@ def evaluation_inputs(series: PreparedSeries, window: int, split: str = "test") 
         past_ctx = None if val_ctx is None else np.concatenate([rows(series.train_ctx), val_ctx[:, :cut]], axis=1)
     else:
         raise ValueError(f"split must be 'test' or 'val'; got {split!r}")
-    return {"demand": demand.T, "history": past[:, -window:],
-            "context": None if ctx is None else ctx.transpose(1, 0, 2),
-            "history_context": None if past_ctx is None else past_ctx[:, -window:, :]}
+    return {
+        "demand": demand.T,
+        "history": past[:, -window:],
+        "context": None if ctx is None else ctx.transpose(1, 0, 2),
+        "history_context": None if past_ctx is None else past_ctx[:, -window:, :],
+    }
 
 
 @dataclass(frozen=True)
@@ -240,18 +306,26 @@ def validation_run(artifact: ModelArtifact, series: PreparedSeries) -> Validatio
         if t >= settled:
             margins.append(state.margin / state.sigma)
             scales.append(state.temperature)
+
     run = run_online(artifact, **inputs, on_step=record)  # temperatures stay in [scale_min, scale_max], so do medians
-    return ValidationRun(run.metrics.regret, float(np.median(np.median(margins, axis=0))),
-                         float(np.median(np.median(scales, axis=0))))
+    return ValidationRun(
+        run.metrics.regret, float(np.median(np.median(margins, axis=0))), float(np.median(np.median(scales, axis=0)))
+    )
 
 
-def _lowest_validation_regret(artifact: ModelArtifact, series: PreparedSeries, candidates: dict[Any, PicRLConfig],
-                              known: dict[Any, ValidationRun] | None = None) -> tuple[Any, dict[Any, ValidationRun]]:
+def _lowest_validation_regret(
+    artifact: ModelArtifact,
+    series: PreparedSeries,
+    candidates: dict[Any, PicRLConfig],
+    known: dict[Any, ValidationRun] | None = None,
+) -> tuple[Any, dict[Any, ValidationRun]]:
     """The key of the candidate config whose :func:`validation_run` has the lowest regret, ties to the earlier
     key; and each key's run (those in ``known`` are not run again)."""
     known = known or {}
-    runs = {key: known[key] if key in known else validation_run(replace(artifact, config=candidate), series)
-            for key, candidate in candidates.items()}
+    runs = {
+        key: known[key] if key in known else validation_run(replace(artifact, config=candidate), series)
+        for key, candidate in candidates.items()
+    }
     return min(runs, key=lambda key: runs[key].regret), runs
 
 
@@ -260,8 +334,9 @@ def _lowest_validation_regret(artifact: ModelArtifact, series: PreparedSeries, c
 SCALE_RATES = (1 / 32, 1 / 16, 1 / 8, 1 / 4, 1 / 2)
 
 
-def select_scale_rate(artifact: ModelArtifact,
-                      series: PreparedSeries) -> tuple[ModelArtifact, dict[str, Any], ValidationRun]:
+def select_scale_rate(
+    artifact: ModelArtifact, series: PreparedSeries
+) -> tuple[ModelArtifact, dict[str, Any], ValidationRun]:
     """The online temperature's rate chosen on the validation split (``calibrator.select_scale_rate``): one
     validation run per rate of :data:`SCALE_RATES` and the artifact keeps the rate of lowest validation
     regret (ties: the slower). How fast a service's scale should follow its residuals is a property of
@@ -271,7 +346,10 @@ def select_scale_rate(artifact: ModelArtifact,
 
     def with_rate(rate: float) -> PicRLConfig:
         return replace(config, calibrator=replace(config.calibrator, scale_rate=rate))
+
     best, runs = _lowest_validation_regret(artifact, series, {rate: with_rate(rate) for rate in SCALE_RATES})
-    return (replace(artifact, config=with_rate(best)),
-            {"rates": list(SCALE_RATES), "validation_regret": [runs[r].regret for r in SCALE_RATES], "chosen": best},
-            runs[best])
+    return (
+        replace(artifact, config=with_rate(best)),
+        {"rates": list(SCALE_RATES), "validation_regret": [runs[r].regret for r in SCALE_RATES], "chosen": best},
+        runs[best],
+    )

@@ -5,6 +5,7 @@ ranges ``eta in [0.5, 3]`` (calibrator step multiplier, the paper's) and ``k in 
 coefficient around the newsvendor fractile, :func:`risk_centre`; the paper's ``[0, 2]`` in its preset).
 Acting deterministically uses the Gaussian mean; exploring adds ``std * noise``.
 """
+
 from __future__ import annotations
 
 import math
@@ -23,8 +24,9 @@ N_OUTPUTS = 2  # (eta, k)
 
 
 def _mlp(inputs: int, hidden: int, outputs: int) -> nn.Sequential:
-    return nn.Sequential(nn.Linear(inputs, hidden), nn.Tanh(), nn.Linear(hidden, hidden), nn.Tanh(),
-                         nn.Linear(hidden, outputs))
+    return nn.Sequential(
+        nn.Linear(inputs, hidden), nn.Tanh(), nn.Linear(hidden, hidden), nn.Tanh(), nn.Linear(hidden, outputs)
+    )
 
 
 class PolicyNetwork(nn.Module):

@@ -9,11 +9,12 @@ advantages). An episode of ``chunk_len`` steps spans ``segments`` iterations (:c
 transitions come from fewer, wider controller steps (8 segments: 16 steps of 512 services instead of
 128 steps of 64; the per-step cost is mostly fixed).
 """
+
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Callable
 
 import numpy as np
 import torch
@@ -46,8 +47,10 @@ def chunk_starts(train: np.ndarray, services: int, window: int, chunk_len: int, 
     ``length = min(chunk_len, steps per service - window - 1)``."""
     length = min(chunk_len, train.shape[0] // services - window - 1)
     if length < 8:
-        raise ValueError(f"the training split ({train.shape[0] // services} steps per service) is too short for "
-                         f"{who} with window {window}")
+        raise ValueError(
+            f"the training split ({train.shape[0] // services} steps per service) is too short for "
+            f"{who} with window {window}"
+        )
     return segment_starts(train.shape[0], services, window, length), length
 
 
@@ -56,8 +59,9 @@ def _chunks(series: np.ndarray, starts: np.ndarray, length: int) -> np.ndarray:
     return series[starts[:, None] + np.arange(length)[None, :]]
 
 
-def gae(rewards: torch.Tensor, values: torch.Tensor, next_values: torch.Tensor, discount: float,
-        lam: float) -> torch.Tensor:
+def gae(
+    rewards: torch.Tensor, values: torch.Tensor, next_values: torch.Tensor, discount: float, lam: float
+) -> torch.Tensor:
     """Generalised advantage estimates over time axis 0 (the last step bootstraps on ``next_values``)."""
     deltas = rewards + discount * next_values - values
     advantages = torch.zeros_like(deltas)
@@ -79,8 +83,16 @@ class _Rollouts:
     ends only between segments, where the last step bootstraps on the value of its next state as
     before. ``segments = 1`` is the original scheme (fresh chunks every iteration)."""
 
-    def __init__(self, predictor: GaussianLSTM, policy: PolicyNetwork, config: PicRLConfig, train: np.ndarray,
-                 train_context: np.ndarray | None, length: int, draw: Callable[[int], np.ndarray]) -> None:
+    def __init__(
+        self,
+        predictor: GaussianLSTM,
+        policy: PolicyNetwork,
+        config: PicRLConfig,
+        train: np.ndarray,
+        train_context: np.ndarray | None,
+        length: int,
+        draw: Callable[[int], np.ndarray],
+    ) -> None:
         cfg = config.pretrain
         segments = max(1, min(cfg.segments, length))
         self.segment = length // segments
@@ -102,8 +114,9 @@ class _Rollouts:
         history = starts[:, None] + np.arange(-self.window, 0)[None, :]
         keys = np.arange(self.next_key, self.next_key + rows.size, dtype=np.uint64)
         self.next_key += rows.size
-        fresh = self.controller.initial_state(keys, self.train[history],
-                                              None if self.context is None else self.context[history])
+        fresh = self.controller.initial_state(
+            keys, self.train[history], None if self.context is None else self.context[history]
+        )
         self.start[rows], self.age[rows], self.keys[rows] = starts, 0, keys
         if self.state is None:
             self.state = fresh
@@ -122,17 +135,23 @@ class _Rollouts:
             assert state is not None
             now = self.start + self.age
             observed, censored = censor(self.train[now], state.action)
-            self.state, transition = self.controller.step(state, observed, censored,
-                                                          None if self.context is None else self.context[now])
+            self.state, transition = self.controller.step(
+                state, observed, censored, None if self.context is None else self.context[now]
+            )
             steps.append(transition)
             self.age += 1
         return steps
 
 
-def pretrain_policy(predictor: GaussianLSTM, train: np.ndarray, config: PicRLConfig, *,
-                    train_context: np.ndarray | None = None, services: int = 1,
-                    progress: Callable[[dict[str, float]], None] | None = None
-                    ) -> tuple[PolicyNetwork, ValueNetwork, PretrainReport]:
+def pretrain_policy(
+    predictor: GaussianLSTM,
+    train: np.ndarray,
+    config: PicRLConfig,
+    *,
+    train_context: np.ndarray | None = None,
+    services: int = 1,
+    progress: Callable[[dict[str, float]], None] | None = None,
+) -> tuple[PolicyNetwork, ValueNetwork, PretrainReport]:
     """Actor-critic pretraining of ``pi_phi`` and ``V_psi`` on rollouts of random chunks of ``train``
     (``services`` series end to end: :func:`chunk_starts`); with ablation A7 (``pretrain=False``) the
     freshly initialised networks are returned untouched."""
@@ -147,8 +166,15 @@ def pretrain_policy(predictor: GaussianLSTM, train: np.ndarray, config: PicRLCon
     rng = np.random.default_rng(config.seed)
     actor_opt = torch.optim.Adam(policy.parameters(), lr=cfg.lr_actor)
     critic_opt = torch.optim.Adam(value.parameters(), lr=cfg.lr_critic)
-    rollouts = _Rollouts(predictor, policy, config, train, train_context, length,
-                         lambda count: every[rng.integers(0, every.size, size=count)])
+    rollouts = _Rollouts(
+        predictor,
+        policy,
+        config,
+        train,
+        train_context,
+        length,
+        lambda count: every[rng.integers(0, every.size, size=count)],
+    )
     curves: dict[str, list[float]] = {"value_loss": [], "mean_reward": [], "censor_rate": []}
     for iteration in range(cfg.iterations):
         steps = rollouts.advance()
@@ -180,4 +206,8 @@ def pretrain_policy(predictor: GaussianLSTM, train: np.ndarray, config: PicRLCon
         curves["censor_rate"].append(float(np.mean([s.censored.mean() for s in steps])))
         if progress is not None:
             progress({"iteration": iteration + 1, **{k: v[-1] for k, v in curves.items()}})
-    return policy, value, PretrainReport(cfg.iterations, *(tuple(curves[k]) for k in ("value_loss", "mean_reward", "censor_rate")))
+    return (
+        policy,
+        value,
+        PretrainReport(cfg.iterations, *(tuple(curves[k]) for k in ("value_loss", "mean_reward", "censor_rate"))),
+    )

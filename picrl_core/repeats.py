@@ -23,6 +23,7 @@ quantile (:func:`repeat_quantile`), and ``p`` then also counts a shortage at or 
 pairs that start at a bound of the range (:func:`inside_range`). A series whose values never repeat has ``p = 0``, the
 Gaussian E-step and the Gaussian order exactly; nothing here reads anything but the service's own feedback.
 """
+
 from __future__ import annotations
 
 from statistics import NormalDist
@@ -51,9 +52,15 @@ def inside_range(values: np.ndarray) -> np.ndarray:
     return (values > REPEAT_TOLERANCE) & (values < 1.0 - REPEAT_TOLERANCE)
 
 
-def track_repeats(share: np.ndarray, last_seen: np.ndarray, y: np.ndarray, observed: np.ndarray,
-                  after_seen: np.ndarray, rate: float,
-                  missed: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+def track_repeats(
+    share: np.ndarray,
+    last_seen: np.ndarray,
+    y: np.ndarray,
+    observed: np.ndarray,
+    after_seen: np.ndarray,
+    rate: float,
+    missed: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
     """One tick of ``(p, v)``: where the demand was seen (``observed``) right after a seen tick (``after_seen``),
     ``p += rate (1[y = v] - p)``; ``v`` becomes every seen demand. Elsewhere both hold. (The controller's
     ``after_seen`` is "no censoring streak": a tick whose demand nobody saw holds the streak, so the tick after it
@@ -66,8 +73,9 @@ def track_repeats(share: np.ndarray, last_seen: np.ndarray, y: np.ndarray, obser
     return share, np.where(observed, y, last_seen)
 
 
-def repeat_quantile(action: np.ndarray, sigma: np.ndarray, share: np.ndarray, last_seen: np.ndarray,
-                    fresh: np.ndarray, fractile: float) -> np.ndarray:
+def repeat_quantile(
+    action: np.ndarray, sigma: np.ndarray, share: np.ndarray, last_seen: np.ndarray, fresh: np.ndarray, fractile: float
+) -> np.ndarray:
     """The ``tau = fractile`` quantile (the critical fractile) of the module's mixture, with the Gaussian part the
     controller's own: ``N(g - z* sigma, sigma^2)``, ``z* = Phi^-1(tau)``, whose ``tau`` quantile is the action ``g`` it
     planned (Eq. 11, its ``k``, margin, bias and escape included). Where the last tick was seen (``fresh``) the
@@ -94,17 +102,25 @@ def repeat_quantile(action: np.ndarray, sigma: np.ndarray, share: np.ndarray, la
     return order
 
 
-def repeat_weight_above(mu: np.ndarray, sigma: np.ndarray, bound: np.ndarray, share: np.ndarray,
-                        last_seen: np.ndarray) -> np.ndarray:
+def repeat_weight_above(
+    mu: np.ndarray, sigma: np.ndarray, bound: np.ndarray, share: np.ndarray, last_seen: np.ndarray
+) -> np.ndarray:
     """The posterior weight of the repeat given ``d > bound`` under the mixture of the module docstring,
     ``w = p / (p + (1 - p)(1 - Phi((bound - mu) / sigma)))`` where ``last_seen > bound``, else 0."""
     slab = (1.0 - share) * np.exp(log_normal_survival((bound - mu) / sigma))
     return np.where(last_seen > bound, share / np.maximum(share + slab, np.finfo(np.float64).tiny), 0.0)
 
 
-def gaussian_responsibility(y: np.ndarray, censored: np.ndarray, mu: np.ndarray, sigma: np.ndarray,
-                            action: np.ndarray, share: np.ndarray, last_seen: np.ndarray,
-                            after_seen: np.ndarray) -> np.ndarray:
+def gaussian_responsibility(
+    y: np.ndarray,
+    censored: np.ndarray,
+    mu: np.ndarray,
+    sigma: np.ndarray,
+    action: np.ndarray,
+    share: np.ndarray,
+    last_seen: np.ndarray,
+    after_seen: np.ndarray,
+) -> np.ndarray:
     """Each tick's posterior responsibility of the mixture's Gaussian part (the E-step weight of its scale): 0 for a
     seen demand that repeated ``last_seen`` right after a seen tick (the atom explains it; a density does not compete
     with a point mass), ``1 - w`` for a censored one (:func:`repeat_weight_above` at the action), 1 otherwise.
@@ -113,13 +129,15 @@ def gaussian_responsibility(y: np.ndarray, censored: np.ndarray, mu: np.ndarray,
     responsibility = np.where(repeated, 0.0, 1.0)
     rows = (censored & (last_seen > action)).nonzero()[0]
     if rows.size:
-        responsibility[rows] = 1.0 - repeat_weight_above(mu[rows], sigma[rows], action[rows], share[rows],
-                                                         last_seen[rows])
+        responsibility[rows] = 1.0 - repeat_weight_above(
+            mu[rows], sigma[rows], action[rows], share[rows], last_seen[rows]
+        )
     return responsibility
 
 
-def mean_above_or_repeat(mu: np.ndarray, sigma: np.ndarray, bound: np.ndarray, share: np.ndarray,
-                         last_seen: np.ndarray) -> np.ndarray:
+def mean_above_or_repeat(
+    mu: np.ndarray, sigma: np.ndarray, bound: np.ndarray, share: np.ndarray, last_seen: np.ndarray
+) -> np.ndarray:
     """``E[d | d > bound]`` under the mixture of the module docstring: the repeat ``last_seen`` (probability
     ``share``) or ``N(mu, sigma^2)``. Equals :func:`~picrl_core.mills.mean_above` where ``share`` is 0 or the
     repeat lies at or below the bound."""

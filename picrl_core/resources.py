@@ -31,10 +31,11 @@ The cost of a tick is the sum over resources of the asymmetric cost Eq. (1), eac
 ``weight_r`` (:data:`GPU_POD`): Eq. (1)'s ``c_under / c_over`` ratio, and so each resource's critical
 fractile, is kept.
 """
+
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Sequence
 
 import numpy as np
 
@@ -64,8 +65,10 @@ class Resource:
 # an error the user sees, and idle memory is the capacity that decides how many pods pack on a GPU; so
 # each unit of it, short or idle, weighs twice a unit of compute. Compute is soft: a short duty cycle
 # slows requests down (latency), and idle duty cycle is cheap to hand to a neighbour (MPS/time slicing).
-GPU_POD: tuple[Resource, ...] = (Resource("gpu_mem", hard=True, weight=2.0),
-                                 Resource("gpu_compute", hard=False, weight=1.0))
+GPU_POD: tuple[Resource, ...] = (
+    Resource("gpu_mem", hard=True, weight=2.0),
+    Resource("gpu_compute", hard=False, weight=1.0),
+)
 KNOWN: dict[str, Resource] = {r.name: r for r in GPU_POD}
 
 
@@ -89,8 +92,9 @@ def check_resources(resources: Sequence[Resource]) -> tuple[Resource, ...]:
     return resources
 
 
-def observe(demand: np.ndarray, action: np.ndarray, resources: Sequence[Resource]
-            ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def observe(
+    demand: np.ndarray, action: np.ndarray, resources: Sequence[Resource]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The coupled observation rule for ``(R, N)`` demand and actions (resource-major, N services):
     ``(y, coupled, own, short)``, each ``(R, N)``: the observations ``y_r``, the coupled censoring flags
     ``c_r``, the flags a per-resource monitor raises (resource ``r`` ran at its limit on the load it was
@@ -99,8 +103,10 @@ def observe(demand: np.ndarray, action: np.ndarray, resources: Sequence[Resource
     demand = np.asarray(demand, dtype=np.float64)
     action = np.asarray(action, dtype=np.float64)
     if demand.shape != action.shape or demand.ndim != 2 or demand.shape[0] != len(resources):
-        raise ValueError(f"demand and action must both have shape ({len(resources)}, services); "
-                         f"got {demand.shape} and {action.shape}")
+        raise ValueError(
+            f"demand and action must both have shape ({len(resources)}, services); "
+            f"got {demand.shape} and {action.shape}"
+        )
     short = demand > action
     hard = np.array([r.hard for r in resources])
     kills = np.array([r.kills for r in resources])[:, None]
@@ -126,9 +132,16 @@ def coupled_flags(own: np.ndarray, resources: Sequence[Resource]) -> np.ndarray:
 MIN_SERVED_SHARE = 1e-6
 
 
-def impute_served_share(y: np.ndarray, censored: np.ndarray, action: np.ndarray, mu: np.ndarray, sigma: np.ndarray,
-                        resources: Sequence[Resource], tolerance: float = 1e-6,
-                        ranges: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
+def impute_served_share(
+    y: np.ndarray,
+    censored: np.ndarray,
+    action: np.ndarray,
+    mu: np.ndarray,
+    sigma: np.ndarray,
+    resources: Sequence[Resource],
+    tolerance: float = 1e-6,
+    ranges: tuple[np.ndarray, np.ndarray] | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
     """The joint learner's E-step for the soft resources of a tick whose hard resource ran short, from the
     coupled flags and the learner's own forecast ``N(mu_r, sigma_r)`` of each hard demand (all ``(R, N)``).
 
@@ -141,7 +154,8 @@ def impute_served_share(y: np.ndarray, censored: np.ndarray, action: np.ndarray,
     Where ``d_s_hat`` exceeds the soft capacity the soft resource is taken as short itself (observation
     ``a_s``, censored: an observation at its own capacity lands here unless that capacity is 0, which says
     nothing about the demand); up to it ``d_s_hat`` is its estimated demand, uncensored. The hard rows and
-    every tick without a hard shortage are returned as they came. A shallow memory shortage thus costs the compute learner only its (small)
+    every tick without a hard shortage are returned as they came. A shallow memory shortage thus costs the compute
+    learner only its (small)
     correction instead of a lower bound of unknown depth, and a deep one lifts the compute observation by
     the depth the forecast expects: the memory shortage never reads as low compute demand. A hard resource that
     kills the service served nothing (``f = 0``): the soft observations of that tick stay what they are, lower
@@ -163,8 +177,11 @@ def impute_served_share(y: np.ndarray, censored: np.ndarray, action: np.ndarray,
     expected = mean_above(mu[hard], sigma[hard], action[hard])
     if ranges is not None:
         low, high = (np.asarray(bound, np.float64) for bound in ranges)
-        carried, expected, observed = (from_unit(action[hard], low[hard], high[hard]),
-                                       from_unit(expected, low[hard], high[hard]), from_unit(y, low, high))
+        carried, expected, observed = (
+            from_unit(action[hard], low[hard], high[hard]),
+            from_unit(expected, low[hard], high[hard]),
+            from_unit(y, low, high),
+        )
     else:
         carried, observed = action[hard], y
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -174,8 +191,10 @@ def impute_served_share(y: np.ndarray, censored: np.ndarray, action: np.ndarray,
     if ranges is not None:
         with np.errstate(divide="ignore", invalid="ignore"):
             estimate = (estimate - low) / (high - low)  # not to_unit: an estimate above the range must stay above it
-    return (np.where(lifted, np.minimum(estimate, action), y),
-            np.where(lifted, estimate > action + tolerance, censored))
+    return (
+        np.where(lifted, np.minimum(estimate, action), y),
+        np.where(lifted, estimate > action + tolerance, censored),
+    )
 
 
 def _hard_kills(resources: Sequence[Resource]) -> np.ndarray:
@@ -183,14 +202,16 @@ def _hard_kills(resources: Sequence[Resource]) -> np.ndarray:
     return np.array([r.kills for r in resources if r.hard])[:, None]
 
 
-def _hard_shortages(y: np.ndarray, censored: np.ndarray, action: np.ndarray, hard: np.ndarray,
-                    tolerance: float) -> np.ndarray:
+def _hard_shortages(
+    y: np.ndarray, censored: np.ndarray, action: np.ndarray, hard: np.ndarray, tolerance: float
+) -> np.ndarray:
     """``(H, N)``: which hard resource ran short on each service's tick (censored at its capacity)."""
     return censored[hard] & (y[hard] >= action[hard] - tolerance)
 
 
-def unobserved(y: np.ndarray, censored: np.ndarray, action: np.ndarray, resources: Sequence[Resource],
-               tolerance: float = 1e-6) -> np.ndarray:
+def unobserved(
+    y: np.ndarray, censored: np.ndarray, action: np.ndarray, resources: Sequence[Resource], tolerance: float = 1e-6
+) -> np.ndarray:
     """``(R, N)`` bool: the soft resources of the ticks a hard resource that kills ran short on, whose demand
     went unobserved (nothing of the tick was served, :attr:`Resource.kills`). The controller keeps its forecast
     for them instead (``PicRLController.step``'s ``missing``)."""

@@ -7,6 +7,7 @@ shortage is ``E[d - a | d > a] = mu + sigma * lambda((a - mu)/sigma) - a`` (inve
 ``dr/da = c_under * Psi(n) * (1 - lambda'(z)) > 0`` since ``0 < lambda' < 1`` (baricz2008mills), so
 the surrogate always pushes the action up, and harder the longer the censoring lasts.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -54,14 +55,23 @@ def expected_cost(a: ArrayLike, mu: ArrayLike, sigma: ArrayLike, cost: CostConfi
     return cost.c_under * short + cost.c_over * (short + a - mu)
 
 
-def surrogate_reward(a: ArrayLike, mu: ArrayLike, sigma: ArrayLike, n: ArrayLike, cost: CostConfig,
-                     reward: RewardConfig) -> np.ndarray:
+def surrogate_reward(
+    a: ArrayLike, mu: ArrayLike, sigma: ArrayLike, n: ArrayLike, cost: CostConfig, reward: RewardConfig
+) -> np.ndarray:
     """Eq. (9): ``r = -c_under * (mu + sigma * lambda((a - mu)/sigma) - a) * Psi(n)``."""
     return -cost.c_under * expected_gap(a, mu, sigma) * pessimism_factor(n, reward)
 
 
-def step_reward(a: ArrayLike, y: ArrayLike, censored: ArrayLike, mu: ArrayLike, sigma: ArrayLike,
-                n_consecutive: ArrayLike, cost: CostConfig, reward: RewardConfig) -> np.ndarray:
+def step_reward(
+    a: ArrayLike,
+    y: ArrayLike,
+    censored: ArrayLike,
+    mu: ArrayLike,
+    sigma: ArrayLike,
+    n_consecutive: ArrayLike,
+    cost: CostConfig,
+    reward: RewardConfig,
+) -> np.ndarray:
     """Per-step reward of Algorithm 1, vectorised over services (all inputs broadcast together).
 
     Uncensored steps (``y = d``): Eq. (10), ``-l(a, y)``. Censored steps: the surrogate Eq. (9) with
@@ -72,14 +82,19 @@ def step_reward(a: ArrayLike, y: ArrayLike, censored: ArrayLike, mu: ArrayLike, 
     which on a censored step (``y = a``) is 0: censoring then looks free.
     """
     a, y, censored, mu, sigma, n = np.broadcast_arrays(
-        np.asarray(a, dtype=np.float64), np.asarray(y, dtype=np.float64),
-        np.asarray(censored, dtype=bool), np.asarray(mu, dtype=np.float64),
-        np.asarray(sigma, dtype=np.float64), np.asarray(n_consecutive, dtype=np.float64))
+        np.asarray(a, dtype=np.float64),
+        np.asarray(y, dtype=np.float64),
+        np.asarray(censored, dtype=bool),
+        np.asarray(mu, dtype=np.float64),
+        np.asarray(sigma, dtype=np.float64),
+        np.asarray(n_consecutive, dtype=np.float64),
+    )
     rewards = np.array(-asymmetric_cost(a, y, cost))  # a writable array even for 0-d input
     if reward.use_censored_reward and censored.any():
         if not (n[censored] >= 1).all():
             raise RewardInputError(
                 "n_consecutive counts the current censored step too, so it must be >= 1 wherever "
-                f"censored is True; got {n[censored].min()}")
+                f"censored is True; got {n[censored].min()}"
+            )
         rewards[censored] = surrogate_reward(a[censored], mu[censored], sigma[censored], n[censored], cost, reward)
     return rewards

@@ -9,6 +9,7 @@ is short on every tick with the capacity pinned at the top, and what it reveals 
 says by how much. :func:`outgrown` detects that and :func:`grown_high` widens the range;
 :func:`~picrl_core.controller_state.rescale_state` carries a controller state over to a new range.
 """
+
 from __future__ import annotations
 
 import numpy as np

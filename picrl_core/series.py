@@ -5,10 +5,12 @@ the same scaling to validation and test, clips values outside the training range
 splits chronologically 60/20/20. :func:`prepare_series` does exactly that after
 :func:`validate_series` has rejected series nothing can be learned from and filled short gaps.
 """
+
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -41,14 +43,16 @@ def _check_and_fill(values: np.ndarray, label: str, max_gap: int) -> tuple[np.nd
     infinite = np.flatnonzero(np.isinf(values))
     if infinite.size:
         raise UnusableSeriesError(
-            f"{label} has {_plural(infinite.size, 'infinite value')} (first at index {infinite[0]})")
+            f"{label} has {_plural(infinite.size, 'infinite value')} (first at index {infinite[0]})"
+        )
     runs = _nan_runs(missing)
     longest = max(runs, key=lambda r: r[1] - r[0], default=None)
     if longest is not None and longest[1] - longest[0] > max_gap:
         start, stop = longest
         raise UnusableSeriesError(
             f"{label} has a gap of {stop - start} consecutive missing values (index {start} to "
-            f"{stop - 1}); at most {max_gap} can be filled")
+            f"{stop - 1}); at most {max_gap} can be filled"
+        )
     present = values[~missing]
     if present.max() == present.min():
         raise UnusableSeriesError(f"{label} is constant (every value is {present[0]:g}); nothing to learn")
@@ -66,13 +70,15 @@ def _check_and_fill(values: np.ndarray, label: str, max_gap: int) -> tuple[np.nd
         notes.append(f"filled {_plural(len(inner), 'gap')} ({_plural(points, 'point')}) by linear interpolation")
     if edge:
         points = sum(b - a for a, b in edge)
-        notes.append(f"filled {_plural(len(edge), 'gap')} ({_plural(points, 'point')}) at the series ends "
-                     "with the nearest value")
+        notes.append(
+            f"filled {_plural(len(edge), 'gap')} ({_plural(points, 'point')}) at the series ends with the nearest value"
+        )
     return filled, notes
 
 
-def validate_series(values: np.ndarray, name: str, *, min_length: int = 200,
-                    max_gap: int = 5) -> tuple[np.ndarray, list[str]]:
+def validate_series(
+    values: np.ndarray, name: str, *, min_length: int = 200, max_gap: int = 5
+) -> tuple[np.ndarray, list[str]]:
     """Check a 1-D demand series and fill its short gaps.
 
     Raises :class:`UnusableSeriesError` (naming ``name``) when the series is not 1-D, has fewer than
@@ -84,13 +90,11 @@ def validate_series(values: np.ndarray, name: str, *, min_length: int = 200,
     if x.ndim != 1:
         raise UnusableSeriesError(f"series '{name}' must be one-dimensional, got shape {x.shape}")
     if x.size < min_length:
-        raise UnusableSeriesError(
-            f"series '{name}' has {_plural(x.size, 'point')}; at least {min_length} are needed")
+        raise UnusableSeriesError(f"series '{name}' has {_plural(x.size, 'point')}; at least {min_length} are needed")
     return _check_and_fill(x, f"series '{name}'", max_gap)
 
 
-def validate_context(context: np.ndarray, names: Sequence[str],
-                     max_gap: int = 5) -> tuple[np.ndarray, list[str]]:
+def validate_context(context: np.ndarray, names: Sequence[str], max_gap: int = 5) -> tuple[np.ndarray, list[str]]:
     """:func:`validate_series` applied to every column of a ``(T, C)`` context matrix.
 
     ``names`` labels the ``C`` channels; notes are prefixed with the channel's name.
@@ -100,7 +104,8 @@ def validate_context(context: np.ndarray, names: Sequence[str],
         raise UnusableSeriesError(f"context must be a (time, channels) matrix, got shape {ctx.shape}")
     if len(names) != ctx.shape[1]:
         raise UnusableSeriesError(
-            f"context has {ctx.shape[1]} channels but {len(names)} names were given ({', '.join(names)})")
+            f"context has {ctx.shape[1]} channels but {len(names)} names were given ({', '.join(names)})"
+        )
     filled = np.empty_like(ctx)
     notes: list[str] = []
     for j, channel in enumerate(names):
@@ -109,8 +114,7 @@ def validate_context(context: np.ndarray, names: Sequence[str],
     return filled, notes
 
 
-def chronological_split(n: int, fractions: tuple[float, float, float] = (0.6, 0.2, 0.2)
-                        ) -> tuple[slice, slice, slice]:
+def chronological_split(n: int, fractions: tuple[float, float, float] = (0.6, 0.2, 0.2)) -> tuple[slice, slice, slice]:
     """Consecutive train/validation/test slices of ``range(n)`` (paper: 60/20/20, no shuffling)."""
     if len(fractions) != 3 or any(f <= 0 for f in fractions) or abs(sum(fractions) - 1.0) > 1e-9:
         raise ValueError(f"split fractions must be three positive numbers summing to 1, got {fractions}")
@@ -133,7 +137,7 @@ class MinMaxScaler:
             raise ValueError(f"scaler needs finite low < high, got low={self.low}, high={self.high}")
 
     @classmethod
-    def fit(cls, values: np.ndarray, name: str = "series") -> "MinMaxScaler":
+    def fit(cls, values: np.ndarray, name: str = "series") -> MinMaxScaler:
         """Range of ``values`` (pass only the training part: no look-ahead)."""
         x = np.asarray(values, dtype=np.float64)
         if x.size == 0 or not np.isfinite(x).all():
@@ -141,7 +145,8 @@ class MinMaxScaler:
         low, high = float(x.min()), float(x.max())
         if high == low:
             raise UnusableSeriesError(
-                f"{name}: the training part is constant ({low:g}), so it cannot be scaled to [0, 1]")
+                f"{name}: the training part is constant ({low:g}), so it cannot be scaled to [0, 1]"
+            )
         return cls(low, high)
 
     def transform(self, x: np.ndarray) -> np.ndarray:
@@ -154,7 +159,7 @@ class MinMaxScaler:
         return {"low": self.low, "high": self.high}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "MinMaxScaler":
+    def from_dict(cls, data: dict[str, Any]) -> MinMaxScaler:
         if set(data) != {"low", "high"}:
             raise ValueError(f"scaler expects exactly the keys 'low' and 'high', got {sorted(data)}")
         return cls(float(data["low"]), float(data["high"]))
@@ -201,10 +206,16 @@ def segment_starts(total: int, services: int, before: int, after: int) -> np.nda
     return (np.arange(services)[:, None] * length + inner[None, :]).ravel()
 
 
-def prepare_series(values: np.ndarray, name: str, context: np.ndarray | None = None,
-                   context_names: Sequence[str] = (),
-                   fractions: tuple[float, float, float] = (0.6, 0.2, 0.2), *,
-                   min_length: int = 200, max_gap: int = 5) -> PreparedSeries:
+def prepare_series(
+    values: np.ndarray,
+    name: str,
+    context: np.ndarray | None = None,
+    context_names: Sequence[str] = (),
+    fractions: tuple[float, float, float] = (0.6, 0.2, 0.2),
+    *,
+    min_length: int = 200,
+    max_gap: int = 5,
+) -> PreparedSeries:
     """Validate -> split chronologically -> fit min-max on train -> scale and clip every part."""
     filled, notes = validate_series(values, name, min_length=min_length, max_gap=max_gap)
     parts = chronological_split(filled.size, fractions)
@@ -217,24 +228,36 @@ def prepare_series(values: np.ndarray, name: str, context: np.ndarray | None = N
         return PreparedSeries(name, train, val, test, None, None, None, scaler, (), tuple(notes))
     ctx, ctx_notes = validate_context(context, context_names, max_gap)
     if ctx.shape[0] != filled.size:
-        raise UnusableSeriesError(
-            f"series '{name}' has {filled.size} points but its context has {ctx.shape[0]} rows")
-    scalers = tuple(MinMaxScaler.fit(ctx[parts[0], j], name=f"context channel '{c}' of '{name}'")
-                    for j, c in enumerate(context_names))
+        raise UnusableSeriesError(f"series '{name}' has {filled.size} points but its context has {ctx.shape[0]} rows")
+    scalers = tuple(
+        MinMaxScaler.fit(ctx[parts[0], j], name=f"context channel '{c}' of '{name}'")
+        for j, c in enumerate(context_names)
+    )
     scaled = np.column_stack([s.transform(ctx[:, j]) for j, s in enumerate(scalers)])
-    return PreparedSeries(name, train, val, test, *(scaled[p] for p in parts), scaler, scalers,
-                          tuple(notes + ctx_notes), tuple(context_names))
+    return PreparedSeries(
+        name,
+        train,
+        val,
+        test,
+        *(scaled[p] for p in parts),
+        scaler,
+        scalers,
+        tuple(notes + ctx_notes),
+        tuple(context_names),
+    )
 
 
-def _clipping_notes(values: np.ndarray, parts: tuple[slice, slice, slice], scaler: "MinMaxScaler") -> list[str]:
+def _clipping_notes(values: np.ndarray, parts: tuple[slice, slice, slice], scaler: MinMaxScaler) -> list[str]:
     """Say how much of validation/test lies outside the training range (clipped to 0 or 1 by the protocol)."""
     notes = []
     for label, part in zip(("validation", "test"), parts[1:]):
         raw = values[part]
         outside = float(np.mean((raw < scaler.low) | (raw > scaler.high))) if raw.size else 0.0
         if outside > 0.01:
-            notes.append(f"{outside:.0%} of the {label} part lies outside the training range "
-                         f"[{scaler.low:g}, {scaler.high:g}] and is clipped to [0, 1]")
+            notes.append(
+                f"{outside:.0%} of the {label} part lies outside the training range "
+                f"[{scaler.low:g}, {scaler.high:g}] and is clipped to [0, 1]"
+            )
     return notes
 
 
@@ -273,9 +296,14 @@ def describe_series(values: np.ndarray, step_seconds: float) -> dict[str, float]
     return stats
 
 
-def prepare_fleet(values: np.ndarray, name: str,
-                  fractions: tuple[float, float, float] = (0.6, 0.2, 0.2), *,
-                  min_length: int = 200, max_gap: int = 5) -> PreparedSeries:
+def prepare_fleet(
+    values: np.ndarray,
+    name: str,
+    fractions: tuple[float, float, float] = (0.6, 0.2, 0.2),
+    *,
+    min_length: int = 200,
+    max_gap: int = 5,
+) -> PreparedSeries:
     """A fleet of services on one time grid, ``values`` ``(T, services)``, as one :class:`PreparedSeries`:
     each service validated and split chronologically at the same ticks, one min-max scaler fitted on
     every service's training part (costs stay in one unit across the fleet), and each split the
@@ -285,36 +313,51 @@ def prepare_fleet(values: np.ndarray, name: str,
         raise UnusableSeriesError(f"fleet '{name}': values must have shape (ticks, services); got {values.shape}")
     filled, notes = [], []
     for j in range(values.shape[1]):
-        column, column_notes = validate_series(values[:, j], f"{name}[{j}]", min_length=min_length,
-                                               max_gap=max_gap)
+        column, column_notes = validate_series(values[:, j], f"{name}[{j}]", min_length=min_length, max_gap=max_gap)
         filled.append(column)
         notes.extend(f"service {j}: {note}" for note in column_notes)
     matrix = np.stack(filled)  # (services, T)
     parts = chronological_split(matrix.shape[1], fractions)
     scaler = MinMaxScaler.fit(matrix[:, parts[0]], name=f"fleet '{name}'")
     train, val, test = (scaler.transform(matrix[:, p]).ravel() for p in parts)
-    return PreparedSeries(name, train, val, test, None, None, None, scaler, (), tuple(notes),
-                          services=matrix.shape[0])
+    return PreparedSeries(name, train, val, test, None, None, None, scaler, (), tuple(notes), services=matrix.shape[0])
 
 
-def prepare_resource_fleet(values: Sequence[np.ndarray], resources: Sequence[Resource], name: str,
-                           fractions: tuple[float, float, float] = (0.6, 0.2, 0.2)) -> PreparedSeries:
+def prepare_resource_fleet(
+    values: Sequence[np.ndarray],
+    resources: Sequence[Resource],
+    name: str,
+    fractions: tuple[float, float, float] = (0.6, 0.2, 0.2),
+) -> PreparedSeries:
     """A fleet provisioned on several resources: ``values[r]`` is ``(T, N)``, resource ``r`` of the same N
     services on one time grid. Each resource is a :func:`prepare_fleet` (its own scaling); the splits hold
     the resources' blocks end to end (resource-major, ``services = R * N``), so every method trains one
     model over all of them and acts for every (resource, service) row at once."""
     resources = check_resources(resources)
     if len(values) != len(resources) or len({np.shape(v) for v in values}) != 1:
-        raise UnusableSeriesError(f"fleet '{name}': {len(resources)} resources need as many value matrices of "
-                                  f"one shape; got {[np.shape(v) for v in values]}")
+        raise UnusableSeriesError(
+            f"fleet '{name}': {len(resources)} resources need as many value matrices of "
+            f"one shape; got {[np.shape(v) for v in values]}"
+        )
     parts = [prepare_fleet(v, f"{name}:{r.name}", fractions) for v, r in zip(values, resources)]
 
     def joined(split: str) -> np.ndarray:
         return np.concatenate([getattr(p, split) for p in parts])
 
-    return PreparedSeries(name, joined("train"), joined("val"), joined("test"), None, None, None, parts[0].scaler, (),
-                          tuple(n for p in parts for n in p.notes), services=sum(p.services for p in parts),
-                          resources=resources)
+    return PreparedSeries(
+        name,
+        joined("train"),
+        joined("val"),
+        joined("test"),
+        None,
+        None,
+        None,
+        parts[0].scaler,
+        (),
+        tuple(n for p in parts for n in p.notes),
+        services=sum(p.services for p in parts),
+        resources=resources,
+    )
 
 
 def development_series(series: PreparedSeries, fraction: float = 0.75) -> PreparedSeries:
@@ -330,6 +373,13 @@ def development_series(series: PreparedSeries, fraction: float = 0.75) -> Prepar
     def part(values: np.ndarray | None, lo: int | None, hi: int | None) -> np.ndarray | None:
         return None if values is None else values[lo:hi]
 
-    return replace(series, name=f"{series.name} (development)", train=rows[:, :cut].ravel(),
-                   val=rows[:, cut:].ravel(), test=series.val, train_ctx=part(series.train_ctx, None, cut),
-                   val_ctx=part(series.train_ctx, cut, None), test_ctx=series.val_ctx)
+    return replace(
+        series,
+        name=f"{series.name} (development)",
+        train=rows[:, :cut].ravel(),
+        val=rows[:, cut:].ravel(),
+        test=series.val,
+        train_ctx=part(series.train_ctx, None, cut),
+        val_ctx=part(series.train_ctx, cut, None),
+        test_ctx=series.val_ctx,
+    )

@@ -4,10 +4,11 @@ The oracle demand ``D*_t`` comes from a trace; the environment reveals only
 ``Y_t = min(D*_t, A_t)`` and ``C_t = 1[D*_t > A_t]`` to the controller. Demand is used here and in
 the metrics, never passed to the controller.
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, fields
-from typing import Callable
 
 import numpy as np
 
@@ -45,14 +46,22 @@ class Trajectory:
     escape: np.ndarray
     reward: np.ndarray
 
-    def column(self, service: int) -> "Trajectory":
+    def column(self, service: int) -> Trajectory:
         """The single-service trajectory of ``service`` (fields ``(T, 1)``)."""
-        return Trajectory(**{f.name: getattr(self, f.name)[:, service:service + 1] for f in fields(self)})
+        return Trajectory(**{f.name: getattr(self, f.name)[:, service : service + 1] for f in fields(self)})
 
 
-def simulate(controller: PicRLController, demand: np.ndarray, history: np.ndarray, *,
-             context: np.ndarray | None = None, history_context: np.ndarray | None = None,
-             keys: np.ndarray | None = None, start_tick: int = 0, on_step: StepHook | None = None) -> Trajectory:
+def simulate(
+    controller: PicRLController,
+    demand: np.ndarray,
+    history: np.ndarray,
+    *,
+    context: np.ndarray | None = None,
+    history_context: np.ndarray | None = None,
+    keys: np.ndarray | None = None,
+    start_tick: int = 0,
+    on_step: StepHook | None = None,
+) -> Trajectory:
     """Run ``controller`` in closed loop over ``demand`` ``(T, N)`` for N services at once.
 
     ``history`` ``(N, H)`` is uncensored past demand used as the cold-start window; ``context``

@@ -6,6 +6,7 @@ seasonal, or heavy-tailed and bursty) on which that drift and the controller can
 production data. Every generator draws from ``np.random.default_rng(seed)`` only, returns a float64
 array of length ``n`` clipped to ``[0, 1]``, and is identical for identical arguments.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -28,8 +29,9 @@ def stationary_gaussian(n: int, mean: float = 0.5, std: float = 0.1, seed: int =
     return np.clip(rng.normal(mean, std, n), 0.0, 1.0)
 
 
-def diurnal(n: int, period: int = 1440, base: float = 0.45, amplitude: float = 0.25,
-            noise: float = 0.03, seed: int = 0) -> np.ndarray:
+def diurnal(
+    n: int, period: int = 1440, base: float = 0.45, amplitude: float = 0.25, noise: float = 0.03, seed: int = 0
+) -> np.ndarray:
     """``base + amplitude * sin(2 pi t / period) + noise * eps_t``, ``eps_t ~ N(0, 1)``, clipped.
 
     ``period`` is in steps (1440 = one day of 60 s steps, like the DLRM trace).
@@ -42,9 +44,16 @@ def diurnal(n: int, period: int = 1440, base: float = 0.45, amplitude: float = 0
     return np.clip(base + amplitude * np.sin(2 * np.pi * t / period) + noise * rng.standard_normal(n), 0.0, 1.0)
 
 
-def heavy_tailed_bursts(n: int, base: float = 0.3, noise: float = 0.02, burst_rate: float = 0.01,
-                        tail_index: float = 1.5, burst_scale: float = 0.1, decay: float = 0.8,
-                        seed: int = 0) -> np.ndarray:
+def heavy_tailed_bursts(
+    n: int,
+    base: float = 0.3,
+    noise: float = 0.02,
+    burst_rate: float = 0.01,
+    tail_index: float = 1.5,
+    burst_scale: float = 0.1,
+    decay: float = 0.8,
+    seed: int = 0,
+) -> np.ndarray:
     """Flat load with Pareto-sized bursts that decay geometrically (GenAI-like spikes).
 
     A burst starts at each step with probability ``burst_rate``; its size is
@@ -56,8 +65,9 @@ def heavy_tailed_bursts(n: int, base: float = 0.3, noise: float = 0.02, burst_ra
     if not 0 <= burst_rate <= 1:
         raise ValueError(f"burst_rate must be a probability, got {burst_rate}")
     if tail_index <= 0 or burst_scale < 0 or not 0 <= decay < 1:
-        raise ValueError("need tail_index > 0, burst_scale >= 0 and 0 <= decay < 1, got "
-                         f"{tail_index}, {burst_scale}, {decay}")
+        raise ValueError(
+            f"need tail_index > 0, burst_scale >= 0 and 0 <= decay < 1, got {tail_index}, {burst_scale}, {decay}"
+        )
     rng = np.random.default_rng(seed)
     onsets = rng.random(n) < burst_rate
     sizes = np.where(onsets, burst_scale * (1.0 + rng.pareto(tail_index, n)), 0.0)
@@ -70,9 +80,17 @@ def heavy_tailed_bursts(n: int, base: float = 0.3, noise: float = 0.02, burst_ra
     return np.clip(base + excess + noise * eps, 0.0, 1.0)
 
 
-def surges(n: int, base: float = 0.3, noise: float = 0.02, period: int = 288, amplitude: float = 0.05,
-           count: int = 12, height: tuple[float, float] = (0.2, 0.4), length: tuple[int, int] = (5, 30),
-           seed: int = 0) -> np.ndarray:
+def surges(
+    n: int,
+    base: float = 0.3,
+    noise: float = 0.02,
+    period: int = 288,
+    amplitude: float = 0.05,
+    count: int = 12,
+    height: tuple[float, float] = (0.2, 0.4),
+    length: tuple[int, int] = (5, 30),
+    seed: int = 0,
+) -> np.ndarray:
     """A daily wave ``base + amplitude * sin(2 pi t / period)`` with ``count`` flat surges of uniform
     ``height`` lasting a uniform number of steps in ``length`` (a deploy, a traffic spike), clipped."""
     _check_length(n)
@@ -82,12 +100,19 @@ def surges(n: int, base: float = 0.3, noise: float = 0.02, period: int = 288, am
     t = np.arange(n)
     demand = base + amplitude * np.sin(2 * np.pi * t / period) + noise * rng.standard_normal(n)
     for start in rng.choice(n - length[1], count, replace=False):
-        demand[start:start + rng.integers(length[0], length[1] + 1)] += rng.uniform(*height)
+        demand[start : start + rng.integers(length[0], length[1] + 1)] += rng.uniform(*height)
     return np.clip(demand, 0.0, 1.0)
 
 
-def linear_drift(n: int, start: float = 0.3, end: float = 0.8, period: int = 144, amplitude: float = 0.05,
-                 noise: float = 0.02, seed: int = 0) -> np.ndarray:
+def linear_drift(
+    n: int,
+    start: float = 0.3,
+    end: float = 0.8,
+    period: int = 144,
+    amplitude: float = 0.05,
+    noise: float = 0.02,
+    seed: int = 0,
+) -> np.ndarray:
     """Demand rising linearly from ``start`` to ``end`` under a wave of ``period`` steps (a growing
     service), clipped: under train-only scaling its later part lies above the training range."""
     _check_length(n)
@@ -113,8 +138,16 @@ def shared_load_pods(n: int, pods: int = 24, period: int = 288, seed: int = 0) -
     memory, compute = np.empty((n, pods)), np.empty((n, pods))
     for j in range(pods):
         shift = int(rng.integers(period))
-        load = surges(n + shift, base=0.4, amplitude=0.25, period=period, count=max(1, n // 180),
-                      height=(0.15, 0.35), length=(3, 20), seed=int(rng.integers(2**31)))[shift:]
+        load = surges(
+            n + shift,
+            base=0.4,
+            amplitude=0.25,
+            period=period,
+            count=max(1, n // 180),
+            height=(0.15, 0.35),
+            length=(3, 20),
+            seed=int(rng.integers(2**31)),
+        )[shift:]
         memory[:, j] = np.clip(0.3 + 0.5 * load + 0.005 * rng.standard_normal(n), 0.0, 1.0)
         compute[:, j] = np.clip(0.8 * load + 0.02 * rng.standard_normal(n), 0.0, 1.0)
     return memory, compute

@@ -15,6 +15,7 @@ must not modify them (every consumer copies the networks it trains further).
 >>> first is again, len(calls)
 (True, 1)
 """
+
 from __future__ import annotations
 
 import hashlib

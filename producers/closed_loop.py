@@ -18,6 +18,7 @@ revealing tick T; ``start_tick=None`` starts at the last tick for which every se
 of tick T that had already been delivered is refused by the workers as a duplicate tick (dead-lettered),
 never decided twice.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -30,8 +31,15 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPa
 
 from picrl_core.resources import observe
 from producers.workload import Workload
-from stream.records import (Action, DecodeError, ResourceAction, ResourceUsage, ResourceUsageEvent, UsageEvent,
-                            decode_action)
+from stream.records import (
+    Action,
+    DecodeError,
+    ResourceAction,
+    ResourceUsage,
+    ResourceUsageEvent,
+    UsageEvent,
+    decode_action,
+)
 from stream.topics import TopicNames
 
 Pending = dict[int, dict[int, Action | ResourceAction]]  # tick -> service index -> its action
@@ -83,11 +91,22 @@ async def topic_partitions(consumer: AIOKafkaConsumer, producer: AIOKafkaProduce
 class ClosedLoopEnvironment:
     """Plays ``workload`` against the workers listening on ``topics``."""
 
-    def __init__(self, bootstrap: str, topics: TopicNames, workload: Workload, *, initial_headroom: float = 1.1,
-                 interval: float = 0.0, action_timeout: float = 60.0, start_tick: int | None = 0,
-                 on_tick: Callable[[TickSummary], None] | None = None) -> None:
+    def __init__(
+        self,
+        bootstrap: str,
+        topics: TopicNames,
+        workload: Workload,
+        *,
+        initial_headroom: float = 1.1,
+        interval: float = 0.0,
+        action_timeout: float = 60.0,
+        start_tick: int | None = 0,
+        on_tick: Callable[[TickSummary], None] | None = None,
+    ) -> None:
         if initial_headroom < 1.0:
-            raise ValueError(f"initial headroom must be >= 1 (a static allocation above the peak); got {initial_headroom}")
+            raise ValueError(
+                f"initial headroom must be >= 1 (a static allocation above the peak); got {initial_headroom}"
+            )
         self.bootstrap = bootstrap
         self.topics = topics
         self.workload = workload
@@ -102,13 +121,19 @@ class ClosedLoopEnvironment:
         ticks, n = w.demand.shape
         index = {service: j for j, service in enumerate(w.services)}
         record = ClosedLoopRecord(
-            w, capacity=np.zeros((ticks, n)), usage=np.zeros((ticks, n)), censored=np.zeros((ticks, n), bool),
-            control=np.zeros((ticks, n), bool), policy_version=np.full((ticks, n), -1, np.int64),
-            breakdown={name: np.full((ticks, n), np.nan) for name in _BREAKDOWN})
+            w,
+            capacity=np.zeros((ticks, n)),
+            usage=np.zeros((ticks, n)),
+            censored=np.zeros((ticks, n), bool),
+            control=np.zeros((ticks, n), bool),
+            policy_version=np.full((ticks, n), -1, np.int64),
+            breakdown={name: np.full((ticks, n), np.nan) for name in _BREAKDOWN},
+        )
         record.capacity[0] = w.demand.max(axis=0) * self.initial_headroom
         producer = AIOKafkaProducer(bootstrap_servers=self.bootstrap, acks="all", enable_idempotence=True, linger_ms=1)
-        consumer = AIOKafkaConsumer(bootstrap_servers=self.bootstrap, enable_auto_commit=False,
-                                    isolation_level="read_committed")
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=self.bootstrap, enable_auto_commit=False, isolation_level="read_committed"
+        )
         await producer.start()
         await consumer.start()
         started = time.monotonic()
@@ -135,8 +160,14 @@ class ClosedLoopEnvironment:
             await producer.stop()
         return record
 
-    async def _resume(self, consumer: AIOKafkaConsumer, partitions: list[TopicPartition], record: ClosedLoopRecord,
-                      pending: Pending, index: dict[str, int]) -> int:
+    async def _resume(
+        self,
+        consumer: AIOKafkaConsumer,
+        partitions: list[TopicPartition],
+        record: ClosedLoopRecord,
+        pending: Pending,
+        index: dict[str, int],
+    ) -> int:
         """Read the actions topic from its start, put the actions of ticks 1 .. start in force and return start
         (``start_tick``, or the last tick every service has an action for)."""
         await consumer.seek_to_beginning(*partitions)
@@ -151,8 +182,10 @@ class ClosedLoopEnvironment:
             done += 1
         start = done if self.start_tick is None else self.start_tick
         if not 0 <= start <= done:
-            raise NoActionError(f"cannot resume at tick {start}: {self.topics.actions} holds every service's action "
-                                f"up to tick {done} only (resume at {done} or before)")
+            raise NoActionError(
+                f"cannot resume at tick {start}: {self.topics.actions} holds every service's action "
+                f"up to tick {done} only (resume at {done} or before)"
+            )
         for t in range(1, start + 1):
             self._put_in_force(record, pending.pop(t), t)
         for t in range(start):
@@ -182,22 +215,38 @@ class ClosedLoopEnvironment:
             context = None if w.context is None else dict(zip(w.context_names, w.context[t, j].tolist()))
             event: UsageEvent | ResourceUsageEvent
             if w.resources:
-                event = ResourceUsageEvent(service, t, {
-                    r.name: ResourceUsage(float(usage[i * n + j]), float(capacity[i * n + j]), bool(censored[i * n + j]))
-                    for i, r in enumerate(w.resources)}, context, now)
+                event = ResourceUsageEvent(
+                    service,
+                    t,
+                    {
+                        r.name: ResourceUsage(
+                            float(usage[i * n + j]), float(capacity[i * n + j]), bool(censored[i * n + j])
+                        )
+                        for i, r in enumerate(w.resources)
+                    },
+                    context,
+                    now,
+                )
             else:
                 event = UsageEvent(service, t, float(usage[j]), bool(censored[j]), float(capacity[j]), context, now)
             futures.append(await producer.send(self.topics.usage, event.to_bytes(), key=service.encode()))
         await asyncio.gather(*futures)
         if self.on_tick is not None:
-            control = record.control[:t + 1]
-            seen = record.policy_version[:t + 1]
-            self.on_tick(TickSummary(
-                t, w.ticks, float(record.censored[:t + 1][control].mean()) if control.any() else 0.0,
-                int(seen.max()), int(record.control[t].reshape(-1, n).all(axis=0).sum())))
+            control = record.control[: t + 1]
+            seen = record.policy_version[: t + 1]
+            self.on_tick(
+                TickSummary(
+                    t,
+                    w.ticks,
+                    float(record.censored[: t + 1][control].mean()) if control.any() else 0.0,
+                    int(seen.max()),
+                    int(record.control[t].reshape(-1, n).all(axis=0).sum()),
+                )
+            )
 
-    async def _collect(self, consumer: AIOKafkaConsumer, record: ClosedLoopRecord,
-                       pending: Pending, index: dict[str, int], tick: int) -> None:
+    async def _collect(
+        self, consumer: AIOKafkaConsumer, record: ClosedLoopRecord, pending: Pending, index: dict[str, int], tick: int
+    ) -> None:
         """Wait for every service's action for ``tick`` and put it in force."""
         deadline = time.monotonic() + self.action_timeout
         wanted = len(index)
@@ -207,15 +256,18 @@ class ClosedLoopEnvironment:
                 missing = sorted(set(index) - {self.workload.services[j] for j in pending.get(tick, {})})
                 raise NoActionError(
                     f"no action for tick {tick} from {len(missing)} service(s) (e.g. {missing[:3]}) within "
-                    f"{self.action_timeout:.0f} s: is a picrl worker consuming {self.topics.usage}?", tick)
+                    f"{self.action_timeout:.0f} s: is a picrl worker consuming {self.topics.usage}?",
+                    tick,
+                )
             batches = await consumer.getmany(timeout_ms=int(min(remaining, 0.5) * 1000))
             for messages in batches.values():
                 self._take(messages, record, pending, index, tick)
         self._put_in_force(record, pending.pop(tick), tick)
 
     @staticmethod
-    def _take(messages: list[ConsumerRecord], record: ClosedLoopRecord, pending: Pending,
-              index: dict[str, int], tick: int) -> None:
+    def _take(
+        messages: list[ConsumerRecord], record: ClosedLoopRecord, pending: Pending, index: dict[str, int], tick: int
+    ) -> None:
         """File the actions for ``tick`` and later by tick and service (a second one for the same pair is
         counted as a duplicate)."""
         for message in messages:
@@ -235,8 +287,11 @@ class ClosedLoopEnvironment:
     def _put_in_force(self, record: ClosedLoopRecord, slot: dict[int, Action | ResourceAction], tick: int) -> None:
         n = len(self.workload.services)
         for j, action in slot.items():
-            parts = [(j, action)] if isinstance(action, Action) else \
-                [(i * n + j, action.resources[r.name]) for i, r in enumerate(self.workload.resources)]
+            parts = (
+                [(j, action)]
+                if isinstance(action, Action)
+                else [(i * n + j, action.resources[r.name]) for i, r in enumerate(self.workload.resources)]
+            )
             for column, decision in parts:
                 record.capacity[tick, column] = decision.capacity
                 record.control[tick, column] = action.phase == "control"

@@ -4,6 +4,7 @@ Service ``j`` runs on a fixed capacity of ``capacity_headroom`` times its peak d
 reports ``min(d, capacity)`` and whether demand exceeded it (below 1.0 the peaks are censored).
 Events go out tick by tick, all services per tick, paced to ``rate`` events per second.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -18,9 +19,16 @@ from stream.records import UsageEvent
 from stream.topics import TopicNames
 
 
-async def replay_usage(bootstrap: str, topics: TopicNames, workload: Workload, *, rate: float,
-                       capacity_headroom: float = 1.0, start_tick: int = 0,
-                       on_tick: Callable[[int], None] | None = None) -> int:
+async def replay_usage(
+    bootstrap: str,
+    topics: TopicNames,
+    workload: Workload,
+    *,
+    rate: float,
+    capacity_headroom: float = 1.0,
+    start_tick: int = 0,
+    on_tick: Callable[[int], None] | None = None,
+) -> int:
     """Send every tick of ``workload`` to the usage topic; returns the number of events sent."""
     if rate <= 0:
         raise ValueError(f"--rate must be > 0 events per second; got {rate}")
@@ -37,10 +45,14 @@ async def replay_usage(bootstrap: str, topics: TopicNames, workload: Workload, *
             usage, censored = np.minimum(demand, capacity), demand > capacity
             now = time.time()
             for j, service in enumerate(workload.services):
-                context = None if workload.context is None else dict(zip(workload.context_names,
-                                                                         workload.context[t, j].tolist()))
-                event = UsageEvent(service, start_tick + t, float(usage[j]), bool(censored[j]), float(capacity[j]),
-                                   context, now)
+                context = (
+                    None
+                    if workload.context is None
+                    else dict(zip(workload.context_names, workload.context[t, j].tolist()))
+                )
+                event = UsageEvent(
+                    service, start_tick + t, float(usage[j]), bool(censored[j]), float(capacity[j]), context, now
+                )
                 await producer.send(topics.usage, event.to_bytes(), key=service.encode())
                 sent += 1
                 ahead = sent / rate - (time.monotonic() - started)

@@ -2,6 +2,7 @@
 
 :mod:`picrl.workloads` builds one from a bundled dataset or a user's trace.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -26,4 +27,3 @@ class Workload:
     @property
     def ticks(self) -> int:
         return int(self.demand.shape[0])
-

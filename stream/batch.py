@@ -5,6 +5,7 @@ stand-ins for records the decoder refused for their values) and answers with one
 the services' new rows, the records to send, and what it refused or moved (:class:`Refusal`,
 :class:`RangeChange`).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -13,8 +14,15 @@ from typing import Literal, get_args
 from stream.records import Action, ResourceUsageEvent, TransitionRecord, UsageEvent
 
 # Why the worker refuses a well-formed event (on top of the decoder's reasons in stream.records).
-RefusalReason = Literal["duplicate_tick", "tick_out_of_range", "missing_context", "service_limit",
-                        "unknown_resource", "missing_resource", "resource_id_too_long"]
+RefusalReason = Literal[
+    "duplicate_tick",
+    "tick_out_of_range",
+    "missing_context",
+    "service_limit",
+    "unknown_resource",
+    "missing_resource",
+    "resource_id_too_long",
+]
 REFUSAL_REASONS: frozenset[str] = frozenset(get_args(RefusalReason))
 
 

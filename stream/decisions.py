@@ -40,6 +40,7 @@ services the worker already holds (there is no capacity in force to hold for a n
 
 Services provisioned several resources decide one row per resource (``stream.resource_rows``).
 """
+
 from __future__ import annotations
 
 import copy
@@ -65,8 +66,19 @@ from stream.refusals import beyond_cap, check_tick
 from stream.resource_rows import couple, gather, row_keys, split_records, split_rows
 
 # the engine and the types of its input, output and settings, for the worker and picrl.settings
-__all__ = ["REFUSAL_REASONS", "BadValue", "BatchOutcome", "DecisionEngine", "EngineSettings", "Incoming",
-           "RangeChange", "Refusal", "RefusalReason", "Scaling", "ServiceOverride"]
+__all__ = [
+    "REFUSAL_REASONS",
+    "BadValue",
+    "BatchOutcome",
+    "DecisionEngine",
+    "EngineSettings",
+    "Incoming",
+    "RangeChange",
+    "Refusal",
+    "RefusalReason",
+    "Scaling",
+    "ServiceOverride",
+]
 
 Queued = tuple[int, Incoming]  # an event and its service's place in the batch's rows
 DEFAULT_SETTINGS = EngineSettings()
@@ -91,8 +103,9 @@ class _Observation:
 class DecisionEngine:
     """Applies batches of usage events to per-service rows with one vectorised controller."""
 
-    def __init__(self, artifact: ModelArtifact, settings: EngineSettings = DEFAULT_SETTINGS,
-                 policy_version: int = 0) -> None:
+    def __init__(
+        self, artifact: ModelArtifact, settings: EngineSettings = DEFAULT_SETTINGS, policy_version: int = 0
+    ) -> None:
         config = artifact.config
         self.settings = settings
         self.config = config
@@ -102,8 +115,10 @@ class DecisionEngine:
         channels = config.predictor.context_channels
         self.context_names: tuple[str, ...] = tuple(artifact.scaling.get("context_names", ()))
         if len(self.context_names) != channels:
-            raise ValueError(f"the model has {channels} context channel(s) but names {list(self.context_names)}; "
-                             "retrain it with this picrl version")
+            raise ValueError(
+                f"the model has {channels} context channel(s) but names {list(self.context_names)}; "
+                "retrain it with this picrl version"
+            )
         scalers = [MinMaxScaler.from_dict(s) for s in artifact.scaling.get("context", [])]
         self._context_low = np.array([s.low for s in scalers], dtype=np.float64)
         self._context_high = np.array([s.high for s in scalers], dtype=np.float64)
@@ -111,12 +126,20 @@ class DecisionEngine:
         self.ranges = RangeKeeper(settings, MinMaxScaler.from_dict(series) if series else None)
         self.resources = settings.resources
         self.codec = StateCodec.for_config(config)  # the incremental predictor's memory rides in the row
-        self.row_dtype = np.dtype([
-            ("core", self.codec.dtype), ("low", "<f8"), ("high", "<f8"), ("capacity", "<f8"),
-            ("expected_tick", "<i8"), ("policy_version", "<i8"), ("last_offset", "<i8"),
-            ("warm_count", "<i8"), ("warm_usage", "<f8", (self.window,)),
-            ("warm_context", "<f8", (self.window, channels)),
-        ])
+        self.row_dtype = np.dtype(
+            [
+                ("core", self.codec.dtype),
+                ("low", "<f8"),
+                ("high", "<f8"),
+                ("capacity", "<f8"),
+                ("expected_tick", "<i8"),
+                ("policy_version", "<i8"),
+                ("last_offset", "<i8"),
+                ("warm_count", "<i8"),
+                ("warm_usage", "<f8", (self.window,)),
+                ("warm_context", "<f8", (self.window, channels)),
+            ]
+        )
 
     @property
     def row_bytes(self) -> int:
@@ -140,8 +163,9 @@ class DecisionEngine:
             raise ValueError(f"stored state has {len(raw)} bytes, this model's rows have {self.row_bytes}")
         return np.frombuffer(raw, dtype=self.row_dtype).copy()
 
-    def process(self, batch: Sequence[Incoming | BadValue], stored: Mapping[str, bytes | None],
-                services_held: int = 0) -> BatchOutcome:
+    def process(
+        self, batch: Sequence[Incoming | BadValue], stored: Mapping[str, bytes | None], services_held: int = 0
+    ) -> BatchOutcome:
         """Apply ``batch`` (in arrival order) to the services' ``stored`` rows (None: first seen);
         ``services_held`` is how many services the worker already keeps (for ``max_services``)."""
         room = None if self.settings.max_services is None else self.settings.max_services - services_held
@@ -149,8 +173,9 @@ class DecisionEngine:
             return self._process_resources(batch, stored, room)
         return self._process(batch, stored, room)
 
-    def _process_resources(self, batch: Sequence[Incoming | BadValue], stored: Mapping[str, bytes | None],
-                           room: int | None) -> BatchOutcome:
+    def _process_resources(
+        self, batch: Sequence[Incoming | BadValue], stored: Mapping[str, bytes | None], room: int | None
+    ) -> BatchOutcome:
         """:meth:`process` for services provisioned :attr:`resources`: each record becomes one row per resource,
         decided together (the coupled flags in :meth:`_observe`), and the rows' outputs are gathered back into one
         record per service and tick (``stream.resource_rows``)."""
@@ -161,8 +186,9 @@ class DecisionEngine:
 
     # ------------------------------------------------------------------ a batch, round by round
 
-    def _process(self, batch: Sequence[Incoming | BadValue], stored: Mapping[str, bytes | None],
-                 room: int | None) -> BatchOutcome:
+    def _process(
+        self, batch: Sequence[Incoming | BadValue], stored: Mapping[str, bytes | None], room: int | None
+    ) -> BatchOutcome:
         """:meth:`process` on one row per key, ``room`` new rows allowed (None: any number)."""
         outcome = BatchOutcome()
         queues: dict[str, list[Incoming | BadValue]] = {}
@@ -174,12 +200,12 @@ class DecisionEngine:
         for round_ in range(max(map(len, queues.values()), default=0)):
             present = [(i, queues[s][round_]) for i, s in enumerate(services) if round_ < len(queues[s])]
             warming, controlled, room = self._admit(rows, known, present, room, outcome, now)
-            ready = [(i, item) for i, item in warming if self._warm(rows[i:i + 1], item, outcome, now)]
+            ready = [(i, item) for i, item in warming if self._warm(rows[i : i + 1], item, outcome, now)]
             if ready:
                 self._first_decisions(rows, ready, outcome, now)
             if controlled:
                 self._step(rows, controlled, outcome, now)
-        outcome.rows = {service: rows[i:i + 1].tobytes() for i, service in enumerate(services) if known[i]}
+        outcome.rows = {service: rows[i : i + 1].tobytes() for i, service in enumerate(services) if known[i]}
         return outcome
 
     def _load(self, services: list[str], stored: Mapping[str, bytes | None]) -> tuple[np.ndarray, np.ndarray]:
@@ -189,8 +215,10 @@ class DecisionEngine:
         held = [(i, raw) for i, raw in enumerate(map(stored.get, services)) if raw is not None]
         if held:
             if any(len(raw) != self.row_dtype.itemsize for _, raw in held):
-                raise ValueError(f"stored state has {sorted({len(raw) for _, raw in held})} bytes, this model's "
-                                 f"rows have {self.row_bytes}")
+                raise ValueError(
+                    f"stored state has {sorted({len(raw) for _, raw in held})} bytes, this model's "
+                    f"rows have {self.row_bytes}"
+                )
             index = [i for i, _ in held]
             rows[index] = np.frombuffer(b"".join(raw for _, raw in held), dtype=self.row_dtype)  # in one pass
             known[index] = True
@@ -198,9 +226,15 @@ class DecisionEngine:
 
     # ------------------------------------------------------------------ stage 1: check
 
-    def _admit(self, rows: np.ndarray, known: np.ndarray, present: list[tuple[int, Incoming | BadValue]],
-               room: int | None, outcome: BatchOutcome,
-               now: float) -> tuple[list[Queued], list[Queued], int | None]:
+    def _admit(
+        self,
+        rows: np.ndarray,
+        known: np.ndarray,
+        present: list[tuple[int, Incoming | BadValue]],
+        room: int | None,
+        outcome: BatchOutcome,
+        now: float,
+    ) -> tuple[list[Queued], list[Queued], int | None]:
         """A round's events that are applied, as warm-up ticks and controlled ticks; the others are refused or
         skipped, and a held service's tick refused for its value is held. A new service starts its warm-up while
         there is ``room`` (None: no cap); returns the room left."""
@@ -209,16 +243,16 @@ class DecisionEngine:
         for i, item in present:
             if isinstance(item, BadValue):
                 if known[i]:
-                    self._hold(rows[i:i + 1], item.service, item.tick, item.offset, 0.0, outcome, now)
+                    self._hold(rows[i : i + 1], item.service, item.tick, item.offset, 0.0, outcome, now)
                 continue
             if not known[i]:
                 if room is not None and room <= 0:
                     outcome.refused.append(beyond_cap(item, self.settings.max_services))
                     continue
                 room = None if room is None else room - 1
-                self._start_warmup(rows[i:i + 1], item)
+                self._start_warmup(rows[i : i + 1], item)
                 known[i] = True
-            if self._accepted(rows[i:i + 1], item, outcome, now):
+            if self._accepted(rows[i : i + 1], item, outcome, now):
                 (warming if rows[i]["warm_count"] < self.window else controlled).append((i, item))
         return warming, controlled, room
 
@@ -234,16 +268,27 @@ class DecisionEngine:
                 self._hold(row, item.service, item.event.tick, item.offset, item.event.produced_at, outcome, now)
         return verdict is None
 
-    def _hold(self, row: np.ndarray, service: str, tick: int, offset: int, produced_at: float,
-              outcome: BatchOutcome, now: float) -> None:
+    def _hold(
+        self,
+        row: np.ndarray,
+        service: str,
+        tick: int,
+        offset: int,
+        produced_at: float,
+        outcome: BatchOutcome,
+        now: float,
+    ) -> None:
         """Answer the refused record of ``tick`` with the capacity in force for ``tick + 1``; the tick is missed."""
         expected = int(row["expected_tick"][0])
         if not expected <= tick <= expected + self.settings.max_tick_gap:
             return  # a tick already applied or held (or a redelivery), or one the engine would refuse anyway
         row["expected_tick"] = tick + 1
         row["last_offset"] = offset
-        outcome.actions.append(hold_action(row[0], service, tick, produced_at, self.settings.advisory,
-                                           self.config.ablation.use_k_sigma, now))
+        outcome.actions.append(
+            hold_action(
+                row[0], service, tick, produced_at, self.settings.advisory, self.config.ablation.use_k_sigma, now
+            )
+        )
 
     # ------------------------------------------------------------------ stage 2: warm-up and first decisions
 
@@ -270,8 +315,9 @@ class DecisionEngine:
             capacity, clipped = override.apply(capacity), "override"
         row["capacity"] = capacity
         row["expected_tick"] = event.tick + 1
-        outcome.actions.append(warmup_action(event, capacity, clipped, self.policy_version, self.settings.advisory,
-                                             now))
+        outcome.actions.append(
+            warmup_action(event, capacity, clipped, self.policy_version, self.settings.advisory, now)
+        )
         return False
 
     def _first_decisions(self, rows: np.ndarray, ready: list[Queued], outcome: BatchOutcome, now: float) -> None:
@@ -320,8 +366,11 @@ class DecisionEngine:
         missing = None
         if self.resources:
             y, censored, missing = couple(items, state, y, censored, low, high, self.resources)
-        context = (self._scale_context(np.stack([self._context_vector(item.event) for item in items]))
-                   if self.context_names else None)
+        context = (
+            self._scale_context(np.stack([self._context_vector(item.event) for item in items]))
+            if self.context_names
+            else None
+        )
         return _Observation(y, censored, missing, context)
 
     def _context_vector(self, event: UsageEvent) -> np.ndarray:
@@ -354,7 +403,22 @@ class DecisionEngine:
         sub["policy_version"] = self.policy_version
         return clipped
 
-    def _emit_actions(self, outcome: BatchOutcome, items: list[Incoming], state: ControllerState,
-                      capacity: np.ndarray, clipped: np.ndarray, now: float) -> None:
-        outcome.actions += control_actions(items, state, capacity, clipped, self.policy_version,
-                                           self.settings.advisory, self.config.ablation.use_k_sigma, now)
+    def _emit_actions(
+        self,
+        outcome: BatchOutcome,
+        items: list[Incoming],
+        state: ControllerState,
+        capacity: np.ndarray,
+        clipped: np.ndarray,
+        now: float,
+    ) -> None:
+        outcome.actions += control_actions(
+            items,
+            state,
+            capacity,
+            clipped,
+            self.policy_version,
+            self.settings.advisory,
+            self.config.ablation.use_k_sigma,
+            now,
+        )

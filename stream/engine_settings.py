@@ -1,5 +1,6 @@
 """How a worker's decision engine treats its services: scaling, warm-up, bounds, range growth and the operator's
 per-service overrides (``picrl worker`` builds them from its settings, ``picrl.settings``)."""
+
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -68,4 +69,3 @@ class EngineSettings:
             raise ValueError("range_growth must be >= 1 (1: never) and grow_after >= 1")
         if self.max_services is not None and self.max_services < 1:
             raise ValueError("max_services must be >= 1 (or None for no cap)")
-

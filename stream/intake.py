@@ -6,6 +6,7 @@ the engine's reason. Every message ends up in exactly one of the two lists; a de
 service and tick are valid (refused for its value) also goes to the engine as a :class:`BadValue`,
 which answers the tick with a hold.
 """
+
 from __future__ import annotations
 
 import logging
@@ -54,22 +55,38 @@ def decode_batch(messages: Sequence[Raw], now: float) -> tuple[list[Incoming | B
             raw = bytes(m.value) if isinstance(m.value, (bytes, bytearray, memoryview)) else b""
             identity = usage_identity(raw)
             service, tick = identity if identity is not None else (None, None)
-            letters.append(Letter(m.partition, m.key or b"",
-                                  DeadLetter(exc.reason, exc.detail, m.topic, m.partition, m.offset, raw, now),
-                                  service, tick))
+            letters.append(
+                Letter(
+                    m.partition,
+                    m.key or b"",
+                    DeadLetter(exc.reason, exc.detail, m.topic, m.partition, m.offset, raw, now),
+                    service,
+                    tick,
+                )
+            )
             if identity is not None:
                 incoming.append(BadValue(*identity, m.partition, m.offset))
     return incoming, letters
 
 
 def _letter(item: Incoming, topic: str, reason: str, detail: str, now: float) -> Letter:
-    return Letter(item.partition, item.event.service.encode(),
-                  DeadLetter(reason, detail, topic, item.partition, item.offset, item.event.to_bytes(), now),
-                  item.event.service, item.event.tick)
+    return Letter(
+        item.partition,
+        item.event.service.encode(),
+        DeadLetter(reason, detail, topic, item.partition, item.offset, item.event.to_bytes(), now),
+        item.event.service,
+        item.event.tick,
+    )
 
 
-def decide(engine: DecisionEngine, incoming: list[Incoming | BadValue], stored: Mapping[str, bytes | None],
-           services_held: int, topic: str, now: float) -> tuple[BatchOutcome, list[Letter]]:
+def decide(
+    engine: DecisionEngine,
+    incoming: list[Incoming | BadValue],
+    stored: Mapping[str, bytes | None],
+    services_held: int,
+    topic: str,
+    now: float,
+) -> tuple[BatchOutcome, list[Letter]]:
     """``engine.process`` on the batch, with refusals as dead letters. Should the engine fail on the
     batch, each event is retried alone and only the ones that still fail are set aside (``internal_error``)."""
     try:

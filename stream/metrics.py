@@ -2,6 +2,7 @@
 
 Each worker has its own registry, served by the worker's web server at ``/metrics``.
 """
+
 from __future__ import annotations
 
 import time
@@ -41,38 +42,65 @@ class WorkerMetrics:
         self.registry = CollectorRegistry()
         r = self.registry
         self.events = Counter("picrl_events_total", "Usage events consumed", registry=r)
-        self.censored = Counter("picrl_censored_events_total",
-                                "Usage events reporting a shortage (censored: demand above capacity)", registry=r)
+        self.censored = Counter(
+            "picrl_censored_events_total",
+            "Usage events reporting a shortage (censored: demand above capacity)",
+            registry=r,
+        )
         self.actions = Counter("picrl_actions_total", "Actions emitted", ["phase"], registry=r)
         self.transitions = Counter("picrl_transitions_total", "Transitions sent to the replay topic", registry=r)
-        self.redelivered = Counter("picrl_redelivered_events_total",
-                                   "Events already applied (redelivered after a restart), skipped", registry=r)
-        self.dead_letters = Counter("picrl_dead_letters_total", "Messages sent to the dead-letter topic",
-                                    ["reason"], registry=r)
-        self.policy_refusals = Counter("picrl_policy_refusals_total", "Published policy versions refused",
-                                       ["reason"], registry=r)
+        self.redelivered = Counter(
+            "picrl_redelivered_events_total",
+            "Events already applied (redelivered after a restart), skipped",
+            registry=r,
+        )
+        self.dead_letters = Counter(
+            "picrl_dead_letters_total", "Messages sent to the dead-letter topic", ["reason"], registry=r
+        )
+        self.policy_refusals = Counter(
+            "picrl_policy_refusals_total", "Published policy versions refused", ["reason"], registry=r
+        )
         self.policy_version = Gauge("picrl_policy_version", "Version of the acting policy", registry=r)
         self.policy_age = Gauge("picrl_policy_age_seconds", "Seconds since the acting policy was adopted", registry=r)
         self.services = Gauge("picrl_services", "Services whose state this worker holds", registry=r)
         self.streaks = CensorStreaks()
-        streak_max = Gauge("picrl_censor_streak_max",
-                           "Longest current run of consecutive censored ticks among the services this worker holds",
-                           registry=r)
+        streak_max = Gauge(
+            "picrl_censor_streak_max",
+            "Longest current run of consecutive censored ticks among the services this worker holds",
+            registry=r,
+        )
         streak_max.set_function(lambda: max(self.streaks.current(held_partitions()), default=0))
-        in_streak = Gauge("picrl_services_in_censor_streak",
-                          f"Services this worker holds whose last {IN_STREAK} or more ticks were censored", registry=r)
+        in_streak = Gauge(
+            "picrl_services_in_censor_streak",
+            f"Services this worker holds whose last {IN_STREAK} or more ticks were censored",
+            registry=r,
+        )
         in_streak.set_function(lambda: sum(s >= IN_STREAK for s in self.streaks.current(held_partitions())))
-        self.latency = Histogram("picrl_decision_latency_seconds",
-                                 "From a usage event's production to its action's decision", buckets=_LATENCY_BUCKETS,
-                                 registry=r)
+        self.latency = Histogram(
+            "picrl_decision_latency_seconds",
+            "From a usage event's production to its action's decision",
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
         self.lag = Gauge("picrl_consumer_lag", "Usage messages not yet consumed", ["partition"], registry=r)
-        self.range_changes = Counter("picrl_range_changes_total", "Service ranges moved: outgrown (grown at the top) "
-                                     "or operator (set in the settings file)", ["reason"], registry=r)
-        self.state_missing = Gauge("picrl_partition_state_missing",
-                                   "1 while a usage partition is held because its services' rows were not restored",
-                                   ["partition"], registry=r)
-        self.stall_rejoins = Counter("picrl_stall_rejoins_total", "Group rejoins because a usage partition had records "
-                                     "waiting and nothing committed for stall_timeout seconds", registry=r)
+        self.range_changes = Counter(
+            "picrl_range_changes_total",
+            "Service ranges moved: outgrown (grown at the top) or operator (set in the settings file)",
+            ["reason"],
+            registry=r,
+        )
+        self.state_missing = Gauge(
+            "picrl_partition_state_missing",
+            "1 while a usage partition is held because its services' rows were not restored",
+            ["partition"],
+            registry=r,
+        )
+        self.stall_rejoins = Counter(
+            "picrl_stall_rejoins_total",
+            "Group rejoins because a usage partition had records "
+            "waiting and nothing committed for stall_timeout seconds",
+            registry=r,
+        )
         self._adopted_at = time.time()
         self.policy_age.set_function(lambda: time.time() - self._adopted_at)
 
@@ -88,11 +116,16 @@ class TrainerMetrics:
         self.registry = CollectorRegistry()
         r = self.registry
         self.transitions = Counter("picrl_trainer_transitions_total", "Replay transitions consumed", registry=r)
-        self.refused = Counter("picrl_trainer_refused_transitions_total", "Replay messages that did not decode",
-                               registry=r)
+        self.refused = Counter(
+            "picrl_trainer_refused_transitions_total", "Replay messages that did not decode", registry=r
+        )
         self.versions = Counter("picrl_trainer_versions_total", "Policy versions published", registry=r)
         self.policy_version = Gauge("picrl_trainer_policy_version", "Newest version published", registry=r)
         self.kl = Gauge("picrl_trainer_kl_to_parent", "KL of the newest version to its parent", registry=r)
         self.score = Gauge("picrl_trainer_validation_score", "Validation score of the newest version", registry=r)
-        self.update_seconds = Histogram("picrl_trainer_update_seconds", "Wall time of one slow update and publish",
-                                        buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0), registry=r)
+        self.update_seconds = Histogram(
+            "picrl_trainer_update_seconds",
+            "Wall time of one slow update and publish",
+            buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
+            registry=r,
+        )

@@ -15,6 +15,7 @@ or abort together with its input offsets (faust-streaming issue #177: Faust itse
 any transaction). A destination partition is the one Kafka's default partitioner gives the key (murmur2,
 as aiokafka's ``send`` without a partition), so every record lands where it did before.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -56,8 +57,12 @@ def _consume_failure(future: asyncio.Future) -> None:
         log.debug("a batch delivery failed: %r", future.exception())
 
 
-def _join_waiting(producer: AIOKafkaProducer, topic: str, partition: int, records: Records,
-                  ) -> tuple[asyncio.Future | None, Records]:
+def _join_waiting(
+    producer: AIOKafkaProducer,
+    topic: str,
+    partition: int,
+    records: Records,
+) -> tuple[asyncio.Future | None, Records]:
     """Append what fits of ``records`` to the record batch still waiting for the sender in ``(topic, partition)``,
     if there is one; (its delivery, the records left over).
 

@@ -10,6 +10,7 @@ readable safetensors of the configured network or hold NaN/inf, when its KL to i
 by more than ``score_margin``. A rollback (``picrl policy rollback``) is an operator's decision:
 only the weight checks apply to it.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -74,16 +75,23 @@ def guardrail_refusal(record: PolicyVersion, max_kl: float, score_margin: float)
     if record.kl_to_parent > max_kl:
         return "kl_above_bound", f"KL to parent {record.kl_to_parent:.4g} > bound {max_kl:g}"
     if record.parent_score is not None and record.validation_score < record.parent_score - score_margin:
-        return "score_below_parent", (f"validation score {record.validation_score:.4g} < parent's "
-                                      f"{record.parent_score:.4g} - margin {score_margin:g}")
+        return "score_below_parent", (
+            f"validation score {record.validation_score:.4g} < parent's "
+            f"{record.parent_score:.4g} - margin {score_margin:g}"
+        )
     return None
 
 
 async def read_policy_versions(bootstrap: str, topic: str, name: str) -> list[PolicyVersion]:
     """Every decodable version of policy ``name`` on ``topic``, in topic order (read to its current end)."""
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, isolation_level="read_committed",
-                                auto_offset_reset="earliest", fetch_max_bytes=_MAX_FETCH,
-                                max_partition_fetch_bytes=_MAX_FETCH)
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap,
+        enable_auto_commit=False,
+        isolation_level="read_committed",
+        auto_offset_reset="earliest",
+        fetch_max_bytes=_MAX_FETCH,
+        max_partition_fetch_bytes=_MAX_FETCH,
+    )
     await consumer.start()
     versions = []
     try:
@@ -112,8 +120,15 @@ def _decode(value: bytes | None) -> PolicyVersion | None:
 class PolicyFollower:
     """Reads ``topic`` from the beginning and calls ``adopt(policy, version)`` for each accepted version."""
 
-    def __init__(self, bootstrap: str, topic: str, gate: PolicyGate, adopt: Callable[[PolicyNetwork, int], None],
-                 current: int = 0, on_refuse: Callable[[str], None] | None = None) -> None:
+    def __init__(
+        self,
+        bootstrap: str,
+        topic: str,
+        gate: PolicyGate,
+        adopt: Callable[[PolicyNetwork, int], None],
+        current: int = 0,
+        on_refuse: Callable[[str], None] | None = None,
+    ) -> None:
         self.bootstrap = bootstrap
         self.topic = topic
         self.gate = gate
@@ -124,9 +139,14 @@ class PolicyFollower:
         self.on_refuse = on_refuse
 
     async def run(self) -> None:
-        consumer = AIOKafkaConsumer(bootstrap_servers=self.bootstrap, enable_auto_commit=False,
-                                    isolation_level="read_committed", auto_offset_reset="earliest",
-                                    fetch_max_bytes=_MAX_FETCH, max_partition_fetch_bytes=_MAX_FETCH)
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=self.bootstrap,
+            enable_auto_commit=False,
+            isolation_level="read_committed",
+            auto_offset_reset="earliest",
+            fetch_max_bytes=_MAX_FETCH,
+            max_partition_fetch_bytes=_MAX_FETCH,
+        )
         await consumer.start()
         try:
             partition = TopicPartition(self.topic, 0)
@@ -155,12 +175,23 @@ class PolicyFollower:
             self.refused[review.reason] += 1
             if self.on_refuse is not None:
                 self.on_refuse(review.reason)
-            log.warning("policy %s version %d refused (%s): %s", record.name, record.version, review.reason,
-                        review.detail, extra={"version": record.version, "reason": review.reason})
+            log.warning(
+                "policy %s version %d refused (%s): %s",
+                record.name,
+                record.version,
+                review.reason,
+                review.detail,
+                extra={"version": record.version, "reason": review.reason},
+            )
             return
         self.current = record.version
         self.adopt(review.policy, record.version)
-        log.info("acting with policy %s version %d (parent %s, KL %.4g%s)", record.name, record.version,
-                 record.parent, record.kl_to_parent,
-                 "" if record.rollback_of is None else f", rollback to version {record.rollback_of}",
-                 extra={"version": record.version})
+        log.info(
+            "acting with policy %s version %d (parent %s, KL %.4g%s)",
+            record.name,
+            record.version,
+            record.parent,
+            record.kl_to_parent,
+            "" if record.rollback_of is None else f", rollback to version {record.rollback_of}",
+            extra={"version": record.version},
+        )

@@ -10,6 +10,7 @@ becomes visible; it reads the topic again before its next try. A commit that fai
 fencing a writer mid-commit can answer with an unknown server error) is judged by the topic: the record is
 there, or the writer tries again as if fenced.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -39,9 +40,13 @@ def next_version(versions: list[PolicyVersion]) -> int:
     return max((v.version for v in versions), default=-1) + 1
 
 
-async def publish_next(bootstrap: str, topic: str, name: str,
-                       build: Callable[[list[PolicyVersion]], PolicyVersion | None],
-                       attempts: int = 5) -> PolicyVersion | None:
+async def publish_next(
+    bootstrap: str,
+    topic: str,
+    name: str,
+    build: Callable[[list[PolicyVersion]], PolicyVersion | None],
+    attempts: int = 5,
+) -> PolicyVersion | None:
     """As the only writer of policy ``name``: read its versions, publish ``build(versions)`` (numbered
     :func:`next_version`) unless it is None, and return what was published (None: nothing).
 
@@ -78,10 +83,15 @@ def _quiet_fenced_futures(loop: asyncio.AbstractEventLoop) -> None:
     loop.set_exception_handler(handler)
 
 
-async def _publish_once(bootstrap: str, topic: str, name: str,
-                        build: Callable[[list[PolicyVersion]], PolicyVersion | None]) -> PolicyVersion | None:
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", transactional_id=writer_id(topic, name),
-                                max_request_size=MAX_POLICY_BYTES)
+async def _publish_once(
+    bootstrap: str, topic: str, name: str, build: Callable[[list[PolicyVersion]], PolicyVersion | None]
+) -> PolicyVersion | None:
+    producer = AIOKafkaProducer(
+        bootstrap_servers=bootstrap,
+        acks="all",
+        transactional_id=writer_id(topic, name),
+        max_request_size=MAX_POLICY_BYTES,
+    )
     await producer.start()  # fences the other writers from here on
     try:
         versions = await read_policy_versions(bootstrap, topic, name)
@@ -89,8 +99,10 @@ async def _publish_once(bootstrap: str, topic: str, name: str,
         if record is None:
             return None
         if record.name != name or record.version != next_version(versions):
-            raise ValueError(f"policy {record.name} version {record.version} is not the next version of {name} "
-                             f"({next_version(versions)})")
+            raise ValueError(
+                f"policy {record.name} version {record.version} is not the next version of {name} "
+                f"({next_version(versions)})"
+            )
         payload = record.to_bytes()
         try:
             async with producer.transaction():
@@ -103,8 +115,9 @@ async def _publish_once(bootstrap: str, topic: str, name: str,
             if not await _committed(bootstrap, topic, record, payload):
                 failed = f"the commit of policy {name} version {record.version} failed: {error!r}"
                 raise ProducerFenced(failed) from error
-            log.warning("the commit of policy %s version %s reported %r, and the version is there", name,
-                        record.version, error)
+            log.warning(
+                "the commit of policy %s version %s reported %r, and the version is there", name, record.version, error
+            )
         return record
     finally:
         await producer.stop()
@@ -112,5 +125,7 @@ async def _publish_once(bootstrap: str, topic: str, name: str,
 
 async def _committed(bootstrap: str, topic: str, record: PolicyVersion, payload: bytes) -> bool:
     """Whether ``record`` (its number and its bytes, ``payload``) is among the committed versions of its policy."""
-    return any(v.version == record.version and v.to_bytes() == payload
-               for v in await read_policy_versions(bootstrap, topic, record.name))
+    return any(
+        v.version == record.version and v.to_bytes() == payload
+        for v in await read_policy_versions(bootstrap, topic, record.name)
+    )

@@ -11,6 +11,7 @@ span (``picrl_core.scaling.outgrown`` and ``grown_high``) and the controller sta
 decisions can go above the old top. An operator's range is carried over at the service's next event and
 never grows. Each change is reported as a :class:`stream.batch.RangeChange`.
 """
+
 from __future__ import annotations
 
 from typing import Literal
@@ -43,20 +44,29 @@ class RangeKeeper:
             low, high = window_range(warm_usage, self.settings.headroom)
         return self._operators(items, low, high)
 
-    def follow_operator(self, sub: np.ndarray, state: ControllerState, items: list[Incoming],
-                        changes: list[RangeChange]) -> ControllerState:
+    def follow_operator(
+        self, sub: np.ndarray, state: ControllerState, items: list[Incoming], changes: list[RangeChange]
+    ) -> ControllerState:
         """Carry ``state`` (the rows ``sub``) over to the operator's ranges where they differ from the rows'."""
         return _move(sub, state, *self._operators(items, sub["low"], sub["high"]), items, "operator", changes)
 
-    def grow(self, sub: np.ndarray, before: ControllerState, after: ControllerState, short: np.ndarray,
-             items: list[Incoming], changes: list[RangeChange]) -> ControllerState:
+    def grow(
+        self,
+        sub: np.ndarray,
+        before: ControllerState,
+        after: ControllerState,
+        short: np.ndarray,
+        items: list[Incoming],
+        changes: list[RangeChange],
+    ) -> ControllerState:
         """Grow the ranges the tick just observed (``short``, with ``before.action`` in force) shows outgrown,
         except an operator's, and carry the stepped state ``after`` over to them."""
         if self.settings.range_growth > 1:
             low, high = sub["low"].copy(), sub["high"].copy()
             grow = outgrown(before.action, short, after.censor_streak, self.settings.grow_after)
-            grow &= np.array([getattr(self.settings.overrides.get(item.service), "low", None) is None
-                              for item in items])  # an operator's range stays
+            grow &= np.array(
+                [getattr(self.settings.overrides.get(item.service), "low", None) is None for item in items]
+            )  # an operator's range stays
             new_high = np.where(grow, grown_high(low, high, self.settings.range_growth), high)
             return _move(sub, after, low, new_high, items, "outgrown", changes)
         return after
@@ -71,15 +81,31 @@ class RangeKeeper:
         return low, high
 
 
-def _move(sub: np.ndarray, state: ControllerState, new_low: np.ndarray, new_high: np.ndarray, items: list[Incoming],
-          reason: Literal["outgrown", "operator"], changes: list[RangeChange]) -> ControllerState:
+def _move(
+    sub: np.ndarray,
+    state: ControllerState,
+    new_low: np.ndarray,
+    new_high: np.ndarray,
+    items: list[Incoming],
+    reason: Literal["outgrown", "operator"],
+    changes: list[RangeChange],
+) -> ControllerState:
     """Carry ``state`` over to the new ranges (identical ones are left exactly as they are)."""
     low, high = sub["low"].copy(), sub["high"].copy()
     moved = (new_low != low) | (new_high != high)
     if not moved.any():
         return state
     for j in np.flatnonzero(moved):
-        changes.append(RangeChange(items[j].service, int(items[j].event.tick), reason, float(low[j]),
-                                   float(high[j]), float(new_low[j]), float(new_high[j])))
+        changes.append(
+            RangeChange(
+                items[j].service,
+                int(items[j].event.tick),
+                reason,
+                float(low[j]),
+                float(high[j]),
+                float(new_low[j]),
+                float(new_high[j]),
+            )
+        )
     sub["low"], sub["high"] = new_low, new_high
     return rescale_state(state, low, high, new_low, new_high)

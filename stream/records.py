@@ -26,7 +26,8 @@ Reasons (the closed set :data:`DECODE_REASONS`):
     out_of_range              a number outside its range (usage and capacity at most 1e18), an integer
                               beyond signed 64 bits
     negative_usage            usage below zero
-    bad_tick                  tick negative or beyond 2**53 (a usage record's beyond 2**53 - 1: it is answered for tick + 1)
+    bad_tick                  tick negative or beyond 2**53 (a usage record's beyond 2**53 - 1: it is answered
+                              for tick + 1)
     bad_service_id            service id empty, longer than MAX_ID_LENGTH, or with control/format characters
     bad_resource_name         a resource name empty, longer than MAX_RESOURCE_LENGTH, or not [a-z0-9_]
     bad_policy_name           policy name, same rules as a service id
@@ -46,6 +47,7 @@ capacity itself as the observation (``y_t = a_t``), whatever usage says.
 A usage record refused for its values whose ``service`` and ``tick`` are valid (:func:`usage_identity`)
 still names the tick it reports: the worker answers it with a hold (``stream.decisions``).
 """
+
 from __future__ import annotations
 
 import base64
@@ -74,10 +76,25 @@ _SHOWN_CHARS = 80
 _FORBIDDEN_ID_CATEGORIES = frozenset({"Cc", "Cf", "Cs"})  # control, format (e.g. bidi overrides), surrogate
 
 DecodeReason = Literal[
-    "malformed_json", "not_an_object", "unknown_schema_version", "wrong_record_type", "missing_field",
-    "unknown_field", "wrong_type", "non_finite", "out_of_range", "negative_usage", "bad_tick",
-    "bad_service_id", "bad_resource_name", "bad_policy_name", "bad_base64", "bad_parent", "length_mismatch",
-    "usage_above_capacity", "censored_usage_mismatch",
+    "malformed_json",
+    "not_an_object",
+    "unknown_schema_version",
+    "wrong_record_type",
+    "missing_field",
+    "unknown_field",
+    "wrong_type",
+    "non_finite",
+    "out_of_range",
+    "negative_usage",
+    "bad_tick",
+    "bad_service_id",
+    "bad_resource_name",
+    "bad_policy_name",
+    "bad_base64",
+    "bad_parent",
+    "length_mismatch",
+    "usage_above_capacity",
+    "censored_usage_mismatch",
 ]
 DECODE_REASONS: frozenset[str] = frozenset(get_args(DecodeReason))
 
@@ -99,7 +116,7 @@ class DecodeError(ValueError):
 
 def _show(value: Any) -> str:
     text = repr(value)
-    return text if len(text) <= _SHOWN_CHARS else text[:_SHOWN_CHARS - 3] + "..."
+    return text if len(text) <= _SHOWN_CHARS else text[: _SHOWN_CHARS - 3] + "..."
 
 
 def _fail(reason: DecodeReason, name: str, expected: str, value: Any) -> NoReturn:
@@ -144,8 +161,9 @@ def _as_float(name: str, value: Any) -> float:
     return number
 
 
-def _number(minimum: float | None = None, reason: DecodeReason = "out_of_range",
-            maximum: float | None = None) -> _Field:
+def _number(
+    minimum: float | None = None, reason: DecodeReason = "out_of_range", maximum: float | None = None
+) -> _Field:
     def decode(name: str, value: Any) -> float:
         number = _as_float(name, value)
         if minimum is not None and number < minimum:
@@ -153,11 +171,13 @@ def _number(minimum: float | None = None, reason: DecodeReason = "out_of_range",
         if maximum is not None and number > maximum:
             _fail("out_of_range", name, f"a number <= {maximum:g}", value)
         return number
+
     low = -_FLOAT_MAX if minimum is None else minimum
     high = _FLOAT_MAX if maximum is None else maximum
 
     def fast(value: Any) -> Any:  # a finite float within the bounds (NaN fails every comparison)
         return value if type(value) is float and low <= value <= high else _SLOW
+
     return _Field(decode, fast=fast)
 
 
@@ -172,6 +192,7 @@ def _integer(minimum: int = 0, reason: DecodeReason = "out_of_range", maximum: i
 
     def fast(value: Any) -> Any:
         return value if type(value) is int and minimum <= value <= maximum else _SLOW
+
     return _Field(decode, fast=fast)
 
 
@@ -200,6 +221,7 @@ def _identifier(reason: DecodeReason) -> _Field:
         if any(unicodedata.category(char) in _FORBIDDEN_ID_CATEGORIES for char in text):
             _fail(reason, name, "no control or format characters", value)
         return text
+
     valid: set[str] = set()  # identifiers seen valid (a worker's services, encoded again every tick)
 
     def fast(value: Any) -> Any:
@@ -214,6 +236,7 @@ def _identifier(reason: DecodeReason) -> _Field:
                 valid.clear()
             valid.add(value)
         return value
+
     return _Field(decode, fast=fast)
 
 
@@ -232,8 +255,12 @@ def _numbers(length: int | None = None) -> _Field:
 
     def fast(value: Any) -> Any:  # a 1-D float array (as a list of the same floats) or a list/tuple of floats
         if type(value) is np.ndarray:
-            if value.ndim != 1 or value.dtype not in _FLOAT_DTYPES or (length is not None and value.shape[0] != length) \
-                    or not np.isfinite(value).all():
+            if (
+                value.ndim != 1
+                or value.dtype not in _FLOAT_DTYPES
+                or (length is not None and value.shape[0] != length)
+                or not np.isfinite(value).all()
+            ):
                 return _SLOW
             return value.tolist()
         if type(value) not in (tuple, list) or (length is not None and len(value) != length):
@@ -242,6 +269,7 @@ def _numbers(length: int | None = None) -> _Field:
             if type(item) is not float or not -_FLOAT_MAX <= item <= _FLOAT_MAX:
                 return _SLOW
         return value
+
     return _Field(decode, fast=fast, fast_decodes=False)  # decoding gives a tuple
 
 
@@ -258,6 +286,7 @@ def _choice(*allowed: str) -> _Field:
         if value not in allowed or not isinstance(value, str):
             _fail("wrong_type", name, "one of " + ", ".join(map(repr, allowed)), value)
         return value
+
     return _Field(decode, fast=lambda value: value if type(value) is str and value in allowed else _SLOW)
 
 
@@ -376,8 +405,10 @@ def _wire_keys(cls: type[_Record]) -> tuple[frozenset[str], frozenset[str]]:
     declared = fields(cls)  # type: ignore[arg-type]
     if [field.name for field in declared] != list(cls._FIELDS):
         raise TypeError(f"{cls.__name__}._FIELDS does not list its dataclass fields in order")
-    return (frozenset(cls._FIELDS) | {"schema", "type"},
-            frozenset(field.name for field in declared if field.default is MISSING))
+    return (
+        frozenset(cls._FIELDS) | {"schema", "type"},
+        frozenset(field.name for field in declared if field.default is MISSING),
+    )
 
 
 def _decode(raw: bytes, cls: type[R]) -> R:
@@ -392,11 +423,15 @@ def _only(cls: type[R]) -> dict[int, type[R]]:
 def _check_observation(where: str, usage: float, capacity: float, censored: bool) -> None:
     """The PIC observation rule on one resource: ``y <= a``, and ``y = a`` (within 1%) when censored."""
     if not censored and usage > capacity * (1 + USAGE_ABOVE_CAPACITY_RTOL):
-        raise DecodeError("usage_above_capacity", f"{where}usage: {usage!r} exceeds capacity {capacity!r} "
-                                                  "and censored is false")
+        raise DecodeError(
+            "usage_above_capacity", f"{where}usage: {usage!r} exceeds capacity {capacity!r} and censored is false"
+        )
     if censored and abs(usage - capacity) > CENSORED_USAGE_RTOL * capacity:
-        raise DecodeError("censored_usage_mismatch", f"{where}usage: {usage!r} is censored, so it must equal "
-                                                     f"capacity {capacity!r} (within {CENSORED_USAGE_RTOL:.0%})")
+        raise DecodeError(
+            "censored_usage_mismatch",
+            f"{where}usage: {usage!r} is censored, so it must equal "
+            f"capacity {capacity!r} (within {CENSORED_USAGE_RTOL:.0%})",
+        )
 
 
 E = TypeVar("E")
@@ -422,22 +457,32 @@ def _per_resource(entry: type[E], specs: dict[str, _Field]) -> _Field:
                 unknown = ", ".join(sorted(map(repr, item.keys() - names)))
                 raise DecodeError("unknown_field", f"{where} has no field {unknown}")
             if names - item.keys():
-                raise DecodeError("missing_field", f"{where}: {', '.join(sorted(names - item.keys()))} required, absent")
-            decoded[key] = entry(**{field: spec.decode(f"{where}.{field}", item[field]) for field, spec in specs.items()})
+                raise DecodeError(
+                    "missing_field", f"{where}: {', '.join(sorted(names - item.keys()))} required, absent"
+                )
+            decoded[key] = entry(
+                **{field: spec.decode(f"{where}.{field}", item[field]) for field, spec in specs.items()}
+            )
         return decoded
 
     def encode(_name: str, value: Any) -> Any:
         if not isinstance(value, Mapping):
             return value  # decoding refuses it with its reason
-        return {key: {field: getattr(item, field) for field in specs} if isinstance(item, entry) else item
-                for key, item in value.items()}
+        return {
+            key: {field: getattr(item, field) for field in specs} if isinstance(item, entry) else item
+            for key, item in value.items()
+        }
+
     return _Field(decode, encode)
 
 
 def _resource_name(name: str, value: Any) -> str:
     text = _decode_text(name, value)
-    if not 0 < len(text) <= MAX_RESOURCE_LENGTH or not all(c.isascii() and (c.isalnum() or c == "_") for c in text) \
-            or text != text.lower():
+    if (
+        not 0 < len(text) <= MAX_RESOURCE_LENGTH
+        or not all(c.isascii() and (c.isalnum() or c == "_") for c in text)
+        or text != text.lower()
+    ):
         _fail("bad_resource_name", name, f"1 to {MAX_RESOURCE_LENGTH} characters of [a-z0-9_]", value)
     return text
 
@@ -463,8 +508,12 @@ class UsageEvent(_Record):
 
     _TYPE: ClassVar[str] = "usage"
     _FIELDS: ClassVar[dict[str, _Field]] = {
-        "service": _SERVICE, "tick": _USAGE_TICK, "usage": _number(0.0, "negative_usage", MAX_QUANTITY),
-        "censored": _FLAG, "capacity": _number(0.0, maximum=MAX_QUANTITY), "context": _CHANNELS,
+        "service": _SERVICE,
+        "tick": _USAGE_TICK,
+        "usage": _number(0.0, "negative_usage", MAX_QUANTITY),
+        "censored": _FLAG,
+        "capacity": _number(0.0, maximum=MAX_QUANTITY),
+        "context": _CHANNELS,
         "produced_at": _TIMESTAMP,
     }
 
@@ -511,11 +560,25 @@ class Action(_Record):
 
     _TYPE: ClassVar[str] = "action"
     _FIELDS: ClassVar[dict[str, _Field]] = {
-        "service": _SERVICE, "tick": _TICK, "capacity": _NON_NEGATIVE, "capacity_norm": _FINITE,
-        "mu": _FINITE, "sigma": _NON_NEGATIVE, "k": _FINITE, "eta": _FINITE, "margin": _FINITE,
-        "bias": _FINITE, "policy_version": _COUNT, "censor_streak": _COUNT, "advisory": _FLAG,
-        "decided_at": _TIMESTAMP, "source_produced_at": _TIMESTAMP, "phase": _choice("warmup", "control", "hold"),
-        "k_sigma": _FINITE, "clipped": _choice("none", "low", "high", "override"), "escape": _NON_NEGATIVE,
+        "service": _SERVICE,
+        "tick": _TICK,
+        "capacity": _NON_NEGATIVE,
+        "capacity_norm": _FINITE,
+        "mu": _FINITE,
+        "sigma": _NON_NEGATIVE,
+        "k": _FINITE,
+        "eta": _FINITE,
+        "margin": _FINITE,
+        "bias": _FINITE,
+        "policy_version": _COUNT,
+        "censor_streak": _COUNT,
+        "advisory": _FLAG,
+        "decided_at": _TIMESTAMP,
+        "source_produced_at": _TIMESTAMP,
+        "phase": _choice("warmup", "control", "hold"),
+        "k_sigma": _FINITE,
+        "clipped": _choice("none", "low", "high", "override"),
+        "escape": _NON_NEGATIVE,
     }
 
 
@@ -529,8 +592,9 @@ class ResourceUsage:
     censored: bool
 
 
-_RESOURCE_USAGE = _per_resource(ResourceUsage, {
-    "usage": UsageEvent._FIELDS["usage"], "capacity": UsageEvent._FIELDS["capacity"], "censored": _FLAG})
+_RESOURCE_USAGE = _per_resource(
+    ResourceUsage, {"usage": UsageEvent._FIELDS["usage"], "capacity": UsageEvent._FIELDS["capacity"], "censored": _FLAG}
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -548,7 +612,10 @@ class ResourceUsageEvent(_Record):
     _SCHEMA: ClassVar[int] = RESOURCES_SCHEMA_VERSION
     _TYPE: ClassVar[str] = "usage"
     _FIELDS: ClassVar[dict[str, _Field]] = {
-        "service": _SERVICE, "tick": _USAGE_TICK, "resources": _RESOURCE_USAGE, "context": _CHANNELS,
+        "service": _SERVICE,
+        "tick": _USAGE_TICK,
+        "resources": _RESOURCE_USAGE,
+        "context": _CHANNELS,
         "produced_at": _TIMESTAMP,
     }
 
@@ -580,8 +647,20 @@ class ResourceDecision:
     escape: float = 0.0
 
 
-_DECISION_FIELDS = ("capacity", "capacity_norm", "mu", "sigma", "k", "eta", "margin", "bias", "censor_streak",
-                    "k_sigma", "clipped", "escape")
+_DECISION_FIELDS = (
+    "capacity",
+    "capacity_norm",
+    "mu",
+    "sigma",
+    "k",
+    "eta",
+    "margin",
+    "bias",
+    "censor_streak",
+    "k_sigma",
+    "clipped",
+    "escape",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -601,9 +680,13 @@ class ResourceAction(_Record):
     _SCHEMA: ClassVar[int] = RESOURCES_SCHEMA_VERSION
     _TYPE: ClassVar[str] = "action"
     _FIELDS: ClassVar[dict[str, _Field]] = {
-        "service": _SERVICE, "tick": _TICK,
+        "service": _SERVICE,
+        "tick": _TICK,
         "resources": _per_resource(ResourceDecision, {name: Action._FIELDS[name] for name in _DECISION_FIELDS}),
-        "policy_version": _COUNT, "advisory": _FLAG, "decided_at": _TIMESTAMP, "source_produced_at": _TIMESTAMP,
+        "policy_version": _COUNT,
+        "advisory": _FLAG,
+        "decided_at": _TIMESTAMP,
+        "source_produced_at": _TIMESTAMP,
         "phase": Action._FIELDS["phase"],
     }
 
@@ -637,16 +720,28 @@ class TransitionRecord(_Record):
 
     _TYPE: ClassVar[str] = "transition"
     _FIELDS: ClassVar[dict[str, _Field]] = {
-        "service": _SERVICE, "tick": _TICK, "features": _numbers(), "pre": _numbers(2), "log_prob": _FINITE,
-        "reward": _FINITE, "next_features": _numbers(), "censored": _FLAG, "action": _FINITE,
-        "policy_version": _COUNT, "observed": _FINITE, "mu": _FINITE, "sigma": _NON_NEGATIVE,
+        "service": _SERVICE,
+        "tick": _TICK,
+        "features": _numbers(),
+        "pre": _numbers(2),
+        "log_prob": _FINITE,
+        "reward": _FINITE,
+        "next_features": _numbers(),
+        "censored": _FLAG,
+        "action": _FINITE,
+        "policy_version": _COUNT,
+        "observed": _FINITE,
+        "mu": _FINITE,
+        "sigma": _NON_NEGATIVE,
         "censor_streak": _COUNT,
     }
 
     def _check(self) -> None:
         if len(self.features) != len(self.next_features):
-            raise DecodeError("length_mismatch", f"next_features: {len(self.next_features)} numbers, "
-                                                 f"features has {len(self.features)}")
+            raise DecodeError(
+                "length_mismatch",
+                f"next_features: {len(self.next_features)} numbers, features has {len(self.features)}",
+            )
 
 
 @dataclass(frozen=True, slots=True)
@@ -668,9 +763,15 @@ class PolicyVersion(_Record):
 
     _TYPE: ClassVar[str] = "policy"
     _FIELDS: ClassVar[dict[str, _Field]] = {
-        "name": _identifier("bad_policy_name"), "version": _COUNT, "parent": _optional(_COUNT),
-        "kl_to_parent": _NON_NEGATIVE, "validation_score": _FINITE, "created_at": _TIMESTAMP,
-        "weights": _BLOB, "accepted_by_trainer": _FLAG, "parent_score": _optional(_FINITE),
+        "name": _identifier("bad_policy_name"),
+        "version": _COUNT,
+        "parent": _optional(_COUNT),
+        "kl_to_parent": _NON_NEGATIVE,
+        "validation_score": _FINITE,
+        "created_at": _TIMESTAMP,
+        "weights": _BLOB,
+        "accepted_by_trainer": _FLAG,
+        "parent_score": _optional(_FINITE),
         "rollback_of": _optional(_COUNT),
     }
 
@@ -699,8 +800,13 @@ class DeadLetter(_Record):
 
     _TYPE: ClassVar[str] = "deadletter"
     _FIELDS: ClassVar[dict[str, _Field]] = {
-        "reason": _TEXT, "detail": _TEXT, "topic": _TEXT, "partition": _COUNT, "offset": _COUNT,
-        "raw": _BLOB, "failed_at": _TIMESTAMP,
+        "reason": _TEXT,
+        "detail": _TEXT,
+        "topic": _TEXT,
+        "partition": _COUNT,
+        "offset": _COUNT,
+        "raw": _BLOB,
+        "failed_at": _TIMESTAMP,
     }
 
 
@@ -722,9 +828,13 @@ def _decode_versions(raw: bytes, versions: Mapping[int, type[R]]) -> R:
 
 
 _USAGE_VERSIONS: dict[int, type[UsageEvent] | type[ResourceUsageEvent]] = {
-    SCHEMA_VERSION: UsageEvent, RESOURCES_SCHEMA_VERSION: ResourceUsageEvent}
+    SCHEMA_VERSION: UsageEvent,
+    RESOURCES_SCHEMA_VERSION: ResourceUsageEvent,
+}
 _ACTION_VERSIONS: dict[int, type[Action] | type[ResourceAction]] = {
-    SCHEMA_VERSION: Action, RESOURCES_SCHEMA_VERSION: ResourceAction}
+    SCHEMA_VERSION: Action,
+    RESOURCES_SCHEMA_VERSION: ResourceAction,
+}
 
 
 def decode_usage(raw: bytes) -> UsageEvent | ResourceUsageEvent:
@@ -739,9 +849,12 @@ def usage_identity(raw: bytes) -> tuple[str, int] | None:
         obj = orjson.loads(raw)
     except (orjson.JSONDecodeError, TypeError):
         return None
-    if not isinstance(obj, dict) or type(obj.get("schema")) is not int \
-            or obj["schema"] not in (SCHEMA_VERSION, RESOURCES_SCHEMA_VERSION) \
-            or obj.get("type") != UsageEvent._TYPE:
+    if (
+        not isinstance(obj, dict)
+        or type(obj.get("schema")) is not int
+        or obj["schema"] not in (SCHEMA_VERSION, RESOURCES_SCHEMA_VERSION)
+        or obj.get("type") != UsageEvent._TYPE
+    ):
         return None
     try:
         return _SERVICE.decode("service", obj.get("service")), _USAGE_TICK.decode("tick", obj.get("tick"))

@@ -7,6 +7,7 @@ stopped it (a partition left paused, records the fetcher skipped so that Faust n
 again, a stream not resumed after a recovery), the worker rejoins its group, and the rebalance starts the
 partition again from its committed offset: Faust seeks there, the restored rows are checked against it, and
 the records are decided again (``StreamWorker._watch_partitions``)."""
+
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
@@ -21,8 +22,9 @@ class StallWatch:
     timeout: float
     _since: dict[int, tuple[int, float]] = field(default_factory=dict)
 
-    def stalled(self, watched: Iterable[int], committed: Mapping[int, int], ends: Mapping[int, int],
-                now: float) -> list[int]:
+    def stalled(
+        self, watched: Iterable[int], committed: Mapping[int, int], ends: Mapping[int, int], now: float
+    ) -> list[int]:
         """The partitions among ``watched`` whose committed offset has stayed below their end offset, unmoved,
         for ``timeout`` seconds up to ``now`` (``committed`` and ``ends`` by partition; none committed: 0)."""
         since: dict[int, tuple[int, float]] = {}

@@ -1,6 +1,7 @@
 """The worker's service-state table: a Faust table (changelog-backed, restored by Faust) whose rows the worker
 sets in memory and writes to the changelog in its own transactions, with one watermark row per partition that
 says which usage offsets its rows already hold."""
+
 from __future__ import annotations
 
 import asyncio
@@ -40,8 +41,14 @@ class ServiceStateTable(faust.Table):
         super().__init__(*args, **kwargs)
         self._unwritten: list[FutureMessage] = []
 
-    def send_changelog(self, partition: int | None, key: Any, value: Any, key_serializer: CodecArg = None,
-                       value_serializer: CodecArg = None) -> FutureMessage:
+    def send_changelog(
+        self,
+        partition: int | None,
+        key: Any,
+        value: Any,
+        key_serializer: CodecArg = None,
+        value_serializer: CodecArg = None,
+    ) -> FutureMessage:
         future = super().send_changelog(partition, key, value, key_serializer, value_serializer)
         self._unwritten.append(future)
         return future
@@ -90,7 +97,7 @@ class ServiceStateTable(faust.Table):
     def partition_of(self, key: bytes) -> int:
         """The partition of a row's key: a watermark's own, or Kafka's default partitioner's for a service."""
         if key.startswith(WATERMARK_KEY):
-            return int(key[len(WATERMARK_KEY):])
+            return int(key[len(WATERMARK_KEY) :])
         return (murmur2(key) & 0x7FFFFFFF) % (self.partitions or 1)
 
     async def reload(self, bootstrap: str, partition: int) -> None:

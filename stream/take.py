@@ -18,6 +18,7 @@ is done here per event: an event of a stale consumer generation or read while fl
 rebalance under way) is dropped unacknowledged, as Faust's stream drops it; every other one is tracked as
 unacknowledged with the consumer (so a revocation waits for it) until its batch is handled and the caller
 acknowledges it (:func:`acknowledge`; its offset commits then, not before)."""
+
 from __future__ import annotations
 
 import asyncio

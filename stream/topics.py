@@ -17,6 +17,7 @@ the same replication (:class:`Replication`): by default min(3, brokers) replicas
 one less (1 on a single broker). Every producer writes with acks=all, so a record acknowledged is on at
 least ``min.insync.replicas`` brokers.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -87,8 +88,10 @@ class Replication:
 
     def __post_init__(self) -> None:
         if self.factor < 1 or not 1 <= self.min_insync <= self.factor:
-            raise ValueError(f"replication needs a factor >= 1 and min.insync.replicas from 1 to the factor; got "
-                             f"factor {self.factor}, min.insync.replicas {self.min_insync}")
+            raise ValueError(
+                f"replication needs a factor >= 1 and min.insync.replicas from 1 to the factor; got "
+                f"factor {self.factor}, min.insync.replicas {self.min_insync}"
+            )
 
     @classmethod
     def for_brokers(cls, brokers: int, factor: int | None = None, min_insync: int | None = None) -> Replication:
@@ -125,20 +128,41 @@ def topic_specs(prefix: str = "picrl", partitions: int = 8) -> list[TopicSpec]:
     delete = {"cleanup.policy": "delete"}
     names = TopicNames(prefix)
     return [
-        TopicSpec(names.usage, partitions, {**delete, "retention.ms": str(7 * DAY_MS)},
-                  "per-tick censored usage events, keyed by service"),
-        TopicSpec(names.actions, partitions, {**delete, "retention.ms": str(7 * DAY_MS)},
-                  "provisioning decisions with their breakdown, keyed by service"),
-        TopicSpec(names.replay, partitions,
-                  {**delete, "retention.ms": str(DAY_MS), "retention.bytes": str(256 * MIB)},
-                  "transitions for the slow policy trainer (bounded)"),
-        TopicSpec(names.policy, 1,
-                  {"cleanup.policy": "compact", "min.compaction.lag.ms": "0", "segment.ms": str(3_600_000),
-                   "max.message.bytes": str(8 * MIB)},
-                  "versioned policy weights, compacted per policy name"),
-        TopicSpec(names.deadletter, partitions,
-                  {**delete, "retention.ms": str(14 * DAY_MS), "retention.bytes": str(64 * MIB)},
-                  "rejected input with a machine-readable reason"),
+        TopicSpec(
+            names.usage,
+            partitions,
+            {**delete, "retention.ms": str(7 * DAY_MS)},
+            "per-tick censored usage events, keyed by service",
+        ),
+        TopicSpec(
+            names.actions,
+            partitions,
+            {**delete, "retention.ms": str(7 * DAY_MS)},
+            "provisioning decisions with their breakdown, keyed by service",
+        ),
+        TopicSpec(
+            names.replay,
+            partitions,
+            {**delete, "retention.ms": str(DAY_MS), "retention.bytes": str(256 * MIB)},
+            "transitions for the slow policy trainer (bounded)",
+        ),
+        TopicSpec(
+            names.policy,
+            1,
+            {
+                "cleanup.policy": "compact",
+                "min.compaction.lag.ms": "0",
+                "segment.ms": str(3_600_000),
+                "max.message.bytes": str(8 * MIB),
+            },
+            "versioned policy weights, compacted per policy name",
+        ),
+        TopicSpec(
+            names.deadletter,
+            partitions,
+            {**delete, "retention.ms": str(14 * DAY_MS), "retention.bytes": str(64 * MIB)},
+            "rejected input with a machine-readable reason",
+        ),
     ]
 
 
@@ -149,8 +173,9 @@ def changelog_spec(name: str, partitions: int) -> TopicSpec:
     return TopicSpec(name, partitions, {"cleanup.policy": "compact"}, "the worker's table changelog (Faust)")
 
 
-async def ensure_topics(bootstrap: str, specs: list[TopicSpec],
-                        replication: Replication | None = None) -> dict[str, str]:
+async def ensure_topics(
+    bootstrap: str, specs: list[TopicSpec], replication: Replication | None = None
+) -> dict[str, str]:
     """Create the missing topics with ``replication`` (default: :meth:`Replication.for_brokers` of the live
     brokers); check existing ones have enough partitions.
 
@@ -170,9 +195,14 @@ async def ensure_topics(bootstrap: str, specs: list[TopicSpec],
             if created.factor > brokers:
                 raise TopicMismatchError(
                     f"cannot create {', '.join(s.name for s in missing)} with replication factor {created.factor}: "
-                    f"the cluster has {brokers} live broker(s); lower --replication-factor or start the brokers")
-            await admin.create_topics([NewTopic(s.name, s.partitions, created.factor,
-                                                topic_configs={**created.config, **s.config}) for s in missing])
+                    f"the cluster has {brokers} live broker(s); lower --replication-factor or start the brokers"
+                )
+            await admin.create_topics(
+                [
+                    NewTopic(s.name, s.partitions, created.factor, topic_configs={**created.config, **s.config})
+                    for s in missing
+                ]
+            )
             await _until_led(admin, [s.name for s in missing])
         present = [s for s in specs if s.name in existing]
         if present:
@@ -182,12 +212,17 @@ async def ensure_topics(bootstrap: str, specs: list[TopicSpec],
                 if len(partitions) < spec.partitions:
                     raise TopicMismatchError(
                         f"topic {spec.name} exists with {len(partitions)} partition(s) but picrl needs "
-                        f"{spec.partitions}; recreate it, or run with --partitions {len(partitions)}")
+                        f"{spec.partitions}; recreate it, or run with --partitions {len(partitions)}"
+                    )
                 replicas = min((len(p["replicas"]) for p in partitions), default=0)
                 if replication is not None and replicas < replication.factor:
-                    log.warning("topic %s exists with %d replica(s) per partition, fewer than the %d asked; it is "
-                                "kept so (reassign its partitions to add replicas)", spec.name, replicas,
-                                replication.factor)
+                    log.warning(
+                        "topic %s exists with %d replica(s) per partition, fewer than the %d asked; it is "
+                        "kept so (reassign its partitions to add replicas)",
+                        spec.name,
+                        replicas,
+                        replication.factor,
+                    )
     finally:
         await admin.close()
     return {s.name: ("created" if s in missing else "exists") for s in specs}
@@ -201,16 +236,19 @@ async def _until_led(admin: AIOKafkaAdminClient, names: list[str], timeout: floa
     deadline = time.monotonic() + timeout
     while True:
         described = await admin.describe_topics(names)
-        if all(t["error_code"] == 0 and t["partitions"] and all(p["leader"] >= 0 for p in t["partitions"])
-               for t in described):
+        if all(
+            t["error_code"] == 0 and t["partitions"] and all(p["leader"] >= 0 for p in t["partitions"])
+            for t in described
+        ):
             return
         if time.monotonic() > deadline:
             raise TimeoutError(f"topics {names} created but without a leader for every partition after {timeout:.0f} s")
         await asyncio.sleep(0.1)
 
 
-async def end_offsets(bootstrap: str, topic: str, partitions: int,
-                      isolation_level: str = "read_uncommitted") -> dict[int, int]:
+async def end_offsets(
+    bootstrap: str, topic: str, partitions: int, isolation_level: str = "read_uncommitted"
+) -> dict[int, int]:
     """The offset the next record of each partition of ``topic`` will get (``{partition: offset}``); with
     ``read_committed``, the last stable offset (an open transaction's first offset, if one is open)."""
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, isolation_level=isolation_level)
@@ -235,8 +273,12 @@ async def latest_values(bootstrap: str, topic: str, partition: int, timeout: flo
     """The last committed value of every key of one partition of ``topic`` (None: deleted), read from its
     start to its end (the last stable offset) with ``read_committed``."""
     tp = TopicPartition(topic, partition)
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_committed",
-                                enable_auto_commit=False, auto_offset_reset="earliest")
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap,
+        isolation_level="read_committed",
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+    )
     await consumer.start()
     latest: dict[bytes, bytes | None] = {}
     try:

@@ -13,6 +13,7 @@ first publishes the model artifact's policy as version 0. It publishes as the po
 rollback``), it drops the update it was about to publish and continues from that version, so a
 rollback holds and the versions after it descend from the rolled-back weights.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -83,9 +84,13 @@ def _as_transition(records: list[TransitionRecord]) -> Transition:
 class PolicyTrainer:
     """Replay consumer, slow learner and policy publisher."""
 
-    def __init__(self, artifact: ModelArtifact, settings: TrainerSettings,
-                 on_publish: Callable[[Published], None] | None = None,
-                 on_resume: Callable[[dict[int, int | None]], None] | None = None) -> None:
+    def __init__(
+        self,
+        artifact: ModelArtifact,
+        settings: TrainerSettings,
+        on_publish: Callable[[Published], None] | None = None,
+        on_resume: Callable[[dict[int, int | None]], None] | None = None,
+    ) -> None:
         self.artifact = artifact
         self.settings = settings
         self.topics = TopicNames(settings.prefix)
@@ -107,9 +112,14 @@ class PolicyTrainer:
     async def run(self) -> list[Published]:
         """Train and publish until stopped or ``max_updates`` versions are out."""
         settings = self.settings
-        consumer = AIOKafkaConsumer(self.topics.replay, bootstrap_servers=settings.bootstrap,
-                                    group_id=settings.group_id, enable_auto_commit=False,
-                                    auto_offset_reset="earliest", isolation_level="read_committed")
+        consumer = AIOKafkaConsumer(
+            self.topics.replay,
+            bootstrap_servers=settings.bootstrap,
+            group_id=settings.group_id,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            isolation_level="read_committed",
+        )
         try:
             version, policy = await self._latest()
             learner = SlowPolicyLearner(policy, self.artifact.value, self.artifact.config)
@@ -118,8 +128,9 @@ class PolicyTrainer:
             while not self._stop.is_set():
                 batches = await consumer.getmany(timeout_ms=500, max_records=2_000)
                 if self.resumed_from is None and consumer.assignment():
-                    self.resumed_from = {tp.partition: await consumer.committed(tp)
-                                         for tp in sorted(consumer.assignment())}
+                    self.resumed_from = {
+                        tp.partition: await consumer.committed(tp) for tp in sorted(consumer.assignment())
+                    }
                     if self.on_resume is not None:
                         self.on_resume(self.resumed_from)
                 records = [record for messages in batches.values() for record in self._decode(messages)]
@@ -139,9 +150,15 @@ class PolicyTrainer:
                     stats = learner.update(self.buffer)
                     held_out = self.holdout.contents()
                     record = PolicyVersion(  # a KL of identical policies can round to -1e-8: it is 0
-                        settings.policy_name, version + 1, version, max(stats.kl_to_parent, 0.0),
-                        off_policy_score(learner.acting, held_out), time.time(), policy_to_bytes(learner.acting),
-                        parent_score=off_policy_score(parent_policy, held_out))
+                        settings.policy_name,
+                        version + 1,
+                        version,
+                        max(stats.kl_to_parent, 0.0),
+                        off_policy_score(learner.acting, held_out),
+                        time.time(),
+                        policy_to_bytes(learner.acting),
+                        parent_score=off_policy_score(parent_policy, held_out),
+                    )
                     newest = await self._publish(record)
                     await consumer.commit()
                     since_update = 0
@@ -168,8 +185,10 @@ class PolicyTrainer:
 
         published = await publish_next(self.settings.bootstrap, self.topics.policy, self.settings.policy_name, build)
         if published is None and not theirs:
-            raise ValueError(f"{self.topics.policy} holds no version of policy {self.settings.policy_name} any more "
-                             "(was the topic deleted?); restart the trainer to publish the model's policy again")
+            raise ValueError(
+                f"{self.topics.policy} holds no version of policy {self.settings.policy_name} any more "
+                "(was the topic deleted?); restart the trainer to publish the model's policy again"
+            )
         return published or theirs[0]
 
     def _continue_from(self, newest: PolicyVersion, learner: SlowPolicyLearner) -> tuple[int, SlowPolicyLearner]:
@@ -179,13 +198,26 @@ class PolicyTrainer:
         try:
             policy = policy_from_bytes(newest.weights, self.artifact.config)
         except ArtifactError as exc:
-            log.warning("policy %s version %d, published by another writer, is unreadable (%s); the next version "
-                        "continues from this trainer's weights", name, newest.version, exc)
+            log.warning(
+                "policy %s version %d, published by another writer, is unreadable (%s); the next version "
+                "continues from this trainer's weights",
+                name,
+                newest.version,
+                exc,
+            )
             return newest.version, learner
-        origin = (f"a rollback to version {newest.rollback_of}" if newest.rollback_of is not None
-                  else f"parent {newest.parent}")
-        log.info("policy %s version %d was published by another writer (%s): continuing from it, this update "
-                 "is dropped", name, newest.version, origin, extra={"version": newest.version})
+        origin = (
+            f"a rollback to version {newest.rollback_of}"
+            if newest.rollback_of is not None
+            else f"parent {newest.parent}"
+        )
+        log.info(
+            "policy %s version %d was published by another writer (%s): continuing from it, this update is dropped",
+            name,
+            newest.version,
+            origin,
+            extra={"version": newest.version},
+        )
         return newest.version, SlowPolicyLearner(policy, learner.value, self.artifact.config)
 
     def _decode(self, messages: list) -> list[TransitionRecord]:
@@ -196,13 +228,15 @@ class PolicyTrainer:
             except DecodeError as exc:
                 self.refused += 1
                 self.metrics.refused.inc()
-                log.warning("replay message %s[%d]@%d refused: %s", message.topic, message.partition,
-                            message.offset, exc)
+                log.warning(
+                    "replay message %s[%d]@%d refused: %s", message.topic, message.partition, message.offset, exc
+                )
         return records
 
     def _record(self, record: PolicyVersion, seen: int) -> None:
-        published = Published(record.version, record.parent, record.kl_to_parent, record.validation_score,
-                              record.parent_score, seen)
+        published = Published(
+            record.version, record.parent, record.kl_to_parent, record.validation_score, record.parent_score, seen
+        )
         self.published.append(published)
         self.metrics.versions.inc()
         self.metrics.policy_version.set(record.version)
@@ -225,8 +259,9 @@ class PolicyTrainer:
                     return None
                 except ArtifactError as exc:
                     log.warning("skipping unreadable policy %s version %d: %s", name, record.version, exc)
-            return PolicyVersion(name, next_version(versions), None, 0.0, 0.0, time.time(),
-                                 policy_to_bytes(self.artifact.policy))
+            return PolicyVersion(
+                name, next_version(versions), None, 0.0, 0.0, time.time(), policy_to_bytes(self.artifact.policy)
+            )
 
         root = await publish_next(self.settings.bootstrap, self.topics.policy, name, build)
         if root is not None:

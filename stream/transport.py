@@ -22,6 +22,7 @@ not restore (``StreamWorker._check_restored_state``).
 For throughput (issue 17): the partitions' transactions commit concurrently (:class:`_Producer`), and a
 fetched record reaches the stream without the four tasks Faust made per record when its delivery does not
 have to wait (:meth:`HoldingConsumer.wait_first`)."""
+
 from __future__ import annotations
 
 import asyncio
@@ -56,8 +57,12 @@ class _ConsumerThread(driver.AIOKafkaConsumerThread):
         crashed the worker."""
         valid = {tp: offset if isinstance(offset, int) and offset >= 0 else 0 for tp, offset in partitions.items()}
         for tp in (tp for tp in partitions if valid[tp] != partitions[tp] and partitions[tp] != -1):
-            logger.warning("changelog %s[%d]: recovery asked to seek to %r; reading it from the start", tp.topic,
-                           tp.partition, partitions[tp])
+            logger.warning(
+                "changelog %s[%d]: recovery asked to seek to %r; reading it from the start",
+                tp.topic,
+                tp.partition,
+                partitions[tp],
+            )
         await super()._seek_wait(consumer, valid)
 
 
@@ -125,8 +130,14 @@ class HoldingConsumer(driver.Consumer):
         and crashed flags) and cancelled three: about a tenth of the worker's CPU. Here the delivery runs its
         first step at once; when it finishes there (it does unless it has to wait) nothing else is made; when it
         waits, the rest of it runs under Faust's wait as before, so a rebalance still interrupts it."""
-        if len(coros) == 2 and timeout is None and asyncio.iscoroutine(coros[0]) and asyncio.iscoroutine(coros[1]) \
-                and coros[1].cr_code is _EVENT_WAIT and coros[0].cr_code.co_name == "on_message":
+        if (
+            len(coros) == 2
+            and timeout is None
+            and asyncio.iscoroutine(coros[0])
+            and asyncio.iscoroutine(coros[1])
+            and coros[1].cr_code is _EVENT_WAIT
+            and coros[0].cr_code.co_name == "on_message"
+        ):
             delivery, suspended = coros
             try:
                 yielded = delivery.send(None)
@@ -157,8 +168,12 @@ class HoldingConsumer(driver.Consumer):
         started (:class:`_FreshTransactions`), the worker has checked the restored rows against the committed
         offsets and calls :meth:`recover`."""
         if self.failed is None:
-            logger.warning("a transaction failed (%s: %s): deciding again from the committed offsets after a "
-                           "rebalance; rejoining the group", type(exc).__name__, exc)
+            logger.warning(
+                "a transaction failed (%s: %s): deciding again from the committed offsets after a "
+                "rebalance; rejoining the group",
+                type(exc).__name__,
+                exc,
+            )
             self.rejoin()
         self.failed = exc
 
@@ -202,16 +217,25 @@ class _FreshTransactions(TransactionManager):
         committed offsets (``StreamWorker._check_restored_state``)."""
         await super().on_rebalance(assigned, revoked | assigned, newly_assigned)
 
-    async def send(self, topic: str, key: bytes | None, value: bytes | None, partition: int | None,
-                   timestamp: float | None, headers: HeadersArg | None, *,
-                   transactional_id: str | None = None) -> Awaitable[RecordMetadata]:
+    async def send(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        partition: int | None,
+        timestamp: float | None,
+        headers: HeadersArg | None,
+        *,
+        transactional_id: str | None = None,
+    ) -> Awaitable[RecordMetadata]:
         """Faust's send, except that a send its producer refuses at once (fenced, or no longer in a transaction)
         returns a failed future instead of raising: table changelog writes go through here from Faust's
         producer buffer, whose task crashed the app on that exception; the failed write now reaches the batch
         that waits for it (``ServiceStateTable.changelog_written``), and the worker rejoins its group."""
         try:
-            return await super().send(topic, key, value, partition, timestamp, headers,
-                                      transactional_id=transactional_id)
+            return await super().send(
+                topic, key, value, partition, timestamp, headers, transactional_id=transactional_id
+            )
         except TRANSACTION_ERRORS as exc:
             failed: asyncio.Future[RecordMetadata] = asyncio.get_running_loop().create_future()
             failed.set_exception(exc)
@@ -219,8 +243,9 @@ class _FreshTransactions(TransactionManager):
 
 
 class _Producer(driver.Producer):
-    async def commit_transactions(self, tid_to_offset_map: Mapping[str, Mapping[TP, int]], group_id: str,
-                                  start_new_transaction: bool = True) -> None:
+    async def commit_transactions(
+        self, tid_to_offset_map: Mapping[str, Mapping[TP, int]], group_id: str, start_new_transaction: bool = True
+    ) -> None:
         """Faust's commit of every partition's transaction, the partitions at once instead of one after the other.
 
         Each usage partition has its own transactional producer; a commit sends its offsets, ends its
@@ -232,6 +257,7 @@ class _Producer(driver.Producer):
         on ``ProducerFenced`` (seen once in the chaos test: a frozen worker exited), while the worker's consumer
         takes any other failed commit as a failed transaction and rejoins its group
         (``HoldingConsumer.transaction_failed``)."""
+
         async def commit(transactional_id: str, offsets: Mapping[TP, int]) -> None:
             async with self._trn_locks[transactional_id]:
                 producer = self._transaction_producers.get(transactional_id)
@@ -243,8 +269,9 @@ class _Producer(driver.Producer):
                 if start_new_transaction:
                     await producer.begin_transaction()
 
-        results = await asyncio.gather(*(commit(tid, offsets) for tid, offsets in tid_to_offset_map.items()),
-                                       return_exceptions=True)
+        results = await asyncio.gather(
+            *(commit(tid, offsets) for tid, offsets in tid_to_offset_map.items()), return_exceptions=True
+        )
         for result in results:
             if isinstance(result, ProducerFenced):  # Faust's transaction manager crashes the app on this one
                 raise ProducerSendError(f"a transaction commit was fenced: {result}") from result
@@ -266,12 +293,19 @@ class RawRecords(faust.Schema):
     def __init__(self) -> None:
         super().__init__(key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw")
 
-    def compile(self, app: AppT, *, on_key_decode_error: Any = None, on_value_decode_error: Any = None,
-                default_propagate: bool = False) -> Callable[..., Awaitable[EventT]]:
+    def compile(
+        self,
+        app: AppT,
+        *,
+        on_key_decode_error: Any = None,
+        on_value_decode_error: Any = None,
+        default_propagate: bool = False,
+    ) -> Callable[..., Awaitable[EventT]]:
         event = app.conf.Event
 
         async def decode(message: Message, *, propagate: bool = default_propagate) -> EventT:
             return cast(EventT, event(app, message.key, message.value, message.headers, message))
+
         return decode
 
 

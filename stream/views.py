@@ -9,6 +9,7 @@ Each path answers with and without a trailing slash: Prometheus scrapes ``/metri
 aiohttp (Faust's web driver) matches paths exactly. The views read a :class:`StatusSource` (the worker,
 ``stream.worker.StreamWorker``), never the worker's internals.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
@@ -33,8 +34,12 @@ class Health:
     partitions: list[int]
 
     def body(self) -> dict[str, Any]:
-        return {"status": "ok" if self.ready else "starting", "policy_version": self.policy_version,
-                "services": self.services, "partitions": self.partitions}
+        return {
+            "status": "ok" if self.ready else "starting",
+            "policy_version": self.policy_version,
+            "services": self.services,
+            "partitions": self.partitions,
+        }
 
 
 class StatusSource(Protocol):
@@ -67,29 +72,42 @@ def _row_view(row: Any, window: int) -> dict[str, Any]:
     core = row["core"]
     warming = int(row["warm_count"]) < window
     state: dict[str, Any] = {
-        "phase": "warmup" if warming else "control", "next_tick": int(row["expected_tick"]),
-        "capacity": float(row["capacity"]), "policy_version": int(row["policy_version"]),
+        "phase": "warmup" if warming else "control",
+        "next_tick": int(row["expected_tick"]),
+        "capacity": float(row["capacity"]),
+        "policy_version": int(row["policy_version"]),
     }
     if warming:
         state["warmup_ticks_seen"] = int(row["warm_count"])
     else:
-        state.update({
-            "range": [float(row["low"]), float(row["high"])], "capacity_norm": float(core["action"]),
-            "mu": float(core["mu"]), "sigma": float(core["sigma"]), "k": float(core["k"]), "eta": float(core["eta"]),
-            "k_sigma": float(core["k"] * core["sigma"]), "margin": float(core["margin"]), "bias": float(core["bias"]),
-            "escape": float(core["escape"]), "censor_streak": int(core["censor_streak"]),
-            "over_streak": int(core["over_streak"]),
-            "in_censoring_streak": int(core["censor_streak"]) >= IN_STREAK,
-        })
+        state.update(
+            {
+                "range": [float(row["low"]), float(row["high"])],
+                "capacity_norm": float(core["action"]),
+                "mu": float(core["mu"]),
+                "sigma": float(core["sigma"]),
+                "k": float(core["k"]),
+                "eta": float(core["eta"]),
+                "k_sigma": float(core["k"] * core["sigma"]),
+                "margin": float(core["margin"]),
+                "bias": float(core["bias"]),
+                "escape": float(core["escape"]),
+                "censor_streak": int(core["censor_streak"]),
+                "over_streak": int(core["over_streak"]),
+                "in_censoring_streak": int(core["censor_streak"]) >= IN_STREAK,
+            }
+        )
     return state
 
 
 def _page(app: Any, path: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """``app.page`` for ``path`` both without and with its trailing slash."""
+
     def register(handler: Callable[..., Any]) -> Callable[..., Any]:
         app.page(path, name=handler.__name__)(handler)
         app.page(path + "/", name=handler.__name__ + "_slash")(handler)
         return handler
+
     return register
 
 
@@ -111,6 +129,11 @@ def add_views(app: Any, source: StatusSource) -> None:
     async def services(self: Any, request: Any, service: str) -> Any:
         view = source.explain(service)
         if view is None:
-            return self.json({"error": f"service {service!r} is not held by this worker (another worker may own "
-                                       "its partition, or it has sent no usage yet)"}, status=404)
+            return self.json(
+                {
+                    "error": f"service {service!r} is not held by this worker (another worker may own "
+                    "its partition, or it has sent no usage yet)"
+                },
+                status=404,
+            )
         return self.json(view)

@@ -24,6 +24,7 @@ worker whose transaction failed (fenced by another) rejoin its group instead of 
 when one of its usage partitions has had records waiting and nothing committed for ``stall_timeout`` seconds
 (stream/stall_watch.py).
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -43,10 +44,10 @@ from faust.types import TP, EventT
 from picrl_core.artifact import ModelArtifact
 from picrl_core.policy import PolicyNetwork
 from stream.decisions import BadValue, BatchOutcome, DecisionEngine, EngineSettings, Incoming
+from stream.intake import Letter, Raw, decide, decode_batch
 from stream.metrics import WorkerMetrics
 from stream.outbox import Outbox, ProducerFor, key_partition, send_outbox
 from stream.policy_follower import PolicyFollower, PolicyGate
-from stream.intake import Letter, Raw, decide, decode_batch
 from stream.records import Action
 from stream.stall_watch import StallWatch
 from stream.state_table import ServiceStateTable
@@ -118,28 +119,58 @@ class StreamWorker:
         self.engine = DecisionEngine(artifact, settings.engine)
         self.metrics = WorkerMetrics(self.usage_partitions)
         self.recent: OrderedDict[str, deque[Action]] = OrderedDict()  # last decisions of recently seen services
-        gate = PolicyGate(artifact.config, settings.policy_name, max_kl=settings.max_policy_kl,
-                          score_margin=settings.policy_score_margin)
-        self.follower = PolicyFollower(settings.bootstrap, self.topics.policy, gate, self._adopt,
-                                       on_refuse=lambda reason: self.metrics.policy_refusals.labels(reason).inc())
+        gate = PolicyGate(
+            artifact.config,
+            settings.policy_name,
+            max_kl=settings.max_policy_kl,
+            score_margin=settings.policy_score_margin,
+        )
+        self.follower = PolicyFollower(
+            settings.bootstrap,
+            self.topics.policy,
+            gate,
+            self._adopt,
+            on_refuse=lambda reason: self.metrics.policy_refusals.labels(reason).inc(),
+        )
         web = {"web_enabled": False} if settings.web_port is None else {"web_port": settings.web_port}
         self.app = WorkerApp(
-            settings.app_id, broker=f"kafka://{settings.bootstrap}", store="memory://",
-            processing_guarantee=settings.guarantee, topic_partitions=settings.partitions,
-            topic_replication_factor=settings.replication.factor, topic_disable_leader=True, producer_acks="all",
-            broker_commit_interval=FAUST_COMMITS_OFF, broker_commit_every=FAUST_COMMITS_OFF,
-            broker_session_timeout=settings.session_timeout, broker_heartbeat_interval=settings.session_timeout / 5,
-            producer_max_request_size=8 << 20, producer_max_batch_size=OUTPUT_BATCH_BYTES, Table=ServiceStateTable, **web)
+            settings.app_id,
+            broker=f"kafka://{settings.bootstrap}",
+            store="memory://",
+            processing_guarantee=settings.guarantee,
+            topic_partitions=settings.partitions,
+            topic_replication_factor=settings.replication.factor,
+            topic_disable_leader=True,
+            producer_acks="all",
+            broker_commit_interval=FAUST_COMMITS_OFF,
+            broker_commit_every=FAUST_COMMITS_OFF,
+            broker_session_timeout=settings.session_timeout,
+            broker_heartbeat_interval=settings.session_timeout / 5,
+            producer_max_request_size=8 << 20,
+            producer_max_batch_size=OUTPUT_BATCH_BYTES,
+            Table=ServiceStateTable,
+            **web,
+        )
         self.usage = self.app.topic(self.topics.usage, schema=RawRecords(), partitions=settings.partitions)
-        self.states = cast(ServiceStateTable, self.app.Table(  # bytes: raw serializer
-            "service-state", key_type=bytes, value_type=bytes, partitions=settings.partitions, use_partitioner=True,
-            extra_topic_configs=settings.replication.config))
+        self.states = cast(
+            ServiceStateTable,
+            self.app.Table(  # bytes: raw serializer
+                "service-state",
+                key_type=bytes,
+                value_type=bytes,
+                partitions=settings.partitions,
+                use_partitioner=True,
+                extra_topic_configs=settings.replication.config,
+            ),
+        )
         self.app.agent(self.usage, name="decide")(self._decide)
         self._producer_for = ProducerFor(self.app, self.topics.usage)
         self._partitions: dict[str, int] = {}
         self._batch = asyncio.Lock()  # held while a batch is sent, and while offsets commit
         self._outgoing: asyncio.Queue[PreparedBatch] = asyncio.Queue(SEND_QUEUE)  # decided, in order, to be sent
-        self._acknowledged: asyncio.Future | None = None  # at_least_once: the last batch's acknowledgement, once delivered
+        self._acknowledged: asyncio.Future | None = (
+            None  # at_least_once: the last batch's acknowledgement, once delivered
+        )
         self.app.timer(settings.commit_interval, name="commit")(self._commit_between_batches)
         self._stalls = StallWatch(settings.stall_timeout)
         watch_every = max(1.0, settings.stall_timeout / 4) if settings.stall_timeout > 0 else WATCH_EVERY
@@ -184,15 +215,25 @@ class StreamWorker:
         try:
             missing = await self._unrestored(assigned)
         except (KafkaError, OSError, TimeoutError) as exc:
-            log.error("could not check the restored state against the committed offsets (%s: %s): holding usage "
-                      "partitions %s and rejoining the group to check again", type(exc).__name__, exc, sorted(assigned))
+            log.error(
+                "could not check the restored state against the committed offsets (%s: %s): holding usage "
+                "partitions %s and rejoining the group to check again",
+                type(exc).__name__,
+                exc,
+                sorted(assigned),
+            )
             consumer.hold(TP(self.topics.usage, p) for p in assigned)
             consumer.rejoin()
             return
         for p, (mark, done) in missing.items():
-            log.error("the state of usage partition %d was not restored (its rows hold events up to offset %d, the "
-                      "group committed %d): deciding nothing for it until its rows are back", p, mark, done,
-                      extra={"partition": p})
+            log.error(
+                "the state of usage partition %d was not restored (its rows hold events up to offset %d, the "
+                "group committed %d): deciding nothing for it until its rows are back",
+                p,
+                mark,
+                done,
+                extra={"partition": p},
+            )
         for p in range(self.settings.partitions):
             self.metrics.state_missing.labels(str(p)).set(int(p in missing))
         consumer.hold(TP(self.topics.usage, p) for p in missing)
@@ -216,11 +257,20 @@ class StreamWorker:
         for p in sorted(assigned):
             mark, done = self.states.watermark(p), committed.get(p, 0)
             if mark != done:  # behind: not restored; ahead: rows of batches sent but perhaps never delivered
-                log.warning("usage partition %d: rows hold events up to offset %d, the group committed %d; reading "
-                            "its rows again from the changelog", p, mark, done, extra={"partition": p})
+                log.warning(
+                    "usage partition %d: rows hold events up to offset %d, the group committed %d; reading "
+                    "its rows again from the changelog",
+                    p,
+                    mark,
+                    done,
+                    extra={"partition": p},
+                )
                 await self.states.reload(self.settings.bootstrap, p)
-        return {p: (self.states.watermark(p), committed[p]) for p in assigned
-                if self.states.watermark(p) < committed.get(p, 0)}
+        return {
+            p: (self.states.watermark(p), committed[p])
+            for p in assigned
+            if self.states.watermark(p) < committed.get(p, 0)
+        }
 
     async def _committed(self) -> dict[int, int]:
         """The offsets the worker's group committed on the usage topic (asked of the broker)."""
@@ -260,18 +310,27 @@ class StreamWorker:
             return
         restored = {p for p in held if self.states.watermark(p) >= committed.get(p, 0)}
         if restored:
-            log.warning("the rows of usage partitions %s reach the group's committed offsets now (read again from the "
-                        "changelog): deciding for them again", sorted(restored), extra={"partition": min(restored)})
+            log.warning(
+                "the rows of usage partitions %s reach the group's committed offsets now (read again from the "
+                "changelog): deciding for them again",
+                sorted(restored),
+                extra={"partition": min(restored)},
+            )
             consumer.hold(TP(self.topics.usage, p) for p in held - restored)
             consumer.resume_partitions(TP(self.topics.usage, p) for p in restored)
             for p in restored:
                 self.metrics.state_missing.labels(str(p)).set(0)
-        stalled = self._stalls.stalled(watched, committed, {tp.partition: end for tp, end in ends.items()},
-                                       time.monotonic())
+        stalled = self._stalls.stalled(
+            watched, committed, {tp.partition: end for tp, end in ends.items()}, time.monotonic()
+        )
         if stalled:
-            log.error("usage partitions %s have had records waiting and nothing committed for %.0f s: rejoining the "
-                      "group, to decide them again from the committed offsets", stalled, self.settings.stall_timeout,
-                      extra={"partition": stalled[0]})
+            log.error(
+                "usage partitions %s have had records waiting and nothing committed for %.0f s: rejoining the "
+                "group, to decide them again from the committed offsets",
+                stalled,
+                self.settings.stall_timeout,
+                extra={"partition": stalled[0]},
+            )
             self.metrics.stall_rejoins.inc()
             self._stalls.reset()
             consumer.rejoin()
@@ -307,8 +366,9 @@ class StreamWorker:
                 batch = await self.prepare(events)
             except Exception as exc:  # the output topics' metadata could not be read, or a bug
                 if not isinstance(exc, TRANSACTION_ERRORS):
-                    log.exception("preparing a batch of %d events failed; deciding again from the committed offsets",
-                                  len(events))
+                    log.exception(
+                        "preparing a batch of %d events failed; deciding again from the committed offsets", len(events)
+                    )
                 acknowledge(events)  # forgotten after the rebalance, and the rows this batch set are read again
                 consumer.transaction_failed(exc)
                 continue
@@ -342,10 +402,12 @@ class StreamWorker:
                 acknowledge(batch.events)
             else:
                 self._acknowledged = asyncio.ensure_future(
-                    self._acknowledge_delivered(batch.events, deliveries, self._acknowledged))
+                    self._acknowledge_delivered(batch.events, deliveries, self._acknowledged)
+                )
 
-    async def _acknowledge_delivered(self, events: Sequence[EventT], deliveries: list[asyncio.Future],
-                                     previous: asyncio.Future | None) -> None:
+    async def _acknowledge_delivered(
+        self, events: Sequence[EventT], deliveries: list[asyncio.Future], previous: asyncio.Future | None
+    ) -> None:
         """``at_least_once``: acknowledge a batch's events once every record it sent is delivered and the batch
         before it is acknowledged (in order: Faust commits past a lone unacknowledged offset at the head of a
         partition). A failed delivery makes the worker rejoin its group first, so nothing commits before the
@@ -384,14 +446,20 @@ class StreamWorker:
         commits, and the rows in memory that a batch never sent are read again from the changelog after the
         rebalance that follows a failed transaction (their watermark is then ahead of the committed offset)."""
         now = time.time()
-        incoming, letters = decode_batch([Raw(e.message.topic, e.message.partition, e.message.offset, e.message.key,
-                                              e.message.value) for e in events], now)
+        incoming, letters = decode_batch(
+            [
+                Raw(e.message.topic, e.message.partition, e.message.offset, e.message.key, e.message.value)
+                for e in events
+            ],
+            now,
+        )
         partition_of = {item.service: item.partition for item in incoming}
         states = self.states
         stored = {service: states.row(service.encode()) for service in partition_of}
         if self.engine.resources:  # a service's resources' transitions are keyed by their rows
-            partition_of |= {key: p for service, p in list(partition_of.items())
-                             for key in self.engine.row_keys(service)}
+            partition_of |= {
+                key: p for service, p in list(partition_of.items()) for key in self.engine.row_keys(service)
+            }
         outcome, refused = decide(self.engine, incoming, stored, states.services(), self.topics.usage, now)
         letters += refused
         outbox = Outbox()
@@ -402,22 +470,34 @@ class StreamWorker:
             states.put(key, row)
             outbox.add(partition_of[service], changelog, key_partition(key, partitions[changelog]), key, row)
         for partition in sorted({e.message.partition for e in events}):
-            mark = states.advance_watermark(partition, 1 + max(e.message.offset for e in events
-                                                               if e.message.partition == partition))
+            mark = states.advance_watermark(
+                partition, 1 + max(e.message.offset for e in events if e.message.partition == partition)
+            )
             if mark is not None:
                 outbox.add(partition, changelog, partition, *mark)
         topics = self.topics
         for a in outcome.actions:
             key = a.service.encode()
-            outbox.add(partition_of[a.service], topics.actions, key_partition(key, partitions[topics.actions]), key,
-                       a.to_bytes())
+            outbox.add(
+                partition_of[a.service],
+                topics.actions,
+                key_partition(key, partitions[topics.actions]),
+                key,
+                a.to_bytes(),
+            )
         for t in outcome.transitions:
             key = t.service.encode()
-            outbox.add(partition_of[t.service], topics.replay, key_partition(key, partitions[topics.replay]), key,
-                       t.to_bytes())
+            outbox.add(
+                partition_of[t.service], topics.replay, key_partition(key, partitions[topics.replay]), key, t.to_bytes()
+            )
         for letter in letters:
-            outbox.add(letter.partition, topics.deadletter, key_partition(letter.key, partitions[topics.deadletter]),
-                       letter.key, letter.record.to_bytes())
+            outbox.add(
+                letter.partition,
+                topics.deadletter,
+                key_partition(letter.key, partitions[topics.deadletter]),
+                letter.key,
+                letter.record.to_bytes(),
+            )
         return PreparedBatch(events, incoming, outcome, letters, outbox)
 
     async def _partition_counts(self, changelog: str) -> dict[str, int]:
@@ -429,8 +509,13 @@ class StreamWorker:
                 self._partitions[topic] = len(producer.client.cluster.partitions_for_topic(topic))
         return self._partitions
 
-    def _observe(self, events: Sequence[EventT], incoming: list[Incoming | BadValue], outcome: BatchOutcome,
-                 letters: list[Letter]) -> None:
+    def _observe(
+        self,
+        events: Sequence[EventT],
+        incoming: list[Incoming | BadValue],
+        outcome: BatchOutcome,
+        letters: list[Letter],
+    ) -> None:
         """Metrics, recent decisions and logs of one handled batch."""
         m = self.metrics
         m.events.inc(len(events))
@@ -453,17 +538,32 @@ class StreamWorker:
                 m.lag.labels(str(tp.partition)).set(max(0, highwater - event.message.offset - 1))
         for change in outcome.ranges:
             m.range_changes.labels(change.reason).inc()
-            log.warning("range of %s moved from [%.6g, %.6g] to [%.6g, %.6g] at tick %d (%s)", change.service,
-                        change.low, change.high, change.new_low, change.new_high, change.tick, change.reason,
-                        extra={"service": change.service, "tick": change.tick, "reason": change.reason})
+            log.warning(
+                "range of %s moved from [%.6g, %.6g] to [%.6g, %.6g] at tick %d (%s)",
+                change.service,
+                change.low,
+                change.high,
+                change.new_low,
+                change.new_high,
+                change.tick,
+                change.reason,
+                extra={"service": change.service, "tick": change.tick, "reason": change.reason},
+            )
         for letter in letters:
             dead = letter.record
             m.dead_letters.labels(dead.reason).inc()
             context = {"reason": dead.reason, "partition": dead.partition, "offset": dead.offset}
             if letter.service is not None:
                 context.update(service=letter.service, tick=letter.tick)
-            log.warning("dead letter (%s) from %s[%d]@%d: %s", dead.reason, dead.topic, dead.partition, dead.offset,
-                        dead.detail, extra=context)
+            log.warning(
+                "dead letter (%s) from %s[%d]@%d: %s",
+                dead.reason,
+                dead.topic,
+                dead.partition,
+                dead.offset,
+                dead.detail,
+                extra=context,
+            )
 
     def _remember(self, action: Action) -> None:
         history = self.recent.get(action.service)

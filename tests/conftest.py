@@ -5,10 +5,11 @@ Kafka (KRaft) where a Docker engine answers; else the broker picrl provisions it
 (``picrl.kafka.LocalKafka``: Maven-fetched jars, a child JVM on a free loopback port).
 A broker that cannot be had fails the tests that need it, loudly; it never turns into skips.
 """
+
 from __future__ import annotations
 
 import os
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
 import torch

@@ -1,4 +1,5 @@
 """The broker-outage log filter: aiokafka's connection errors become a first line, counts and an end line."""
+
 from __future__ import annotations
 
 import logging
@@ -19,8 +20,9 @@ def test_an_outage_is_one_line_then_counts_then_an_end_line(monkeypatch: pytest.
     monkeypatch.setattr(outage.time, "monotonic", lambda: clock[0])
     monkeypatch.setattr(outage.time, "time", lambda: clock[0])
     filter_ = BrokerOutageFilter()
-    connect = _record("aiokafka", "Unable connect to node with id 1: [Errno 111] Connect call failed (%r, %d)",
-                      "127.0.0.1", 9092)
+    connect = _record(
+        "aiokafka", "Unable connect to node with id 1: [Errno 111] Connect call failed (%r, %d)", "127.0.0.1", 9092
+    )
     assert filter_.filter(connect)
     assert connect.getMessage().startswith("Kafka broker 127.0.0.1:9092 unreachable since 00:16:40Z (Unable connect")
     passed = []
@@ -34,8 +36,11 @@ def test_an_outage_is_one_line_then_counts_then_an_end_line(monkeypatch: pytest.
     unrelated = _record("picrl.worker", "decided %d", 3, level=logging.INFO)
     assert filter_.filter(unrelated) and unrelated.getMessage() == "decided 3"  # during the outage: untouched
     clock[0] += outage.QUIET + 1
-    after = _record("aiokafka.consumer.group_coordinator", "Heartbeat failed for group g because it is rebalancing",
-                    level=logging.WARNING)
+    after = _record(
+        "aiokafka.consumer.group_coordinator",
+        "Heartbeat failed for group g because it is rebalancing",
+        level=logging.WARNING,
+    )
     assert filter_.filter(after)
     assert after.getMessage().startswith("Kafka broker 127.0.0.1:9092 answered again after 60 s")
     assert after.getMessage().endswith("Heartbeat failed for group g because it is rebalancing")

@@ -5,6 +5,7 @@ load torch or Faust (seconds), and ``picrl --help`` or ``picrl kafka status`` sh
 ``SUMMARIES`` holds the one-line help ``picrl --help`` shows for the commands it does not import; a
 test keeps each equal to the help its module registers.
 """
+
 from __future__ import annotations
 
 import importlib

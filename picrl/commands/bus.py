@@ -1,4 +1,5 @@
 """Shared CLI options of the commands that talk to Kafka, resolved through ``picrl.settings``."""
+
 from __future__ import annotations
 
 import argparse
@@ -23,27 +24,42 @@ def add_bus_arguments(parser: argparse.ArgumentParser, *, partitions: bool = Tru
     """``--bootstrap``, ``--prefix`` (and ``--partitions``) and ``--settings``; unset flags fall back to the
     settings file, then ``PICRL_*`` variables, then defaults (see ``picrl config show``)."""
     group = parser.add_argument_group("Kafka (unset: settings file, then PICRL_* environment, then defaults)")
-    group.add_argument("--bootstrap", metavar="HOST:PORT",
-                       help="a Kafka cluster (default: the local broker of `picrl kafka start`)")
-    group.add_argument("--prefix", help="topic name prefix: <prefix>.usage, .actions, .replay, .policy, .deadletter "
-                                        "(default picrl)")
+    group.add_argument(
+        "--bootstrap", metavar="HOST:PORT", help="a Kafka cluster (default: the local broker of `picrl kafka start`)"
+    )
+    group.add_argument(
+        "--prefix", help="topic name prefix: <prefix>.usage, .actions, .replay, .policy, .deadletter (default picrl)"
+    )
     if partitions:
-        group.add_argument("--partitions", type=int,
-                           help="partitions of the keyed topics; scale out with one worker per few partitions (default 8)")
-    group.add_argument("--bootstrap-timeout", type=float, metavar="SECONDS",
-                       help="seconds to wait for Kafka to answer at start before exiting with an error (default 120)")
+        group.add_argument(
+            "--partitions",
+            type=int,
+            help="partitions of the keyed topics; scale out with one worker per few partitions (default 8)",
+        )
+    group.add_argument(
+        "--bootstrap-timeout",
+        type=float,
+        metavar="SECONDS",
+        help="seconds to wait for Kafka to answer at start before exiting with an error (default 120)",
+    )
     group.add_argument("--settings", type=Path, metavar="FILE", help="JSON settings file (default $PICRL_SETTINGS)")
 
 
 def add_replication_arguments(parser: argparse.ArgumentParser) -> None:
     """``--replication-factor`` and ``--min-insync-replicas`` of the topics a command creates."""
-    group = parser.add_argument_group("replication of the topics created (picrl's and the worker's changelog; "
-                                      "existing topics are kept as they are)")
-    group.add_argument("--replication-factor", type=int, metavar="N",
-                       help="replicas of each partition (default min(3, live brokers))")
-    group.add_argument("--min-insync-replicas", type=int, metavar="N",
-                       help="replicas that must have a write before it is acknowledged (producers use acks=all; "
-                            "default: replication factor - 1, at least 1)")
+    group = parser.add_argument_group(
+        "replication of the topics created (picrl's and the worker's changelog; existing topics are kept as they are)"
+    )
+    group.add_argument(
+        "--replication-factor", type=int, metavar="N", help="replicas of each partition (default min(3, live brokers))"
+    )
+    group.add_argument(
+        "--min-insync-replicas",
+        type=int,
+        metavar="N",
+        help="replicas that must have a write before it is acknowledged (producers use acks=all; "
+        "default: replication factor - 1, at least 1)",
+    )
 
 
 def settings_from_args(args: argparse.Namespace, **flags: Any) -> Settings:
@@ -79,8 +95,10 @@ def wait_for_kafka(bootstrap: str, timeout: float) -> None:
         time.sleep(min(1.0, left))
         if answers_metadata(bootstrap, max(0.1, min(2.0, deadline - time.monotonic()))):
             return
-    raise KafkaUnreachable(f"Kafka at {bootstrap} did not answer within {timeout:g} s: check --bootstrap and that "
-                           f"the brokers run (--bootstrap-timeout sets the wait)")
+    raise KafkaUnreachable(
+        f"Kafka at {bootstrap} did not answer within {timeout:g} s: check --bootstrap and that "
+        f"the brokers run (--bootstrap-timeout sets the wait)"
+    )
 
 
 def reachable_bootstrap(settings: Settings) -> str:
@@ -106,9 +124,12 @@ class JsonFormatter(logging.Formatter):
     ``extra``; tracebacks only for unexpected errors (``log.exception``)."""
 
     def format(self, record: logging.LogRecord) -> str:
-        entry: dict[str, Any] = {"time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
-                                 + f".{int(record.msecs):03d}Z", "level": record.levelname.lower(),
-                                 "logger": record.name, "message": record.getMessage()}
+        entry: dict[str, Any] = {
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z",
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
         for key in ("service", "tick", "reason", "version", "partition", "offset"):
             if hasattr(record, key):
                 entry[key] = getattr(record, key)
@@ -120,9 +141,15 @@ class JsonFormatter(logging.Formatter):
 # What aiokafka logs as a warning or an error although it only retries or goes on: states a cluster passes through
 # at a first start (the consumer offsets or transaction state topic being created), while a node starts, when a
 # worker joins the group, and in a fail-over.
-RETRIED_STATES = ("GroupCoordinatorNotAvailableError", "Marking the coordinator dead", "NotEnoughReplicas",
-                  "NotLeaderForPartitionError", "LeaderNotAvailableError", "CoordinatorLoadInProgressError",
-                  "because it is rebalancing")
+RETRIED_STATES = (
+    "GroupCoordinatorNotAvailableError",
+    "Marking the coordinator dead",
+    "NotEnoughReplicas",
+    "NotLeaderForPartitionError",
+    "LeaderNotAvailableError",
+    "CoordinatorLoadInProgressError",
+    "because it is rebalancing",
+)
 
 
 class RetriedStates(logging.Filter):
@@ -130,8 +157,11 @@ class RetriedStates(logging.Filter):
     they are no warning; one that lasts shows as what it leads to (a failed transaction, a stalled partition)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if record.levelno > logging.INFO and record.name.startswith("aiokafka") and \
-                any(text in record.getMessage() for text in RETRIED_STATES):
+        if (
+            record.levelno > logging.INFO
+            and record.name.startswith("aiokafka")
+            and any(text in record.getMessage() for text in RETRIED_STATES)
+        ):
             record.levelno, record.levelname = logging.INFO, "INFO"
             return logging.getLogger().isEnabledFor(logging.INFO)  # dropped under --log-level warning
         return True
@@ -146,19 +176,29 @@ def logging_config(level: str, log_format: str = "text") -> dict[str, Any]:
     The worker hands the same dict to ``faust.Worker(logging_config=...)``, which otherwise replaces
     the root handlers with its own text format when it starts."""
     level = level.upper()
-    formatter = ({"()": JsonFormatter} if log_format == "json" else
-                 {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"})
+    formatter = (
+        {"()": JsonFormatter} if log_format == "json" else {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}
+    )
     loggers: dict[str, dict[str, str]] = {}
     if level != "DEBUG":
         loggers = {name: {"level": "WARNING"} for name in NOISY_LOGGERS}
         loggers["mode.timers"] = {"level": "ERROR"}  # "Timer commit is overlapping" at short intervals
     return {
-        "version": 1, "disable_existing_loggers": False,
+        "version": 1,
+        "disable_existing_loggers": False,
         "formatters": {"picrl": formatter},
-        "filters": {"retried": {"()": RetriedStates},  # expected start-up states -> info
-                    "broker_outage": {"()": BrokerOutageFilter}},  # aiokafka's error flood -> a few lines
-        "handlers": {"stderr": {"class": "logging.StreamHandler", "stream": "ext://sys.stderr", "formatter": "picrl",
-                                "filters": ["retried", "broker_outage"]}},
+        "filters": {
+            "retried": {"()": RetriedStates},  # expected start-up states -> info
+            "broker_outage": {"()": BrokerOutageFilter},
+        },  # aiokafka's error flood -> a few lines
+        "handlers": {
+            "stderr": {
+                "class": "logging.StreamHandler",
+                "stream": "ext://sys.stderr",
+                "formatter": "picrl",
+                "filters": ["retried", "broker_outage"],
+            }
+        },
         "root": {"level": level, "handlers": ["stderr"]},
         "loggers": loggers,
     }

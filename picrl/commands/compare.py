@@ -1,4 +1,5 @@
 """``picrl compare``: PIC-RL against every baseline and ablation under the same PIC loop (Tables 2-3)."""
+
 from __future__ import annotations
 
 import argparse
@@ -15,9 +16,19 @@ from tqdm import tqdm
 from picrl.commands.source import load_trace
 from picrl.comparison.figures import plot_ablation_bars, plot_cumulative_regret, plot_resources, plot_trajectories
 from picrl.comparison.runner import FULL, QUICK, CellCache, CellResult, run_comparison, test_series
-from picrl.comparison.tables import (full_information_pairs, idle_shares, markdown_censoring_cost, markdown_fleet,
-                                     markdown_resources, markdown_table2, markdown_table3, summarise,
-                                     table2_methods, table3_methods, write_csv)
+from picrl.comparison.tables import (
+    full_information_pairs,
+    idle_shares,
+    markdown_censoring_cost,
+    markdown_fleet,
+    markdown_resources,
+    markdown_table2,
+    markdown_table3,
+    summarise,
+    table2_methods,
+    table3_methods,
+    write_csv,
+)
 from picrl.datasets import DATASETS, FLEETS, Trace, load_dataset, load_resource_csv
 from picrl.kafka.local_broker import default_cache
 from picrl_core.config import PicRLConfig
@@ -26,48 +37,83 @@ from picrl_core.methods import REGISTRY
 
 def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser(
-        "compare", help="reproduce Tables 2 and 3: PIC-RL vs baselines and ablations under the same PIC loop",
+        "compare",
+        help="reproduce Tables 2 and 3: PIC-RL vs baselines and ablations under the same PIC loop",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Train every method on each dataset's training split and run it on the test split in the "
-                    "counterfactual simulator, seeing only min(d, a) and the censoring flag, for several seeds. "
-                    "Writes table2.md/.csv (baselines), censoring_cost.md (each method's regret over its full-information "
-                    "reference), table3.md/.csv (ablations), fleet.md (for a fleet: the spread of regret over its services), "
-                    "resources.md and resources.png (for services provisioned several resources: each resource's regret "
-                    "and shortages; resources-<dataset>.png when there are several such datasets), results.json and figures "
-                    "(trajectories.png, ablation_bars.png, cumulative_regret.png) to --out. Finished cells are "
-                    "cached, so a rerun (or a run with more seeds or methods) trains only what is new.",
-        epilog="methods:\n" + "\n".join(f"  {name:<13} {m.label} [{m.group}]: {m.reference}"
-                                        for name, m in REGISTRY.items()))
+        "counterfactual simulator, seeing only min(d, a) and the censoring flag, for several seeds. "
+        "Writes table2.md/.csv (baselines), censoring_cost.md (each method's regret over its full-information "
+        "reference), table3.md/.csv (ablations), fleet.md (for a fleet: the spread of regret over its services), "
+        "resources.md and resources.png (for services provisioned several resources: each resource's regret "
+        "and shortages; resources-<dataset>.png when there are several such datasets), results.json and figures "
+        "(trajectories.png, ablation_bars.png, cumulative_regret.png) to --out. Finished cells are "
+        "cached, so a rerun (or a run with more seeds or methods) trains only what is new.",
+        epilog="methods:\n"
+        + "\n".join(f"  {name:<13} {m.label} [{m.group}]: {m.reference}" for name, m in REGISTRY.items()),
+    )
     source = parser.add_argument_group("data (default: the three bundled datasets)")
-    source.add_argument("--datasets", nargs="+", default=["all"], choices=["all", *DATASETS, *FLEETS], metavar="NAME",
-                        help=f"bundled datasets to compare on: all (the paper's {', '.join(DATASETS)}) and/or the "
-                             f"fleets {', '.join(FLEETS)} (many services as one fleet: pods is the 91 GenAI pods, the "
-                             "-2r ones provision each pod GPU memory and GPU compute at once, -oom where a memory "
-                             "shortage kills the pod; metrics are the mean over services)")
+    source.add_argument(
+        "--datasets",
+        nargs="+",
+        default=["all"],
+        choices=["all", *DATASETS, *FLEETS],
+        metavar="NAME",
+        help=f"bundled datasets to compare on: all (the paper's {', '.join(DATASETS)}) and/or the "
+        f"fleets {', '.join(FLEETS)} (many services as one fleet: pods is the 91 GenAI pods, the "
+        "-2r ones provision each pod GPU memory and GPU compute at once, -oom where a memory "
+        "shortage kills the pod; metrics are the mean over services)",
+    )
     source.add_argument("--trace", type=Path, help="a CSV file (plain or .gz) instead of the bundled datasets")
     source.add_argument("--column", help="demand column of --trace")
     source.add_argument("--time-column", help="time column of --trace (seconds or ISO 8601)")
     source.add_argument("--context-columns", nargs="*", default=(), metavar="NAME", help="extra inputs from --trace")
-    source.add_argument("--resources", nargs="+", metavar="NAME=COLUMN", type=_resource_column,
-                        help="instead of --column: one service of --trace provisioned several resources at once, each "
-                             "resource's demand in its own column, e.g. gpu_mem=mem_bytes gpu_compute=duty_pct (a "
-                             "memory shortage censors compute too; resources.md and resources.png)")
-    source.add_argument("--hard-shortage", choices=("requests", "pod"), default="requests",
-                        help="with --resources, what a memory shortage does: requests (default: the requests that do "
-                             "not fit fail) or pod (an OOM kill: nothing of the tick is served)")
-    parser.add_argument("--methods", nargs="+", default=["all"], choices=["all", *REGISTRY], metavar="NAME",
-                        help="methods to run (default all; names below)")
-    parser.add_argument("--seeds", type=int, default=None,
-                        help="seeds 0..N-1 per (dataset, method) (default 5; 1 with --quick)")
-    parser.add_argument("--quick", action="store_true",
-                        help=f"tiny budgets ({QUICK.predictor_epochs} epochs, {QUICK.pretrain_iterations} Phase-2 "
-                             f"iterations), the first {QUICK.test_ticks} test ticks and PIC-RL's temperature rate not "
-                             "chosen on validation: a look in minutes")
-    parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
-                        help="(dataset, seed) groups run in parallel processes (default: 2 or the CPU count)")
-    parser.add_argument("--config", type=Path, metavar="FILE",
-                        help="JSON file overriding hyper-parameters of picrl_core/config.py for every method; "
-                             "configs/paper.json is the paper's Phase 3 as printed (its Table 2)")
+    source.add_argument(
+        "--resources",
+        nargs="+",
+        metavar="NAME=COLUMN",
+        type=_resource_column,
+        help="instead of --column: one service of --trace provisioned several resources at once, each "
+        "resource's demand in its own column, e.g. gpu_mem=mem_bytes gpu_compute=duty_pct (a "
+        "memory shortage censors compute too; resources.md and resources.png)",
+    )
+    source.add_argument(
+        "--hard-shortage",
+        choices=("requests", "pod"),
+        default="requests",
+        help="with --resources, what a memory shortage does: requests (default: the requests that do "
+        "not fit fail) or pod (an OOM kill: nothing of the tick is served)",
+    )
+    parser.add_argument(
+        "--methods",
+        nargs="+",
+        default=["all"],
+        choices=["all", *REGISTRY],
+        metavar="NAME",
+        help="methods to run (default all; names below)",
+    )
+    parser.add_argument(
+        "--seeds", type=int, default=None, help="seeds 0..N-1 per (dataset, method) (default 5; 1 with --quick)"
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help=f"tiny budgets ({QUICK.predictor_epochs} epochs, {QUICK.pretrain_iterations} Phase-2 "
+        f"iterations), the first {QUICK.test_ticks} test ticks and PIC-RL's temperature rate not "
+        "chosen on validation: a look in minutes",
+    )
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=min(2, os.cpu_count() or 1),
+        help="(dataset, seed) groups run in parallel processes (default: 2 or the CPU count)",
+    )
+    parser.add_argument(
+        "--config",
+        type=Path,
+        metavar="FILE",
+        help="JSON file overriding hyper-parameters of picrl_core/config.py for every method; "
+        "configs/paper.json is the paper's Phase 3 as printed (its Table 2)",
+    )
     parser.add_argument("--cache", type=Path, help="cache folder (default ~/.cache/picrl; cells in compare/)")
     parser.add_argument("--out", type=Path, required=True, help="folder for tables, results.json and figures")
     parser.set_defaults(handler=run)
@@ -84,13 +130,21 @@ def _resource_column(text: str) -> tuple[str, str]:
 def _traces(args: argparse.Namespace) -> dict[str, Trace]:
     if args.resources:
         if not args.trace or args.column or args.context_columns:
-            raise ValueError("--resources reads --trace FILE, each resource from its own column (no --column or "
-                             "--context-columns)")
+            raise ValueError(
+                "--resources reads --trace FILE, each resource from its own column (no --column or --context-columns)"
+            )
         trace = load_resource_csv(args.trace, dict(args.resources), args.time_column, args.hard_shortage == "pod")
         return {trace.name: trace}
     if args.trace:
-        trace = load_trace(argparse.Namespace(dataset=None, trace=args.trace, column=args.column,
-                                              time_column=args.time_column, context_columns=args.context_columns))
+        trace = load_trace(
+            argparse.Namespace(
+                dataset=None,
+                trace=args.trace,
+                column=args.column,
+                time_column=args.time_column,
+                context_columns=args.context_columns,
+            )
+        )
         return {trace.name: trace}
     names = list(dict.fromkeys(args.datasets))
     if "all" in names:  # the paper's three; a fleet only when named (it trains on 91 series: minutes per cell)
@@ -114,16 +168,28 @@ class MethodBars:
     def __init__(self, methods: list[str], total: int) -> None:
         self.width = max(len(m) for m in methods)
         self.total, self.finished = total * len(methods), 0
-        self.bars = {m: tqdm(total=total, desc=f"{m:<{self.width}}", unit="cell", position=i, dynamic_ncols=True,
-                             leave=True) for i, m in enumerate(methods)} if sys.stderr.isatty() else {}
+        self.bars = (
+            {
+                m: tqdm(total=total, desc=f"{m:<{self.width}}", unit="cell", position=i, dynamic_ncols=True, leave=True)
+                for i, m in enumerate(methods)
+            }
+            if sys.stderr.isatty()
+            else {}
+        )
 
     def update(self, result: CellResult) -> None:
         cell = result.cell
-        state = "failed" if result.error else f"MAE {result.metrics['mae']:.4f}" + (" (cached)" if result.cached else "")
+        state = (
+            "failed" if result.error else f"MAE {result.metrics['mae']:.4f}" + (" (cached)" if result.cached else "")
+        )
         self.finished += 1
         if not self.bars:
-            print(f"[{self.finished}/{self.total}] {cell.method:<{self.width}} {cell.dataset} seed {cell.seed}: "
-                  f"{state} ({result.fit_and_run_seconds:.1f} s)", file=sys.stderr, flush=True)
+            print(
+                f"[{self.finished}/{self.total}] {cell.method:<{self.width}} {cell.dataset} seed {cell.seed}: "
+                f"{state} ({result.fit_and_run_seconds:.1f} s)",
+                file=sys.stderr,
+                flush=True,
+            )
             return
         bar = self.bars[cell.method]
         bar.update(1)
@@ -143,8 +209,11 @@ def run(args: argparse.Namespace) -> int:
     budget = QUICK if args.quick else FULL
     traces = _traces(args)
     multi_resource = any(trace.resources for trace in traces.values())
-    methods = ([m for m in REGISTRY if multi_resource or not REGISTRY[m].multi_resource_only] if "all" in args.methods
-               else list(dict.fromkeys(args.methods)))
+    methods = (
+        [m for m in REGISTRY if multi_resource or not REGISTRY[m].multi_resource_only]
+        if "all" in args.methods
+        else list(dict.fromkeys(args.methods))
+    )
     config = _base_config(args.config)
     series = {name: test_series(trace, budget) for name, trace in traces.items()}
     for name, prepared in series.items():
@@ -167,7 +236,10 @@ def run(args: argparse.Namespace) -> int:
     written = []
     if table2_methods(methods):
         (args.out / "table2.md").write_text(table2)
-        written += [args.out / "table2.md", write_csv(args.out / "table2.csv", summaries, table2_methods(methods), datasets)]
+        written += [
+            args.out / "table2.md",
+            write_csv(args.out / "table2.csv", summaries, table2_methods(methods), datasets),
+        ]
         print("\nTable 2: test-split MAE, regret and shortage rate (mean ± std over seeds; lowest regret in bold)\n")
         print(table2)
     if full_information_pairs(methods):
@@ -178,15 +250,21 @@ def run(args: argparse.Namespace) -> int:
         print(censoring)
     if len(table3_methods(methods)) > 1:
         (args.out / "table3.md").write_text(table3)
-        written += [args.out / "table3.md", write_csv(args.out / "table3.csv", summaries, table3_methods(methods), datasets)]
+        written += [
+            args.out / "table3.md",
+            write_csv(args.out / "table3.csv", summaries, table3_methods(methods), datasets),
+        ]
         print("Table 3: ablations (ΔMAE relative to PIC-RL Full)\n")
         print(table3)
     demands = {name: s.test if s.services == 1 else s.by_service("test").T for name, s in series.items()}
     multi = [n for n in datasets if series[n].resources]
     sections = []
     for name in multi:
-        table = (markdown_resources(results, name, methods, series[name].resources) + "\n"
-                 + idle_shares(demands[name], series[name].resources))
+        table = (
+            markdown_resources(results, name, methods, series[name].resources)
+            + "\n"
+            + idle_shares(demands[name], series[name].resources)
+        )
         sections.append(f"### {name}\n\n{table}")
         print(f"Resources of {name} (mean over seeds)\n")
         print(table)
@@ -199,34 +277,68 @@ def run(args: argparse.Namespace) -> int:
         written.append(args.out / "resources.md")
     fleets = [name for name in datasets if series[name].services > 1 and not series[name].resources]
     if fleets and table2_methods(methods):
-        spread = "".join(f"### {name} ({series[name].services} services)\n\n"
-                         f"{markdown_fleet(results, demands[name], name, methods, config.cost)}\n" for name in fleets)
+        spread = "".join(
+            f"### {name} ({series[name].services} services)\n\n"
+            f"{markdown_fleet(results, demands[name], name, methods, config.cost)}\n"
+            for name in fleets
+        )
         (args.out / "fleet.md").write_text(spread)
         written.append(args.out / "fleet.md")
         print("Fleets: regret of each service, pooled over seeds\n")
         print(spread)
     figure_dataset = "genai-mem" if "genai-mem" in traces else datasets[0]
-    written += [p for p in (
-        plot_trajectories(results, demands[figure_dataset], figure_dataset, 0, args.out / "trajectories.png"),
-        plot_ablation_bars(summaries, methods, datasets, args.out / "ablation_bars.png"),
-        plot_cumulative_regret(results, demands, methods, config.cost, args.out / "cumulative_regret.png"),
-    ) if p is not None]
+    written += [
+        p
+        for p in (
+            plot_trajectories(results, demands[figure_dataset], figure_dataset, 0, args.out / "trajectories.png"),
+            plot_ablation_bars(summaries, methods, datasets, args.out / "ablation_bars.png"),
+            plot_cumulative_regret(results, demands, methods, config.cost, args.out / "cumulative_regret.png"),
+        )
+        if p is not None
+    ]
     failed = [r for r in results if r.error]
     report = {
         "command": " ".join(["picrl", *sys.argv[1:]]) if sys.argv[0].endswith("picrl") else " ".join(sys.argv),
-        "wall_seconds": wall, "jobs": args.jobs, "seeds": seeds, "budget": budget.__dict__,
-        "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "python": platform.python_version(),
-                    "torch": torch.__version__},
+        "wall_seconds": wall,
+        "jobs": args.jobs,
+        "seeds": seeds,
+        "budget": budget.__dict__,
+        "machine": {
+            "platform": platform.platform(),
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+        },
         "config": config.to_dict(),
-        "datasets": {name: {"test_ticks": int(s.by_service("test").shape[1]), "services": s.services,
-                            "step_seconds": traces[name].step_seconds,
-                            "notes": list(s.notes)} for name, s in series.items()},
-        "methods": {m: {"label": REGISTRY[m].label, "group": REGISTRY[m].group, "reference": REGISTRY[m].reference}
-                    for m in methods},
-        "cells": [{"dataset": r.cell.dataset, "seed": r.cell.seed, "method": r.cell.method, "metrics": r.metrics,
-                   "seconds": r.fit_and_run_seconds, "cached": r.cached, "error": r.error} for r in results],
-        "summary": [{"method": s.method, "dataset": s.dataset, "seeds": s.n, "failed": s.failed, "mean": s.mean,
-                     "std": s.std} for s in summaries.values()],
+        "datasets": {
+            name: {
+                "test_ticks": int(s.by_service("test").shape[1]),
+                "services": s.services,
+                "step_seconds": traces[name].step_seconds,
+                "notes": list(s.notes),
+            }
+            for name, s in series.items()
+        },
+        "methods": {
+            m: {"label": REGISTRY[m].label, "group": REGISTRY[m].group, "reference": REGISTRY[m].reference}
+            for m in methods
+        },
+        "cells": [
+            {
+                "dataset": r.cell.dataset,
+                "seed": r.cell.seed,
+                "method": r.cell.method,
+                "metrics": r.metrics,
+                "seconds": r.fit_and_run_seconds,
+                "cached": r.cached,
+                "error": r.error,
+            }
+            for r in results
+        ],
+        "summary": [
+            {"method": s.method, "dataset": s.dataset, "seeds": s.n, "failed": s.failed, "mean": s.mean, "std": s.std}
+            for s in summaries.values()
+        ],
     }
     (args.out / "results.json").write_text(json.dumps(report, indent=2) + "\n")
     written.append(args.out / "results.json")
@@ -234,6 +346,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"{len(results)} cells ({computed} computed, {len(results) - computed} from the cache) in {wall:.0f} s")
     print("written: " + ", ".join(str(p) for p in written))
     for result in failed:
-        print(f"\nFAILED {result.cell.method} on {result.cell.dataset} seed {result.cell.seed}:\n{result.error}",
-              file=sys.stderr)
+        print(
+            f"\nFAILED {result.cell.method} on {result.cell.dataset} seed {result.cell.seed}:\n{result.error}",
+            file=sys.stderr,
+        )
     return 1 if failed else 0

@@ -1,4 +1,5 @@
 """``picrl config show``: the effective settings and where each value came from."""
+
 from __future__ import annotations
 
 import argparse
@@ -9,10 +10,12 @@ from picrl.settings import SPECS, load_settings
 
 def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser(
-        "config", help="show the effective settings of workers and trainers, with the source of each",
+        "config",
+        help="show the effective settings of workers and trainers, with the source of each",
         description="Resolve every setting from its default, the settings file (--settings or $PICRL_SETTINGS) "
-                    "and PICRL_<NAME> environment variables, and print the value, its source and its meaning. "
-                    "An invalid setting is an error naming it.")
+        "and PICRL_<NAME> environment variables, and print the value, its source and its meaning. "
+        "An invalid setting is an error naming it.",
+    )
     parser.add_argument("action", choices=("show",))
     parser.add_argument("--settings", type=Path, metavar="FILE", help="JSON settings file (default $PICRL_SETTINGS)")
     parser.set_defaults(handler=run)

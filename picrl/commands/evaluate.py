@@ -1,4 +1,5 @@
 """``picrl evaluate``: Phase 3 (online, censored feedback only) on a trace's test split."""
+
 from __future__ import annotations
 
 import argparse
@@ -19,11 +20,13 @@ _COLUMNS = ("mae", "regret", "shortage_rate", "under_mass", "over_mass", "action
 
 def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser(
-        "evaluate", help="run PIC-RL online on a trace's test split and report MAE, regret and shortages",
+        "evaluate",
+        help="run PIC-RL online on a trace's test split and report MAE, regret and shortages",
         description="Run Phase 3 on the test split in the counterfactual simulator: the controller only sees "
-                    "min(d, a) and the censoring flag. Without --model, phases 1 and 2 are first trained on the "
-                    "trace's own training split and cached (a rerun with the same trace and settings reuses them). "
-                    "Writes metrics.json, trajectory.csv and phase3.png (and training.png) to --out.")
+        "min(d, a) and the censoring flag. Without --model, phases 1 and 2 are first trained on the "
+        "trace's own training split and cached (a rerun with the same trace and settings reuses them). "
+        "Writes metrics.json, trajectory.csv and phase3.png (and training.png) to --out.",
+    )
     add_trace_arguments(parser)
     parser.add_argument("--model", type=Path, help="a model folder from `picrl train` (default: train and cache)")
     parser.add_argument("--cache", type=Path, default=None, help="model cache folder (default ~/.cache/picrl)")
@@ -42,8 +45,10 @@ def run(args: argparse.Namespace) -> int:
         origin = f"{'trained and cached' if trained else 'cached model'} {folder}"
     channels = 0 if series.test_ctx is None else series.test_ctx.shape[1]
     if channels != artifact.config.predictor.context_channels:
-        raise ValueError(f"the model expects {artifact.config.predictor.context_channels} context channel(s) "
-                         f"but the trace has {channels}")
+        raise ValueError(
+            f"the model expects {artifact.config.predictor.context_channels} context channel(s) "
+            f"but the trace has {channels}"
+        )
     args.out.mkdir(parents=True, exist_ok=True)
     inputs = evaluation_inputs(series, artifact.config.predictor.window)
     started = time.monotonic()
@@ -52,21 +57,53 @@ def run(args: argparse.Namespace) -> int:
     seconds = time.monotonic() - started
     metrics = result.metrics.to_dict()
     report = {
-        "series": trace.name, "model": origin, "test_ticks": int(series.test.shape[0]), "online_seconds": seconds,
-        "metrics": metrics, "slow_updates": [u.to_dict() for u in result.updates], "notes": list(series.notes),
-        "phase1": {k: artifact.reports.get("phase1", {}).get(k) for k in ("val_mae", "val_nll", "coverage_1sigma", "coverage_2sigma")},
+        "series": trace.name,
+        "model": origin,
+        "test_ticks": int(series.test.shape[0]),
+        "online_seconds": seconds,
+        "metrics": metrics,
+        "slow_updates": [u.to_dict() for u in result.updates],
+        "notes": list(series.notes),
+        "phase1": {
+            k: artifact.reports.get("phase1", {}).get(k)
+            for k in ("val_mae", "val_nll", "coverage_1sigma", "coverage_2sigma")
+        },
     }
     (args.out / "metrics.json").write_text(json.dumps(report, indent=2) + "\n")
     tr = result.trajectory.column(0)
-    table = np.column_stack([np.arange(tr.demand.shape[0]), tr.demand[:, 0], tr.action[:, 0], tr.observed[:, 0],
-                             tr.censored[:, 0], tr.mu[:, 0], tr.sigma[:, 0], tr.k[:, 0], tr.eta[:, 0],
-                             tr.margin[:, 0], tr.bias[:, 0], tr.reward[:, 0]])
-    np.savetxt(args.out / "trajectory.csv", table, delimiter=",", fmt="%.6g", comments="",
-               header="tick,demand,action,observed,censored,mu,sigma,k,eta,margin,bias,reward")
-    plot_phase3(result.trajectory, artifact.config.cost, args.out / "phase3.png", title=f"PIC-RL on {trace.name} (test split)")
+    table = np.column_stack(
+        [
+            np.arange(tr.demand.shape[0]),
+            tr.demand[:, 0],
+            tr.action[:, 0],
+            tr.observed[:, 0],
+            tr.censored[:, 0],
+            tr.mu[:, 0],
+            tr.sigma[:, 0],
+            tr.k[:, 0],
+            tr.eta[:, 0],
+            tr.margin[:, 0],
+            tr.bias[:, 0],
+            tr.reward[:, 0],
+        ]
+    )
+    np.savetxt(
+        args.out / "trajectory.csv",
+        table,
+        delimiter=",",
+        fmt="%.6g",
+        comments="",
+        header="tick,demand,action,observed,censored,mu,sigma,k,eta,margin,bias,reward",
+    )
+    plot_phase3(
+        result.trajectory, artifact.config.cost, args.out / "phase3.png", title=f"PIC-RL on {trace.name} (test split)"
+    )
     if "phase1" in artifact.reports and "phase2" in artifact.reports:
         plot_training(artifact.reports, args.out / "training.png")
-    print(f"\nPIC-RL on {trace.name}, test split ({series.test.shape[0]} ticks, {len(result.updates)} slow updates, {origin})")
+    print(
+        f"\nPIC-RL on {trace.name}, test split ({series.test.shape[0]} ticks, "
+        f"{len(result.updates)} slow updates, {origin})"
+    )
     print("| " + " | ".join(_COLUMNS) + " |")
     print("|" + "---|" * len(_COLUMNS))
     print("| " + " | ".join(f"{metrics[c]:.4g}" for c in _COLUMNS) + " |")

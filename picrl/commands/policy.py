@@ -1,4 +1,5 @@
 """``picrl policy list|rollback``: inspect the published policy versions and roll back to one."""
+
 from __future__ import annotations
 
 import argparse
@@ -15,13 +16,16 @@ from stream.topics import TopicNames
 
 def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser(
-        "policy", help="list the published policy versions, or roll the workers back to one",
+        "policy",
+        help="list the published policy versions, or roll the workers back to one",
         description="`list` prints every version of the policy on <prefix>.policy with its parent, KL to the "
-                    "parent and validation scores, marks with * the version in force (the newest the workers' "
-                    "guardrails, --settings max_kl and score_margin, accept) and says which they refuse. `rollback --to VERSION` re-publishes that version's weights as "
-                    "the next version (marked as a rollback, so the workers' KL and score guardrails do not apply); "
-                    "every worker switches to it and a running trainer continues training from it. Versions are "
-                    "numbered by one writer at a time (trainer or rollback), so no two share a number.")
+        "parent and validation scores, marks with * the version in force (the newest the workers' "
+        "guardrails, --settings max_kl and score_margin, accept) and says which they refuse. "
+        "`rollback --to VERSION` re-publishes that version's weights as "
+        "the next version (marked as a rollback, so the workers' KL and score guardrails do not apply); "
+        "every worker switches to it and a running trainer continues training from it. Versions are "
+        "numbered by one writer at a time (trainer or rollback), so no two share a number.",
+    )
     parser.add_argument("action", choices=("list", "rollback"))
     parser.add_argument("--to", type=int, metavar="VERSION", help="rollback: the version whose weights to restore")
     parser.add_argument("--policy-name", default="default", help="policy name (default default)")
@@ -33,21 +37,31 @@ def _line(record: PolicyVersion) -> str:
     parent_score = "-" if record.parent_score is None else f"{record.parent_score:.4f}"
     origin = f"rollback of {record.rollback_of}" if record.rollback_of is not None else f"parent {record.parent}"
     created = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(record.created_at))
-    return (f"{record.version:>5}  {origin:<16} KL {record.kl_to_parent:9.3e}  score {record.validation_score:8.4f} "
-            f"(parent {parent_score})  {created}")
+    return (
+        f"{record.version:>5}  {origin:<16} KL {record.kl_to_parent:9.3e}  score {record.validation_score:8.4f} "
+        f"(parent {parent_score})  {created}"
+    )
 
 
 async def rollback(bootstrap: str, topics: TopicNames, name: str, target: int) -> PolicyVersion:
     """Publish version ``target``'s weights as the next version, as the policy's only writer (a running
     trainer continues from it); ValueError if it does not exist."""
+
     def build(versions: list[PolicyVersion]) -> PolicyVersion:
         chosen = [v for v in versions if v.version == target]
         if not chosen:
             known = ", ".join(str(v.version) for v in versions) or "none"
             raise ValueError(f"policy {name!r} has no version {target} on {topics.policy} (versions: {known})")
         newest = next_version(versions) - 1
-        return replace(chosen[-1], version=newest + 1, parent=newest, kl_to_parent=0.0, created_at=time.time(),
-                       parent_score=None, rollback_of=target)
+        return replace(
+            chosen[-1],
+            version=newest + 1,
+            parent=newest,
+            kl_to_parent=0.0,
+            created_at=time.time(),
+            parent_score=None,
+            rollback_of=target,
+        )
 
     record = await publish_next(bootstrap, topics.policy, name, build)
     assert record is not None  # build always returns a record
@@ -66,12 +80,17 @@ def run(args: argparse.Namespace) -> int:
         in_force = max((v.version for v in versions if refused[v.version] is None), default=None)
         for record in versions:
             refusal = refused[record.version]
-            print(("* " if record.version == in_force else "  ") + _line(record)
-                  + ("" if refusal is None else f"  refused by the workers: {refusal[0]}"))
+            print(
+                ("* " if record.version == in_force else "  ")
+                + _line(record)
+                + ("" if refusal is None else f"  refused by the workers: {refusal[0]}")
+            )
         if in_force is not None:
-            print(f"* in force: version {in_force}, the newest the workers' guardrails accept (max_kl "
-                  f"{settings['max_kl']:g}, score_margin {settings['score_margin']:g}; workers also refuse "
-                  "unreadable weights)")
+            print(
+                f"* in force: version {in_force}, the newest the workers' guardrails accept (max_kl "
+                f"{settings['max_kl']:g}, score_margin {settings['score_margin']:g}; workers also refuse "
+                "unreadable weights)"
+            )
         return 0
     if args.to is None:
         raise ValueError("rollback needs --to VERSION")

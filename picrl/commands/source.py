@@ -3,6 +3,7 @@
 torch and the training pipeline are imported by the functions that train or load a model, so that
 ``picrl produce`` (which only reads traces) starts without them.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -29,16 +30,27 @@ def add_trace_source(parser: argparse.ArgumentParser, *, pods: bool = False) -> 
     group = parser.add_argument_group("trace (one of --dataset, --trace" + (" or --pods)" if pods else ")"))
     source = group.add_mutually_exclusive_group(required=True)
     if pods:
-        source.add_argument("--pods", action="store_true",
-                            help="the 91 per-pod GenAI GPU-memory series (bundled): each service its own series")
-    source.add_argument("--dataset", choices=sorted(DATASETS),
-                        help="a bundled Alibaba trace: " + "; ".join(f"{k}: {v}" for k, v in sorted(DATASETS.items()))
-                        .replace("%", "%%"))  # argparse %-formats help: a description's "%" is literal
+        source.add_argument(
+            "--pods",
+            action="store_true",
+            help="the 91 per-pod GenAI GPU-memory series (bundled): each service its own series",
+        )
+    source.add_argument(
+        "--dataset",
+        choices=sorted(DATASETS),
+        help="a bundled Alibaba trace: "
+        + "; ".join(f"{k}: {v}" for k, v in sorted(DATASETS.items())).replace("%", "%%"),
+    )  # argparse %-formats help: a description's "%" is literal
     source.add_argument("--trace", type=Path, help="a CSV file (plain or .gz) with a demand column")
     group.add_argument("--column", help="demand column of --trace")
     group.add_argument("--time-column", help="time column of --trace (seconds or ISO 8601); rows are sorted by it")
-    group.add_argument("--context-columns", nargs="*", default=(), metavar="NAME",
-                       help="extra predictor inputs from --trace (e.g. a duty-cycle column)")
+    group.add_argument(
+        "--context-columns",
+        nargs="*",
+        default=(),
+        metavar="NAME",
+        help="extra predictor inputs from --trace (e.g. a duty-cycle column)",
+    )
 
 
 def add_trace_arguments(parser: argparse.ArgumentParser) -> None:
@@ -50,14 +62,26 @@ def add_trace_arguments(parser: argparse.ArgumentParser) -> None:
 def add_training_options(parser: argparse.ArgumentParser) -> None:
     """Seed, budgets, config file and threads of phases 1-2."""
     parser.add_argument("--seed", type=int, default=0, help="seed of every random choice (default 0)")
-    parser.add_argument("--quick", action="store_true",
-                        help="small budgets (few epochs / iterations) for a fast look; results are weaker")
-    parser.add_argument("--config", type=Path, default=None, metavar="FILE",
-                        help='JSON file overriding hyper-parameters of picrl_core/config.py, e.g. '
-                             '{"pretrain": {"iterations": 50}, "cost": {"c_under": 4}}; configs/paper.json is the '
-                             "paper's Phase 3 as printed")
-    parser.add_argument("--threads", type=int, default=1,
-                        help="torch CPU threads (default 1: the networks are small, and extra threads mostly spin)")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="small budgets (few epochs / iterations) for a fast look; results are weaker",
+    )
+    parser.add_argument(
+        "--config",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="JSON file overriding hyper-parameters of picrl_core/config.py, e.g. "
+        '{"pretrain": {"iterations": 50}, "cost": {"c_under": 4}}; configs/paper.json is the '
+        "paper's Phase 3 as printed",
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch CPU threads (default 1: the networks are small, and extra threads mostly spin)",
+    )
 
 
 def load_trace(args: argparse.Namespace) -> Trace:
@@ -94,8 +118,11 @@ def config_from_args(args: argparse.Namespace) -> PicRLConfig:
 
 def quick_budget(config: PicRLConfig) -> PicRLConfig:
     """``--quick``: 6 predictor epochs of 4,000 windows and 20 actor-critic iterations of 32 chunks."""
-    return replace(config, predictor=replace(config.predictor, epochs=6, max_train_windows=4000),
-                   pretrain=replace(config.pretrain, iterations=20, chunks=32))
+    return replace(
+        config,
+        predictor=replace(config.predictor, epochs=6, max_train_windows=4000),
+        pretrain=replace(config.pretrain, iterations=20, chunks=32),
+    )
 
 
 def cache_key(trace: Trace, config: PicRLConfig) -> str:
@@ -114,14 +141,23 @@ def train_with_progress(series: PreparedSeries, config: PicRLConfig) -> ModelArt
 
     with PhaseBars() as bars:
         return train_offline(
-            series, config,
-            phase1_progress=bars.phase(config.predictor.epochs, "phase 1: predictor", "epoch",
-                                       ("train_nll", "val_nll", "val_mae")),
-            phase2_progress=bars.phase(config.pretrain.iterations, "phase 2: actor-critic", "iter",
-                                       ("value_loss", "mean_reward", "censor_rate")))
+            series,
+            config,
+            phase1_progress=bars.phase(
+                config.predictor.epochs, "phase 1: predictor", "epoch", ("train_nll", "val_nll", "val_mae")
+            ),
+            phase2_progress=bars.phase(
+                config.pretrain.iterations,
+                "phase 2: actor-critic",
+                "iter",
+                ("value_loss", "mean_reward", "censor_rate"),
+            ),
+        )
 
 
-def cached_model(trace: Trace, series: PreparedSeries, config: PicRLConfig, cache: Path | None = None) -> tuple[ModelArtifact, Path, bool]:
+def cached_model(
+    trace: Trace, series: PreparedSeries, config: PicRLConfig, cache: Path | None = None
+) -> tuple[ModelArtifact, Path, bool]:
     """The model for this trace and config from the cache, training (and caching) it when absent.
     Returns (artifact, its folder, whether it was trained now)."""
     from picrl_core.artifact import load_artifact, save_artifact

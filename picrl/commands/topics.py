@@ -1,4 +1,5 @@
 """``picrl topics create``: the five picrl topics with their partitions, replication, retention and compaction."""
+
 from __future__ import annotations
 
 import argparse
@@ -10,12 +11,14 @@ from stream.topics import cluster_brokers, ensure_topics, topic_specs
 
 def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser(
-        "topics", help="create picrl's Kafka topics (usage, actions, replay, policy, deadletter)",
+        "topics",
+        help="create picrl's Kafka topics (usage, actions, replay, policy, deadletter)",
         description="Create the topics a picrl deployment uses, with the partition counts and retention or "
-                    "compaction each needs (replay is bounded, policy is compacted), min(3, live brokers) replicas "
-                    "and min.insync.replicas one less (1 on a single broker) unless set. Existing topics are kept; "
-                    "one with fewer partitions than asked is an error. Without --bootstrap the local broker "
-                    "(`picrl kafka start`) is used.")
+        "compaction each needs (replay is bounded, policy is compacted), min(3, live brokers) replicas "
+        "and min.insync.replicas one less (1 on a single broker) unless set. Existing topics are kept; "
+        "one with fewer partitions than asked is an error. Without --bootstrap the local broker "
+        "(`picrl kafka start`) is used.",
+    )
     parser.add_argument("action", choices=["create"], help="what to do")
     add_bus_arguments(parser)
     add_replication_arguments(parser)

@@ -1,4 +1,5 @@
 """``picrl trainer``: the slow loop as its own process (replay in, policy versions out)."""
+
 from __future__ import annotations
 
 import argparse
@@ -28,19 +29,25 @@ log = logging.getLogger("picrl.trainer")
 
 def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser(
-        "trainer", help="run the policy trainer: consume replay, publish KL-regularised policy versions",
+        "trainer",
+        help="run the policy trainer: consume replay, publish KL-regularised policy versions",
         description="Consume <prefix>.replay as a consumer group, keep a bounded replay buffer and every "
-                    "--update-every transitions run one slow KL-regularised actor-critic update. Each new acting "
-                    "policy is scored off-policy on held-out transitions next to its parent and published on "
-                    "<prefix>.policy as the next version (parent, KL to parent, both scores). Offsets commit after "
-                    "each publish, so a restart resumes where it stopped. Stops on Ctrl-C or SIGTERM.")
+        "--update-every transitions run one slow KL-regularised actor-critic update. Each new acting "
+        "policy is scored off-policy on held-out transitions next to its parent and published on "
+        "<prefix>.policy as the next version (parent, KL to parent, both scores). Offsets commit after "
+        "each publish, so a restart resumes where it stopped. Stops on Ctrl-C or SIGTERM.",
+    )
     parser.add_argument("--model", type=Path, required=True, help="a model folder from `picrl train`")
     add_bus_arguments(parser)
     add_replication_arguments(parser)
     parser.add_argument("--policy-name", help="policy name on <prefix>.policy (default default)")
     parser.add_argument("--group-id", default="picrl-trainer", help="consumer group on the replay topic")
-    parser.add_argument("--update-every", type=int, default=None,
-                        help="transitions between slow updates (default: the model's N_update)")
+    parser.add_argument(
+        "--update-every",
+        type=int,
+        default=None,
+        help="transitions between slow updates (default: the model's N_update)",
+    )
     parser.add_argument("--max-updates", type=int, default=None, help="stop after publishing this many versions")
     parser.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
     parser.add_argument("--log-format", choices=("json", "text"), help="log lines as JSON (default) or text")
@@ -50,9 +57,16 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _published(published: Published) -> None:
     parent = "-" if published.parent_score is None else f"{published.parent_score:.4f}"
-    log.info("version %d (parent %s): KL %.2e, validation score %.4f vs parent %s, %d transitions", published.version,
-             published.parent, published.kl_to_parent, published.validation_score, parent, published.transitions_seen,
-             extra={"version": published.version})
+    log.info(
+        "version %d (parent %s): KL %.2e, validation score %.4f vs parent %s, %d transitions",
+        published.version,
+        published.parent,
+        published.kl_to_parent,
+        published.validation_score,
+        parent,
+        published.transitions_seen,
+        extra={"version": published.version},
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -66,11 +80,22 @@ def _run(args: argparse.Namespace, resolved: Settings) -> int:
     artifact = load_artifact(args.model)
     bootstrap = reachable_bootstrap(resolved)
     prefix, partitions = resolved["prefix"], resolved["partitions"]
-    settings = TrainerSettings(bootstrap=bootstrap, prefix=prefix, policy_name=resolved["policy_name"],
-                               group_id=args.group_id, update_every=args.update_every, max_updates=args.max_updates)
-    trainer = PolicyTrainer(artifact, settings, on_publish=_published,
-                            on_resume=lambda offsets: log.info("resuming replay at committed offsets %s (None: from "
-                                                               "the beginning)", offsets))
+    settings = TrainerSettings(
+        bootstrap=bootstrap,
+        prefix=prefix,
+        policy_name=resolved["policy_name"],
+        group_id=args.group_id,
+        update_every=args.update_every,
+        max_updates=args.max_updates,
+    )
+    trainer = PolicyTrainer(
+        artifact,
+        settings,
+        on_publish=_published,
+        on_resume=lambda offsets: log.info(
+            "resuming replay at committed offsets %s (None: from the beginning)", offsets
+        ),
+    )
     if args.metrics_port is not None:
         start_http_server(args.metrics_port, registry=trainer.metrics.registry)
 
@@ -80,8 +105,13 @@ def _run(args: argparse.Namespace, resolved: Settings) -> int:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, trainer.stop)
-        log.info("picrl trainer: %s, replay %s -> %s, update every %d transitions", bootstrap, trainer.topics.replay,
-                 trainer.topics.policy, trainer.update_every)
+        log.info(
+            "picrl trainer: %s, replay %s -> %s, update every %d transitions",
+            bootstrap,
+            trainer.topics.replay,
+            trainer.topics.policy,
+            trainer.update_every,
+        )
         await trainer.run()
 
     asyncio.run(main())

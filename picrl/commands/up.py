@@ -1,4 +1,5 @@
 """``picrl up``: the whole product on one machine — broker, topics, worker, trainer and a closed loop."""
+
 from __future__ import annotations
 
 import argparse
@@ -12,16 +13,22 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 from picrl.commands.bus import add_replication_arguments, bootstrap_or_local
-from picrl.commands.produce import (OOM_DATASET, RESOURCE_DATASET, TEST_FRACTION, play_closed_loop, print_summary,
-                                   resource_names_argument)
+from picrl.commands.produce import (
+    OOM_DATASET,
+    RESOURCE_DATASET,
+    TEST_FRACTION,
+    play_closed_loop,
+    print_summary,
+    resource_names_argument,
+)
 from picrl.commands.source import add_training_options, cached_model, config_from_args
 from picrl.datasets import DATASETS, Trace, load_dataset, prepare_trace
 from picrl.kafka import LocalKafka
 from picrl.reports.closed_loop import write_report
 from picrl.settings import SettingsError, load_settings
+from picrl.workloads import copies_of, resource_fleet_of
 from picrl_core.series import prepare_series
 from producers.workload import Workload
-from picrl.workloads import copies_of, resource_fleet_of
 from stream.topics import cluster_brokers, ensure_topics, topic_specs
 
 PARTITIONS = 4
@@ -29,30 +36,48 @@ PARTITIONS = 4
 
 def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser(
-        "up", help="run everything: local broker, topics, a worker, the trainer and a closed loop on a bundled trace",
+        "up",
+        help="run everything: local broker, topics, a worker, the trainer and a closed loop on a bundled trace",
         description="The main job in one command. Starts the local Kafka broker (unless --bootstrap is given), "
-                    "trains the model on the trace's training split (cached after the first run), creates a fresh "
-                    "set of topics, starts a stream worker and the policy trainer as child processes and plays the "
-                    "closed-loop environment over Kafka on the trace's test split for --services shifted and scaled "
-                    "copies. Shows live progress (ticks, censoring rate, policy version), prints MAE and regret and "
-                    "writes metrics.json, ticks.csv, closed_loop.png and the processes' logs to --out. Everything "
-                    "it started is stopped on completion or Ctrl-C. With --resources gpu_mem,gpu_compute it plays "
-                    "the GenAI pods provisioned on GPU memory and GPU compute at once (dataset pods-2r): the "
-                    "worker decides both capacities of a pod together, a memory shortage censors its compute too, "
-                    "and the report adds per-resource metrics and resources.png.")
+        "trains the model on the trace's training split (cached after the first run), creates a fresh "
+        "set of topics, starts a stream worker and the policy trainer as child processes and plays the "
+        "closed-loop environment over Kafka on the trace's test split for --services shifted and scaled "
+        "copies. Shows live progress (ticks, censoring rate, policy version), prints MAE and regret and "
+        "writes metrics.json, ticks.csv, closed_loop.png and the processes' logs to --out. Everything "
+        "it started is stopped on completion or Ctrl-C. With --resources gpu_mem,gpu_compute it plays "
+        "the GenAI pods provisioned on GPU memory and GPU compute at once (dataset pods-2r): the "
+        "worker decides both capacities of a pod together, a memory shortage censors its compute too, "
+        "and the report adds per-resource metrics and resources.png.",
+    )
     parser.add_argument("--bootstrap", metavar="HOST:PORT", help="use this Kafka cluster instead of the local broker")
-    parser.add_argument("--brokers", type=int, default=None,
-                        help="nodes of the local cluster started when none runs (default 1; `picrl kafka start`)")
+    parser.add_argument(
+        "--brokers",
+        type=int,
+        default=None,
+        help="nodes of the local cluster started when none runs (default 1; `picrl kafka start`)",
+    )
     add_replication_arguments(parser)
-    parser.add_argument("--dataset", choices=sorted([*DATASETS, RESOURCE_DATASET, OOM_DATASET]), default=None,
-                        help=f"bundled trace (default genai-mem; {RESOURCE_DATASET} with --resources, or "
-                             f"{OOM_DATASET}, where a memory shortage kills the pod)")
-    parser.add_argument("--resources", metavar="NAMES", type=resource_names_argument,
-                        help=f"decide these resources of each service together, comma separated: gpu_mem,gpu_compute "
-                             f"(the resources of {RESOURCE_DATASET}, each of its pods a service)")
+    parser.add_argument(
+        "--dataset",
+        choices=sorted([*DATASETS, RESOURCE_DATASET, OOM_DATASET]),
+        default=None,
+        help=f"bundled trace (default genai-mem; {RESOURCE_DATASET} with --resources, or "
+        f"{OOM_DATASET}, where a memory shortage kills the pod)",
+    )
+    parser.add_argument(
+        "--resources",
+        metavar="NAMES",
+        type=resource_names_argument,
+        help=f"decide these resources of each service together, comma separated: gpu_mem,gpu_compute "
+        f"(the resources of {RESOURCE_DATASET}, each of its pods a service)",
+    )
     parser.add_argument("--services", type=int, default=4, help="number of services (default 4)")
-    parser.add_argument("--ticks", type=int, default=240,
-                        help="ticks per service, warm-up included (default 240; GenAI-Mem's test split has 289)")
+    parser.add_argument(
+        "--ticks",
+        type=int,
+        default=240,
+        help="ticks per service, warm-up included (default 240; GenAI-Mem's test split has 289)",
+    )
     add_training_options(parser)
     parser.add_argument("--out", type=Path, default=Path("runs/up"), help="output folder (default runs/up)")
     parser.set_defaults(handler=run)
@@ -127,11 +152,16 @@ def run(args: argparse.Namespace) -> int:
     dataset = args.dataset or (RESOURCE_DATASET if args.resources else "genai-mem")
     trace = load_dataset(dataset)
     if args.resources and tuple(args.resources) != trace.resources:
-        raise SettingsError(f"--resources {','.join(args.resources)}: dataset {dataset} provides "
-                            f"{','.join(trace.resources) or 'one resource per service'}; the bundled fleets with "
-                            f"several resources are {RESOURCE_DATASET} and {OOM_DATASET} (gpu_mem,gpu_compute)")
-    series = prepare_trace(trace) if trace.resources else \
-        prepare_series(trace.values, trace.name, trace.context, trace.context_names)
+        raise SettingsError(
+            f"--resources {','.join(args.resources)}: dataset {dataset} provides "
+            f"{','.join(trace.resources) or 'one resource per service'}; the bundled fleets with "
+            f"several resources are {RESOURCE_DATASET} and {OOM_DATASET} (gpu_mem,gpu_compute)"
+        )
+    series = (
+        prepare_trace(trace)
+        if trace.resources
+        else prepare_series(trace.values, trace.name, trace.context, trace.context_names)
+    )
     _, model, trained = cached_model(trace, series, config_from_args(args))
     print(f"model: {'trained and cached in' if trained else 'cached'} {model}", flush=True)
     workload = _workload(trace, args.services, args.ticks, args.seed)
@@ -139,16 +169,32 @@ def run(args: argparse.Namespace) -> int:
     prefix = f"picrl-up-{time.strftime('%Y%m%d-%H%M%S')}"
     with ExitStack() as stack:
         bootstrap = stack.enter_context(_broker(args.bootstrap, args.brokers))
-        replication = load_settings(None, {"replication_factor": args.replication_factor,
-                                           "min_insync_replicas": args.min_insync_replicas}).replication(
-            asyncio.run(cluster_brokers(bootstrap)))
+        replication = load_settings(
+            None, {"replication_factor": args.replication_factor, "min_insync_replicas": args.min_insync_replicas}
+        ).replication(asyncio.run(cluster_brokers(bootstrap)))
         asyncio.run(ensure_topics(bootstrap, topic_specs(prefix, PARTITIONS), replication))
-        common = ["--model", str(model), "--bootstrap", bootstrap, "--prefix", prefix, "--partitions", str(PARTITIONS),
-                  "--replication-factor", str(replication.factor), "--min-insync-replicas", str(replication.min_insync)]
-        resources = ["--resources", ",".join(trace.resources), "--hard-shortage", hard_shortage(trace)] \
-            if trace.resources else []
-        worker = stack.enter_context(_child(["worker", *common, "--app-id", f"{prefix}-worker", *resources],
-                                            args.out / "worker.log"))
+        common = [
+            "--model",
+            str(model),
+            "--bootstrap",
+            bootstrap,
+            "--prefix",
+            prefix,
+            "--partitions",
+            str(PARTITIONS),
+            "--replication-factor",
+            str(replication.factor),
+            "--min-insync-replicas",
+            str(replication.min_insync),
+        ]
+        resources = (
+            ["--resources", ",".join(trace.resources), "--hard-shortage", hard_shortage(trace)]
+            if trace.resources
+            else []
+        )
+        worker = stack.enter_context(
+            _child(["worker", *common, "--app-id", f"{prefix}-worker", *resources], args.out / "worker.log")
+        )
         trainer = stack.enter_context(_child(["trainer", *common], args.out / "trainer.log"))
         print(f"topics {prefix}.*: worker pid {worker.pid}, trainer pid {trainer.pid} (logs in {args.out})", flush=True)
         record = play_closed_loop(bootstrap, prefix, workload, action_timeout=120.0)
@@ -158,11 +204,13 @@ def run(args: argparse.Namespace) -> int:
     what = f"{args.services} pods of {trace.name}" if trace.resources else f"{args.services} copies of {trace.name}"
     summary = write_report(record, args.out, f"picrl up: {what} (test split) over Kafka")
     print_summary(summary, args.out)
-    print(f"how to read these next to `picrl evaluate` (the README's results): here MAE and the rates are means over "
-          f"the {summary['control_ticks']} control ticks of {args.services} services, each scaled by its own demand "
-          "range over this run, and regret is summed over all of them; every service is "
-          f"{'a pod (each of its resources a row)' if trace.resources else 'a shifted, scaled copy'} "
-          "that starts cold (its first range from its first window of ticks, not the training range). `evaluate` "
-          "scores one series scaled by its training range over the whole test split, so the two are not comparable "
-          "one to one.")
+    print(
+        f"how to read these next to `picrl evaluate` (the README's results): here MAE and the rates are means over "
+        f"the {summary['control_ticks']} control ticks of {args.services} services, each scaled by its own demand "
+        "range over this run, and regret is summed over all of them; every service is "
+        f"{'a pod (each of its resources a row)' if trace.resources else 'a shifted, scaled copy'} "
+        "that starts cold (its first range from its first window of ticks, not the training range). `evaluate` "
+        "scores one series scaled by its training range over the whole test split, so the two are not comparable "
+        "one to one."
+    )
     return 0

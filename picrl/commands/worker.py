@@ -1,4 +1,5 @@
 """``picrl worker``: run one stream worker (Faust) that decides capacities from the usage topic."""
+
 from __future__ import annotations
 
 import argparse
@@ -12,13 +13,22 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import faust
-from aiokafka.errors import KafkaConnectionError, KafkaTimeoutError
 import torch
+from aiokafka.errors import KafkaConnectionError, KafkaTimeoutError
 
-from picrl.commands.bus import (KafkaUnreachable, add_bus_arguments, add_replication_arguments, configure_logging,
-                               logged_errors, logging_config, reachable_bootstrap, settings_from_args)
+from picrl.commands.bus import (
+    KafkaUnreachable,
+    add_bus_arguments,
+    add_replication_arguments,
+    configure_logging,
+    logged_errors,
+    logging_config,
+    reachable_bootstrap,
+    settings_from_args,
+)
 from picrl.settings import SPECS, Settings, SettingsError
 from picrl_core.artifact import load_artifact
+from picrl_core.resources import Resource
 from stream.topics import changelog_spec, cluster_brokers, ensure_topics, topic_specs
 from stream.worker import GUARANTEES, StreamWorker
 
@@ -30,26 +40,41 @@ _FLAGS: dict[str, tuple[type, str]] = {
     "app_id": (str, "Faust app id: consumer group and table changelog names (default picrl-worker)"),
     "policy_name": (str, "policy to follow on <prefix>.policy (default default)"),
     "headroom": (float, "window scaling: widen the first window's range by this many spans each side (default 0.5)"),
-    "range_growth": (float, "a range outgrown (short at its top grow-after ticks in a row) grows upward to this many "
-                            "times its span (default 2; 1: ranges never grow)"),
+    "range_growth": (
+        float,
+        "a range outgrown (short at its top grow-after ticks in a row) grows upward to this many "
+        "times its span (default 2; 1: ranges never grow)",
+    ),
     "grow_after": (int, "short ticks in a row, the last at the top of the range, before it grows (default 3)"),
     "batch_max": (int, "most events decided in one batch (default 1000)"),
     "batch_within": (float, "seconds to wait for more events before deciding (default 0.005)"),
     "commit_interval": (float, "seconds between commits, transactions under exactly_once (default 0.05)"),
     "session_timeout": (float, "seconds of silence after which a crashed worker's partitions move (default 10)"),
-    "stall_timeout": (float, "seconds a usage partition of this worker may have records waiting and nothing "
-                             "committed before the worker rejoins its group to start it again (default 30; 0: never)"),
+    "stall_timeout": (
+        float,
+        "seconds a usage partition of this worker may have records waiting and nothing "
+        "committed before the worker rejoins its group to start it again (default 30; 0: never)",
+    ),
     "max_services": (int, "refuse usage of new services beyond this many (dead letter service_limit)"),
     "max_tick_gap": (int, "refuse ticks further than this from a service's expected tick (default 1000)"),
-    "resources": (str, "decide these resources of each service together, comma separated, e.g. gpu_mem,gpu_compute: "
-                       "usage records then carry a resources map (schema 2), a memory shortage censors compute too, "
-                       "and each action carries a capacity per resource (default: one resource per service)"),
+    "resources": (
+        str,
+        "decide these resources of each service together, comma separated, e.g. gpu_mem,gpu_compute: "
+        "usage records then carry a resources map (schema 2), a memory shortage censors compute too, "
+        "and each action carries a capacity per resource (default: one resource per service)",
+    ),
     "max_kl": (float, "policy guardrail: refuse versions whose KL to their parent exceeds this (default 0.5)"),
-    "score_margin": (float, "policy guardrail: refuse versions scoring more than this below their parent (default 0.05)"),
+    "score_margin": (
+        float,
+        "policy guardrail: refuse versions scoring more than this below their parent (default 0.05)",
+    ),
     "c_under": (float, "cost of a unit short, for the replay rewards (default: the model's, 2)"),
     "c_over": (float, "cost of a unit idle, for the replay rewards (default: the model's, 1)"),
-    "web_port": (int, f"serve /healthz, /metrics (Prometheus) and /services/<id> on this port (default {WEB_PORT}, "
-                      "or the next free port when another worker on this host has it; 0: no web server)"),
+    "web_port": (
+        int,
+        f"serve /healthz, /metrics (Prometheus) and /services/<id> on this port (default {WEB_PORT}, "
+        "or the next free port when another worker on this host has it; 0: no web server)",
+    ),
 }
 
 log = logging.getLogger("picrl.worker")
@@ -58,26 +83,38 @@ T = TypeVar("T")
 
 def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser(
-        "worker", help="run a stream worker: usage events in, provisioning actions and replay transitions out",
+        "worker",
+        help="run a stream worker: usage events in, provisioning actions and replay transitions out",
         description="Consume <prefix>.usage (censored usage per service and tick), decide each service's capacity "
-                    "for the next tick with PIC-RL, and write it with its breakdown to <prefix>.actions and the "
-                    "transition to <prefix>.replay. Per-service state lives in a changelog-backed table; the "
-                    "acting policy follows <prefix>.policy. Run several workers with the same --app-id to share "
-                    "the partitions. Creates missing topics first. Stops on Ctrl-C or SIGTERM. Unset options come "
-                    "from --settings FILE, then PICRL_<NAME> variables, then defaults (`picrl config show`).")
+        "for the next tick with PIC-RL, and write it with its breakdown to <prefix>.actions and the "
+        "transition to <prefix>.replay. Per-service state lives in a changelog-backed table; the "
+        "acting policy follows <prefix>.policy. Run several workers with the same --app-id to share "
+        "the partitions. Creates missing topics first. Stops on Ctrl-C or SIGTERM. Unset options come "
+        "from --settings FILE, then PICRL_<NAME> variables, then defaults (`picrl config show`).",
+    )
     parser.add_argument("--model", type=Path, required=True, help="a model folder from `picrl train`")
     add_bus_arguments(parser)
     add_replication_arguments(parser)
-    parser.add_argument("--guarantee", choices=GUARANTEES, help="processing guarantee (default exactly_once: "
-                                                                "outputs, table and offsets commit together)")
-    parser.add_argument("--mode", choices=("enforce", "recommend"),
-                        help="recommend: label every action advisory (default enforce)")
-    parser.add_argument("--hard-shortage", choices=("requests", "pod"),
-                        help="with --resources, what a shortage of a hard resource (gpu_mem) does: requests (default: "
-                             "the requests that do not fit fail and compute is read on the share served) or pod (the "
-                             "pod is OOM-killed: the tick's compute goes unobserved)")
-    parser.add_argument("--scaling", choices=("window", "artifact"),
-                        help="service ranges: from each service's first window (default) or the model's training range")
+    parser.add_argument(
+        "--guarantee",
+        choices=GUARANTEES,
+        help="processing guarantee (default exactly_once: outputs, table and offsets commit together)",
+    )
+    parser.add_argument(
+        "--mode", choices=("enforce", "recommend"), help="recommend: label every action advisory (default enforce)"
+    )
+    parser.add_argument(
+        "--hard-shortage",
+        choices=("requests", "pod"),
+        help="with --resources, what a shortage of a hard resource (gpu_mem) does: requests (default: "
+        "the requests that do not fit fail and compute is read on the share served) or pod (the "
+        "pod is OOM-killed: the tick's compute goes unobserved)",
+    )
+    parser.add_argument(
+        "--scaling",
+        choices=("window", "artifact"),
+        help="service ranges: from each service's first window (default) or the model's training range",
+    )
     for name, (kind, text) in _FLAGS.items():
         parser.add_argument("--" + name.replace("_", "-"), type=kind, help=text)
     parser.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
@@ -95,8 +132,10 @@ def _once_up(bootstrap: str, settings: Settings, step: Callable[[], Coroutine[An
             return asyncio.run(step())
         except (KafkaConnectionError, KafkaTimeoutError, OSError) as exc:
             if time.monotonic() > deadline:
-                raise KafkaUnreachable(f"Kafka at {bootstrap} stopped answering at start ({type(exc).__name__}: "
-                                       f"{exc}) and was not back within {wait:g} s") from None
+                raise KafkaUnreachable(
+                    f"Kafka at {bootstrap} stopped answering at start ({type(exc).__name__}: "
+                    f"{exc}) and was not back within {wait:g} s"
+                ) from None
             log.info("Kafka at %s does not answer (%s); trying again", bootstrap, exc)
             time.sleep(2.0)
 
@@ -122,15 +161,20 @@ def web_port(settings: Settings) -> int | None:
     if _port_free(port):
         return port
     if source != "default":
-        raise SettingsError(f"setting web_port = {port} (from {source}): the port is taken (another worker on this "
-                            "host?); choose a free one, or 0 to run without the web server")
+        raise SettingsError(
+            f"setting web_port = {port} (from {source}): the port is taken (another worker on this "
+            "host?); choose a free one, or 0 to run without the web server"
+        )
     for candidate in range(port + 1, min(port + 1 + WEB_PORTS_TRIED, 65_536)):
         if _port_free(candidate):
-            log.info("web port %d is taken (another worker on this host?): using %d; --web-port sets one", port,
-                     candidate)
+            log.info(
+                "web port %d is taken (another worker on this host?): using %d; --web-port sets one", port, candidate
+            )
             return candidate
-    raise SettingsError(f"web ports {port} to {port + WEB_PORTS_TRIED} are all taken: set --web-port to a free "
-                        "port, or 0 to run without the web server")
+    raise SettingsError(
+        f"web ports {port} to {port + WEB_PORTS_TRIED} are all taken: set --web-port to a free "
+        "port, or 0 to run without the web server"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -151,27 +195,57 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
     port = web_port(settings)
     worker_settings = settings.worker(bootstrap, replication, port)
     worker = StreamWorker(worker_settings, artifact)
-    specs = [*topic_specs(worker_settings.prefix, worker_settings.partitions),
-             changelog_spec(worker.states.changelog_topic.get_topic_name(), worker_settings.partitions)]
+    specs = [
+        *topic_specs(worker_settings.prefix, worker_settings.partitions),
+        changelog_spec(worker.states.changelog_topic.get_topic_name(), worker_settings.partitions),
+    ]
     _once_up(bootstrap, settings, lambda: ensure_topics(bootstrap, specs, replication))
-    log.info("picrl worker %s: %s, topics %s.*, %s, %s mode, state %d bytes per service", worker_settings.app_id,
-             bootstrap, worker_settings.prefix, worker_settings.guarantee, settings["mode"], worker.engine.row_bytes)
-    log.info("topics created here (the table changelog too) get %d replica(s) and min.insync.replicas %d; "
-             "producers write with acks=all", replication.factor, replication.min_insync)
+    log.info(
+        "picrl worker %s: %s, topics %s.*, %s, %s mode, state %d bytes per service",
+        worker_settings.app_id,
+        bootstrap,
+        worker_settings.prefix,
+        worker_settings.guarantee,
+        settings["mode"],
+        worker.engine.row_bytes,
+    )
+    log.info(
+        "topics created here (the table changelog too) get %d replica(s) and min.insync.replicas %d; "
+        "producers write with acks=all",
+        replication.factor,
+        replication.min_insync,
+    )
     if port is None:
         log.info("web server off (web_port 0): no /healthz, /metrics or /services/<id>")
     else:
-        log.info("web server: http://127.0.0.1:%d (/healthz, /metrics, /services/<id>; `picrl explain SERVICE "
-                 "--url http://127.0.0.1:%d`)", port, port)
+        log.info(
+            "web server: http://127.0.0.1:%d (/healthz, /metrics, /services/<id>; `picrl explain SERVICE "
+            "--url http://127.0.0.1:%d`)",
+            port,
+            port,
+        )
     if worker_settings.engine.resources:
-        log.info("resources decided together: %s", ", ".join(
-            f"{r.name} ({'hard: a shortage ' + ('kills the pod' if r.kills else 'fails requests') if r.hard else 'soft'})"
-            for r in worker_settings.engine.resources))
+        log.info(
+            "resources decided together: %s",
+            ", ".join(f"{r.name} ({_resource_kind(r)})" for r in worker_settings.engine.resources),
+        )
     try:
-        runner = faust.Worker(worker.app, loglevel=args.log_level.upper(), quiet=True, redirect_stdouts=False,
-                              logging_config=logging_config(args.log_level, settings["log_format"]))
+        runner = faust.Worker(
+            worker.app,
+            loglevel=args.log_level.upper(),
+            quiet=True,
+            redirect_stdouts=False,
+            logging_config=logging_config(args.log_level, settings["log_format"]),
+        )
         runner.spinner = None  # Faust's terminal spinner writes escape codes into the log lines
         runner.execute_from_commandline()
     except SystemExit as exc:
         return int(exc.code or 0)
     return 0
+
+
+def _resource_kind(resource: Resource) -> str:
+    """How a resource's shortage acts, as the start-up line names it."""
+    if not resource.hard:
+        return "soft"
+    return "hard: a shortage " + ("kills the pod" if resource.kills else "fails requests")

@@ -9,6 +9,7 @@
   demand, for PIC-RL and its per-resource variant, the ticks where a hard resource ran short marked
   on every panel.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -34,8 +35,9 @@ def _finished(results: Sequence[CellResult], dataset: str, method: str) -> list[
     return [r for r in results if r.cell.dataset == dataset and r.cell.method == method and r.actions is not None]
 
 
-def plot_trajectories(results: Sequence[CellResult], demand: np.ndarray, dataset: str, seed: int,
-                      path: Path) -> Path | None:
+def plot_trajectories(
+    results: Sequence[CellResult], demand: np.ndarray, dataset: str, seed: int, path: Path
+) -> Path | None:
     """One panel per method of :data:`TRAJECTORY_METHODS` that ran: demand, action, censored steps
     (``demand`` ``(T,)``, or ``(T, N)`` for a fleet, of which the first service is drawn)."""
     runs = [(m, r) for m in TRAJECTORY_METHODS for r in _finished(results, dataset, m) if r.cell.seed == seed]
@@ -53,8 +55,14 @@ def plot_trajectories(results: Sequence[CellResult], demand: np.ndarray, dataset
         censored, actions = first(run.censored).astype(bool), first(run.actions)
         ax.plot(ticks, demand, color="black", lw=1.0, label="demand d (hidden from the method)")
         ax.plot(ticks, actions, color="tab:blue", lw=1.0, label="action a")
-        ax.scatter(ticks[censored], actions[censored], marker="x", color="tab:red", s=14,
-                   label=f"censored (d > a): {censored.mean():.0%} of steps")
+        ax.scatter(
+            ticks[censored],
+            actions[censored],
+            marker="x",
+            color="tab:red",
+            s=14,
+            label=f"censored (d > a): {censored.mean():.0%} of steps",
+        )
         mae = float(np.mean(np.abs(actions - demand)))
         ax.set_title(f"{REGISTRY[method].label}: MAE {mae:.4f}", loc="left", fontsize=10)
         ax.set_ylabel("normalised")
@@ -66,8 +74,16 @@ def plot_trajectories(results: Sequence[CellResult], demand: np.ndarray, dataset
     return path
 
 
-def plot_resources(results: Sequence[CellResult], demand: np.ndarray, resources: Sequence[Resource], dataset: str,
-                   path: Path, methods: Sequence[str], seed: int = 0, service: int | None = None) -> Path | None:
+def plot_resources(
+    results: Sequence[CellResult],
+    demand: np.ndarray,
+    resources: Sequence[Resource],
+    dataset: str,
+    path: Path,
+    methods: Sequence[str],
+    seed: int = 0,
+    service: int | None = None,
+) -> Path | None:
     """Rows: ``methods`` that ran; columns: resources. ``demand`` ``(T, R * N)`` (resource-major). The service
     shown (unless given) is the one whose soft-resource capacities differ most between the first two methods
     (the joint and the per-resource learner in the default order): where reading the coupled flags mattered."""
@@ -84,8 +100,9 @@ def plot_resources(results: Sequence[CellResult], demand: np.ndarray, resources:
                 block = slice(i * n, (i + 1) * n)
                 gaps += np.abs(runs[0][1].actions[:, block] - runs[1][1].actions[:, block]).sum(axis=0)
         service = int(np.argmax(gaps))
-    fig, axes = plt.subplots(len(runs), len(resources), figsize=(7 * len(resources), 2.8 * len(runs)),
-                             sharex=True, squeeze=False)
+    fig, axes = plt.subplots(
+        len(runs), len(resources), figsize=(7 * len(resources), 2.8 * len(runs)), sharex=True, squeeze=False
+    )
     ticks = np.arange(demand.shape[0])
     for row, (method, run) in enumerate(runs):
         columns = [i * n + service for i in range(len(resources))]
@@ -95,10 +112,17 @@ def plot_resources(results: Sequence[CellResult], demand: np.ndarray, resources:
             d, a = demand[:, columns[i]], run.actions[:, columns[i]]
             ax.plot(ticks, d, color="black", lw=1.0, label="demand (hidden)")
             ax.plot(ticks, a, color="tab:blue", lw=1.0, label="capacity")
-            ax.scatter(ticks[hard_short], a[hard_short], marker="x", color="tab:red", s=14,
-                       label=f"{'/'.join(resources[h].name for h in hard)} short: {hard_short.mean():.0%} of ticks")
-            ax.set_title(f"{REGISTRY[method].label}: {res.name} ({'hard' if res.hard else 'soft'})", loc="left",
-                         fontsize=10)
+            ax.scatter(
+                ticks[hard_short],
+                a[hard_short],
+                marker="x",
+                color="tab:red",
+                s=14,
+                label=f"{'/'.join(resources[h].name for h in hard)} short: {hard_short.mean():.0%} of ticks",
+            )
+            ax.set_title(
+                f"{REGISTRY[method].label}: {res.name} ({'hard' if res.hard else 'soft'})", loc="left", fontsize=10
+            )
             ax.legend(loc="upper right", fontsize=7)
     for ax in axes[-1]:
         ax.set_xlabel(f"test tick ({dataset}, service {service}, seed {seed})")
@@ -108,8 +132,9 @@ def plot_resources(results: Sequence[CellResult], demand: np.ndarray, resources:
     return path
 
 
-def plot_ablation_bars(summaries: dict[tuple[str, str], Summary], methods: Sequence[str],
-                       datasets: Sequence[str], path: Path) -> Path | None:
+def plot_ablation_bars(
+    summaries: dict[tuple[str, str], Summary], methods: Sequence[str], datasets: Sequence[str], path: Path
+) -> Path | None:
     """Grouped bars: MAE change (%) of A1-A7 relative to Full, one bar per dataset."""
     ablations = [m for m in table3_methods(methods) if m != "pic-rl"]
     if not ablations or "pic-rl" not in methods:
@@ -132,8 +157,9 @@ def plot_ablation_bars(summaries: dict[tuple[str, str], Summary], methods: Seque
     return path
 
 
-def plot_cumulative_regret(results: Sequence[CellResult], demands: dict[str, np.ndarray], methods: Sequence[str],
-                           cost: CostConfig, path: Path) -> Path | None:
+def plot_cumulative_regret(
+    results: Sequence[CellResult], demands: dict[str, np.ndarray], methods: Sequence[str], cost: CostConfig, path: Path
+) -> Path | None:
     """Per dataset, each Table-2 method's cumulative regret averaged over seeds (PIC-RL thick)."""
     rows = table2_methods(methods)
     datasets = [d for d in demands if any(_finished(results, d, m) for m in rows)]
@@ -149,9 +175,13 @@ def plot_cumulative_regret(results: Sequence[CellResult], demands: dict[str, np.
                 continue
             services = 1 if demand.ndim == 1 else demand.shape[1]
             curve = np.mean([cumulative_regret(r.actions, demand, cost) for r in runs], axis=0) / services
-            ax.plot(curve, color="black" if method == "pic-rl" else colours(i % 20),
-                    lw=2.4 if method == "pic-rl" else 1.1, ls="--" if REGISTRY[method].group == "bound" else "-",
-                    label=REGISTRY[method].label)
+            ax.plot(
+                curve,
+                color="black" if method == "pic-rl" else colours(i % 20),
+                lw=2.4 if method == "pic-rl" else 1.1,
+                ls="--" if REGISTRY[method].group == "bound" else "-",
+                label=REGISTRY[method].label,
+            )
         ax.set(title=dataset, xlabel="test tick", ylabel="cumulative regret (Eq. 2)")
         ax.set_yscale("symlog", linthresh=1.0)
     axes[0, -1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))

@@ -8,6 +8,7 @@ parallel processes, longest first. Each finished cell is written to the cache
 (``<cache>/compare/<dataset>/<method>-seed<k>-<key>.{json,npz}``, ``key`` a digest of the trace, the
 config, the budget and the ``picrl_core`` source), so a rerun neither retrains nor reruns it.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -48,15 +49,15 @@ class Budget:
     select_scale_rate: bool = True  # PIC-RL's temperature rate chosen on validation (5 validation runs per model)
 
     def apply(self, config: PicRLConfig) -> PicRLConfig:
-        return replace(config,
-                       calibrator=replace(config.calibrator,
-                                          select_scale_rate=config.calibrator.select_scale_rate
-                                          and self.select_scale_rate),
-                       predictor=replace(config.predictor, epochs=self.predictor_epochs,
-                                         max_train_windows=self.predictor_windows),
-                       pretrain=replace(config.pretrain, iterations=self.pretrain_iterations,
-                                        chunks=self.pretrain_chunks),
-                       online=replace(config.online, inference_chunk=self.inference_chunk))
+        return replace(
+            config,
+            calibrator=replace(
+                config.calibrator, select_scale_rate=config.calibrator.select_scale_rate and self.select_scale_rate
+            ),
+            predictor=replace(config.predictor, epochs=self.predictor_epochs, max_train_windows=self.predictor_windows),
+            pretrain=replace(config.pretrain, iterations=self.pretrain_iterations, chunks=self.pretrain_chunks),
+            online=replace(config.online, inference_chunk=self.inference_chunk),
+        )
 
 
 # The full run: the default predictor (40 epochs at most, early stopping) on 8,000 training windows per epoch (all
@@ -66,13 +67,21 @@ class Budget:
 # predictor out over every episode of every step, so Phase 2 was 70-80% of the comparison's time; at 32 chunks it
 # costs a quarter, and the validation regret of the trained controllers was the same within seed noise
 # (benchmarks/offline_training.py --budget compare --chunks 32 / 128; docs/performance.md, "`picrl compare`").
-FULL = Budget("full", predictor_epochs=40, predictor_windows=8_000, pretrain_iterations=30, pretrain_chunks=32,
-              test_ticks=None)
+FULL = Budget(
+    "full", predictor_epochs=40, predictor_windows=8_000, pretrain_iterations=30, pretrain_chunks=32, test_ticks=None
+)
 # A look in under 3 minutes: a few epochs, the first 300 test ticks, Phase 2 as 2 iterations of 128 chunks
 # (one full network chunk; 8 x 32 chunks rolled out as many chunks but padded each step to 128 rows: 2.3x slower),
 # and the temperature's rate left at its configured value instead of 5 validation runs per PIC-RL-style model.
-QUICK = Budget("quick", predictor_epochs=4, predictor_windows=2_000, pretrain_iterations=2, pretrain_chunks=128,
-               test_ticks=300, select_scale_rate=False)
+QUICK = Budget(
+    "quick",
+    predictor_epochs=4,
+    predictor_windows=2_000,
+    pretrain_iterations=2,
+    pretrain_chunks=128,
+    test_ticks=300,
+    select_scale_rate=False,
+)
 
 
 @dataclass(frozen=True)
@@ -101,8 +110,11 @@ def test_series(trace: Trace, budget: Budget) -> PreparedSeries:
     if budget.test_ticks is None:
         return series
     cut = slice(0, budget.test_ticks)
-    return replace(series, test=series.by_service("test")[:, cut].ravel(),
-                   test_ctx=None if series.test_ctx is None else series.test_ctx[cut])
+    return replace(
+        series,
+        test=series.by_service("test")[:, cut].ravel(),
+        test_ctx=None if series.test_ctx is None else series.test_ctx[cut],
+    )
 
 
 def _core_digest() -> str:
@@ -149,16 +161,23 @@ class CellCache:
         stem = self._stem(result.cell)
         stem.parent.mkdir(parents=True, exist_ok=True)
         np.savez(stem.with_suffix(".npz"), actions=result.actions, censored=result.censored)
-        stem.with_suffix(".json").write_text(json.dumps({"metrics": result.metrics,
-                                                         "seconds": result.fit_and_run_seconds}) + "\n")
+        stem.with_suffix(".json").write_text(
+            json.dumps({"metrics": result.metrics, "seconds": result.fit_and_run_seconds}) + "\n"
+        )
 
 
 Report = Callable[[CellResult], None]
 
 
-
-def run_group(trace: Trace, seed: int, methods: Sequence[str], config: PicRLConfig, budget: Budget,
-              cache: CellCache, report: Report) -> None:
+def run_group(
+    trace: Trace,
+    seed: int,
+    methods: Sequence[str],
+    config: PicRLConfig,
+    budget: Budget,
+    cache: CellCache,
+    report: Report,
+) -> None:
     """Run (or load) every method's cell of one (dataset, seed); identical offline phases train once."""
     torch.set_num_threads(1)
     series = test_series(trace, budget)
@@ -172,30 +191,49 @@ def run_group(trace: Trace, seed: int, methods: Sequence[str], config: PicRLConf
                 try:
                     run = run_on_test_split(REGISTRY[name], series, cell_config, trace.step_seconds)
                 except Exception:  # one failing method must not take the whole comparison down
-                    result = CellResult(cell, None, time.perf_counter() - started, False,
-                                        error=traceback.format_exc(limit=4))
+                    result = CellResult(
+                        cell, None, time.perf_counter() - started, False, error=traceback.format_exc(limit=4)
+                    )
                 else:
-                    result = CellResult(cell, run.metrics.to_dict() | run.extra, time.perf_counter() - started, False,
-                                        run.actions, run.censored)
+                    result = CellResult(
+                        cell,
+                        run.metrics.to_dict() | run.extra,
+                        time.perf_counter() - started,
+                        False,
+                        run.actions,
+                        run.censored,
+                    )
                     cache.store(result)
             report(result)
 
 
-def _group_in_worker(trace: Trace, seed: int, methods: Sequence[str], config: PicRLConfig, budget: Budget,
-                     cache: CellCache, events: Any) -> None:
+def _group_in_worker(
+    trace: Trace, seed: int, methods: Sequence[str], config: PicRLConfig, budget: Budget, cache: CellCache, events: Any
+) -> None:
     """:func:`run_group` in a pool process; each finished cell goes to ``events`` (without its arrays,
     which the parent reads from the cache)."""
+
     def report(result: CellResult) -> None:
         events.put(replace(result, actions=None, censored=None))
+
     run_group(trace, seed, methods, config, budget, cache, report)
 
 
-def run_comparison(traces: dict[str, Trace], seeds: Sequence[int], methods: Sequence[str], config: PicRLConfig,
-                   budget: Budget, cache: CellCache, jobs: int, report: Report) -> list[CellResult]:
+def run_comparison(
+    traces: dict[str, Trace],
+    seeds: Sequence[int],
+    methods: Sequence[str],
+    config: PicRLConfig,
+    budget: Budget,
+    cache: CellCache,
+    jobs: int,
+    report: Report,
+) -> list[CellResult]:
     """Every cell of ``traces x seeds x methods``; ``report`` sees each as it finishes. Results come back
     with their arrays (read from the cache), in plan order."""
-    groups = sorted(((name, seed) for name in traces for seed in seeds),
-                    key=lambda g: -len(traces[g[0]].values))  # longest traces first: better packing
+    groups = sorted(
+        ((name, seed) for name in traces for seed in seeds), key=lambda g: -len(traces[g[0]].values)
+    )  # longest traces first: better packing
     done: dict[Cell, CellResult] = {}
 
     def collect(result: CellResult) -> None:
@@ -209,8 +247,10 @@ def run_comparison(traces: dict[str, Trace], seeds: Sequence[int], methods: Sequ
         context = multiprocessing.get_context("spawn")  # no fork of a process holding torch threads
         with context.Manager() as manager, ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
             events = manager.Queue()
-            pending = {pool.submit(_group_in_worker, traces[name], seed, methods, config, budget, cache, events)
-                       for name, seed in groups}
+            pending = {
+                pool.submit(_group_in_worker, traces[name], seed, methods, config, budget, cache, events)
+                for name, seed in groups
+            }
             while pending:
                 finished, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
                 _drain(events, collect)
@@ -223,8 +263,11 @@ def run_comparison(traces: dict[str, Trace], seeds: Sequence[int], methods: Sequ
             result = done[Cell(name, seed, method)]
             if result.error is None and result.actions is None:  # computed in a worker: arrays from the cache
                 stored = cache.load(result.cell)
-                result = (replace(result, error="its cache entry could not be read back") if stored is None else
-                          replace(result, actions=stored.actions, censored=stored.censored))
+                result = (
+                    replace(result, error="its cache entry could not be read back")
+                    if stored is None
+                    else replace(result, actions=stored.actions, censored=stored.censored)
+                )
             ordered.append(result)
     return ordered
 

@@ -5,6 +5,7 @@ Table 2 lists PIC-RL and the baselines in the paper's order (phase substitutions
 then the operator baselines and the hindsight bound; Table 3 lists PIC-RL (Full) and the ablations
 with their MAE change relative to Full.
 """
+
 from __future__ import annotations
 
 import csv
@@ -20,16 +21,31 @@ from picrl_core.costs import per_service_metrics
 from picrl_core.methods import REGISTRY
 from picrl_core.resources import Resource
 
-GROUP_ORDER = ("pic-rl", "phase-1", "phase-2", "phase-3", "phase-2+3", "full", "operator", "multi-resource",
-               "reference", "bound")
-GROUP_TITLES = {"pic-rl": "", "phase-1": "Phase 1 substitution (predictor)", "phase-2": "Phase 2 substitution (offline RL)",
-                "phase-3": "Phase 3 substitution (online calibration; no Phase 2)",
-                "phase-2+3": "Phase 2+3 substitution (decision module)", "full": "Full-pipeline baselines",
-                "operator": "Operator and textbook baselines (beyond the paper)",
-                "multi-resource": "Multi-resource variants (which censoring flags a method reads)",
-                "reference": "Full-information references (the same controller, demand revealed every tick)",
-                "bound": "Bound (reads the test demand)",
-                "ablation": "Ablations"}
+GROUP_ORDER = (
+    "pic-rl",
+    "phase-1",
+    "phase-2",
+    "phase-3",
+    "phase-2+3",
+    "full",
+    "operator",
+    "multi-resource",
+    "reference",
+    "bound",
+)
+GROUP_TITLES = {
+    "pic-rl": "",
+    "phase-1": "Phase 1 substitution (predictor)",
+    "phase-2": "Phase 2 substitution (offline RL)",
+    "phase-3": "Phase 3 substitution (online calibration; no Phase 2)",
+    "phase-2+3": "Phase 2+3 substitution (decision module)",
+    "full": "Full-pipeline baselines",
+    "operator": "Operator and textbook baselines (beyond the paper)",
+    "multi-resource": "Multi-resource variants (which censoring flags a method reads)",
+    "reference": "Full-information references (the same controller, demand revealed every tick)",
+    "bound": "Bound (reads the test demand)",
+    "ablation": "Ablations",
+}
 METRICS = ("mae", "regret", "shortage_rate")
 # Below half the tables' last MAE digit a relative change is noise over zero (e.g. a trace clipped flat).
 MAE_FLOOR = 5e-5
@@ -57,15 +73,22 @@ def summarise(results: Sequence[CellResult]) -> dict[tuple[str, str], Summary]:
         ok = [r.metrics for r in group if r.metrics is not None]
         values = {m: np.array([r[m] for r in ok], dtype=np.float64) for m in METRICS}
         out[(method, dataset)] = Summary(
-            method, dataset, {m: float(v.mean()) if v.size else float("nan") for m, v in values.items()},
-            {m: float(v.std(ddof=1)) if v.size > 1 else 0.0 for m, v in values.items()}, len(ok), len(group) - len(ok))
+            method,
+            dataset,
+            {m: float(v.mean()) if v.size else float("nan") for m, v in values.items()},
+            {m: float(v.std(ddof=1)) if v.size > 1 else 0.0 for m, v in values.items()},
+            len(ok),
+            len(group) - len(ok),
+        )
     return out
 
 
 def table2_methods(methods: Sequence[str]) -> list[str]:
     """The non-ablation methods of ``methods`` in the paper's row order."""
-    return sorted((m for m in methods if REGISTRY[m].group != "ablation"),
-                  key=lambda m: (GROUP_ORDER.index(REGISTRY[m].group), list(REGISTRY).index(m)))
+    return sorted(
+        (m for m in methods if REGISTRY[m].group != "ablation"),
+        key=lambda m: (GROUP_ORDER.index(REGISTRY[m].group), list(REGISTRY).index(m)),
+    )
 
 
 def table3_methods(methods: Sequence[str]) -> list[str]:
@@ -89,9 +112,14 @@ def _digits(metric: str) -> int:
 def _best_regret(summaries: dict[tuple[str, str], Summary], methods: Sequence[str], dataset: str) -> str | None:
     """The method with the lowest mean regret on ``dataset`` (the bound and the full-information references,
     which see what no method sees, excluded)."""
-    scored = [(summaries[(m, dataset)].mean["regret"], m) for m in methods
-              if (m, dataset) in summaries and summaries[(m, dataset)].n and REGISTRY[m].censoring
-              and REGISTRY[m].group != "bound"]
+    scored = [
+        (summaries[(m, dataset)].mean["regret"], m)
+        for m in methods
+        if (m, dataset) in summaries
+        and summaries[(m, dataset)].n
+        and REGISTRY[m].censoring
+        and REGISTRY[m].group != "bound"
+    ]
     return min(scored)[1] if scored else None
 
 
@@ -111,8 +139,11 @@ def markdown_table2(summaries: dict[tuple[str, str], Summary], methods: Sequence
         for d in datasets:
             s = summaries.get((method, d))
             regret = _cell(s, "regret", 2)
-            cells += [_cell(s, "mae", 4), f"**{regret}**" if best[d] == method else regret,
-                      _cell(s, "shortage_rate", 3)]
+            cells += [
+                _cell(s, "mae", 4),
+                f"**{regret}**" if best[d] == method else regret,
+                _cell(s, "shortage_rate", 3),
+            ]
         lines.append(f"| {REGISTRY[method].label} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -130,11 +161,14 @@ def censoring_cost(summaries: dict[tuple[str, str], Summary], method: str, datas
     return censored.mean["regret"] / full.mean["regret"]
 
 
-def markdown_censoring_cost(summaries: dict[tuple[str, str], Summary], methods: Sequence[str],
-                            datasets: Sequence[str]) -> str:
+def markdown_censoring_cost(
+    summaries: dict[tuple[str, str], Summary], methods: Sequence[str], datasets: Sequence[str]
+) -> str:
     """The cost of censoring: each method's mean regret over its full-information reference's, per dataset."""
-    lines = ["| Method | " + " | ".join(f"{d} regret / full-information regret" for d in datasets) + " |",
-             "|---|" + "---|" * len(datasets)]
+    lines = [
+        "| Method | " + " | ".join(f"{d} regret / full-information regret" for d in datasets) + " |",
+        "|---|" + "---|" * len(datasets),
+    ]
     for method, _ in full_information_pairs(methods):
         ratios = [censoring_cost(summaries, method, d) for d in datasets]
         cells = ("—" if np.isnan(r) else f"{r:.2f}x" for r in ratios)
@@ -142,8 +176,9 @@ def markdown_censoring_cost(summaries: dict[tuple[str, str], Summary], methods: 
     return "\n".join(lines) + "\n"
 
 
-def markdown_fleet(results: Sequence[CellResult], demand: np.ndarray, dataset: str, methods: Sequence[str],
-                   cost: CostConfig) -> str:
+def markdown_fleet(
+    results: Sequence[CellResult], demand: np.ndarray, dataset: str, methods: Sequence[str], cost: CostConfig
+) -> str:
     """A fleet's spread: for each Table-2 method, the regret of its services (``demand`` ``(T, N)``) pooled
     over seeds: mean, std, quartiles, and the share of services on which it has the lowest regret of the
     methods (the bound and full-information references aside), seed by seed."""
@@ -152,7 +187,8 @@ def markdown_fleet(results: Sequence[CellResult], demand: np.ndarray, dataset: s
     for r in results:
         if r.cell.dataset == dataset and r.cell.method in rows and r.actions is not None:
             regrets.setdefault(r.cell.method, {})[r.cell.seed] = np.array(
-                [m.regret for m in per_service_metrics(r.actions, demand, cost)])
+                [m.regret for m in per_service_metrics(r.actions, demand, cost)]
+            )
     rivals = [m for m in regrets if REGISTRY[m].censoring and REGISTRY[m].group != "bound"]
     seeds = sorted(set.intersection(*(set(regrets[m]) for m in rivals))) if rivals else []
     wins = {m: [] for m in rivals}
@@ -160,37 +196,50 @@ def markdown_fleet(results: Sequence[CellResult], demand: np.ndarray, dataset: s
         best = np.argmin(np.stack([regrets[m][seed] for m in rivals]), axis=0)
         for i, m in enumerate(rivals):
             wins[m].append(np.mean(best == i))
-    lines = ["| Method | services | regret per service | std over services | p25 | median | p75 | "
-             "services where lowest |", "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| Method | services | regret per service | std over services | p25 | median | p75 | services where lowest |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for method in rows:
         if method not in regrets:
             continue
         pooled = np.concatenate(list(regrets[method].values()))
         quartiles = np.percentile(pooled, [25, 50, 75])
         share = f"{np.mean(wins[method]):.0%}" if wins.get(method) else "—"
-        lines.append(f"| {REGISTRY[method].label} | {pooled.size // len(regrets[method])} | {pooled.mean():.2f} | "
-                     f"{pooled.std(ddof=1):.2f} | " + " | ".join(f"{q:.2f}" for q in quartiles) + f" | {share} |")
+        lines.append(
+            f"| {REGISTRY[method].label} | {pooled.size // len(regrets[method])} | {pooled.mean():.2f} | "
+            f"{pooled.std(ddof=1):.2f} | " + " | ".join(f"{q:.2f}" for q in quartiles) + f" | {share} |"
+        )
     return "\n".join(lines) + "\n"
 
 
-def markdown_resources(results: Sequence[CellResult], dataset: str, methods: Sequence[str],
-                       resources: Sequence[Resource]) -> str:
+def markdown_resources(
+    results: Sequence[CellResult], dataset: str, methods: Sequence[str], resources: Sequence[Resource]
+) -> str:
     """A multi-resource fleet, per method: each resource's regret and shortage rate (mean over seeds), and
     how a hard shortage meets a soft one (:func:`picrl_core.methods.coupled.resource_metrics`)."""
     keys = [f"{key}_{r.name}" for r in resources for key in ("regret", "shortage")]
     keys += ["soft_short_with_hard_short", "soft_short_after_hard_short", "soft_short_otherwise"]
     heads = [f"{r.name} regret | {r.name} shortage" for r in resources]
-    lines = ["| Method | total regret | " + " | ".join(heads) + " | soft short with a hard shortage | "
-             "the tick after | soft short otherwise |", "|---|" + "---|" * (1 + len(keys))]
+    lines = [
+        "| Method | total regret | " + " | ".join(heads) + " | soft short with a hard shortage | "
+        "the tick after | soft short otherwise |",
+        "|---|" + "---|" * (1 + len(keys)),
+    ]
     for method in table2_methods(methods):
-        cells = [r.metrics for r in results if r.cell.dataset == dataset and r.cell.method == method
-                 and r.metrics is not None]
+        cells = [
+            r.metrics
+            for r in results
+            if r.cell.dataset == dataset and r.cell.method == method and r.metrics is not None
+        ]
         if not cells:
             continue
         mean = {k: float(np.nanmean([c.get(k, np.nan) for c in cells])) for k in ["regret", *keys]}
-        lines.append(f"| {REGISTRY[method].label} | {mean['regret']:.2f} | "
-                     + " | ".join(f"{mean[k]:.2f}" if k.startswith("regret") else f"{mean[k]:.3f}" for k in keys)
-                     + " |")
+        lines.append(
+            f"| {REGISTRY[method].label} | {mean['regret']:.2f} | "
+            + " | ".join(f"{mean[k]:.2f}" if k.startswith("regret") else f"{mean[k]:.3f}" for k in keys)
+            + " |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -223,26 +272,50 @@ def markdown_table3(summaries: dict[tuple[str, str], Summary], methods: Sequence
         for d in datasets:
             s = summaries.get((method, d))
             change = mae_change(summaries, method, d)
-            cells += [_cell(s, "mae", 4), "—" if method == "pic-rl" or np.isnan(change) else f"{change:+.0f}%",
-                      _cell(s, "regret", 2), _cell(s, "shortage_rate", 3)]
+            cells += [
+                _cell(s, "mae", 4),
+                "—" if method == "pic-rl" or np.isnan(change) else f"{change:+.0f}%",
+                _cell(s, "regret", 2),
+                _cell(s, "shortage_rate", 3),
+            ]
         label = "PIC-RL (Full)" if method == "pic-rl" else REGISTRY[method].label
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
-def write_csv(path: Path, summaries: dict[tuple[str, str], Summary], methods: Sequence[str],
-              datasets: Sequence[str]) -> Path:
+def write_csv(
+    path: Path, summaries: dict[tuple[str, str], Summary], methods: Sequence[str], datasets: Sequence[str]
+) -> Path:
     """Long format: one row per (method, dataset) with mean and std of every metric."""
     with path.open("w", newline="") as handle:
         writer = csv.writer(handle)
-        writer.writerow(["method", "label", "group", "dataset", "seeds", "failed",
-                         *(f"{m}_{stat}" for m in METRICS for stat in ("mean", "std")), "mae_change_vs_full_pct"])
+        writer.writerow(
+            [
+                "method",
+                "label",
+                "group",
+                "dataset",
+                "seeds",
+                "failed",
+                *(f"{m}_{stat}" for m in METRICS for stat in ("mean", "std")),
+                "mae_change_vs_full_pct",
+            ]
+        )
         for method in methods:
             for d in datasets:
                 s = summaries.get((method, d))
                 if s is None:
                     continue
-                writer.writerow([method, REGISTRY[method].label, REGISTRY[method].group, d, s.n, s.failed,
-                                 *(f"{v:.6g}" for m in METRICS for v in (s.mean[m], s.std[m])),
-                                 f"{mae_change(summaries, method, d):.4g}"])
+                writer.writerow(
+                    [
+                        method,
+                        REGISTRY[method].label,
+                        REGISTRY[method].group,
+                        d,
+                        s.n,
+                        s.failed,
+                        *(f"{v:.6g}" for m in METRICS for v in (s.mean[m], s.std[m])),
+                        f"{mae_change(summaries, method, d):.4g}",
+                    ]
+                )
     return path

@@ -5,8 +5,29 @@ and split it with :func:`picrl_core.series.prepare_series`. ``load_dataset("pods
 per-pod GenAI series, one column each (:func:`picrl_core.series.prepare_fleet`). See ``files/README.md`` for where every
 file comes from and why these columns were chosen.
 """
-from picrl.datasets.loaders import (DATASETS, FLEETS, DatasetError, Trace, load_csv, load_dataset, load_pod_fleet,
-                                    load_resource_csv, prepare_trace, trace_resources)
 
-__all__ = ["DATASETS", "FLEETS", "DatasetError", "Trace", "load_csv", "load_dataset", "load_pod_fleet",
-           "load_resource_csv", "prepare_trace", "trace_resources"]
+from picrl.datasets.loaders import (
+    DATASETS,
+    FLEETS,
+    DatasetError,
+    Trace,
+    load_csv,
+    load_dataset,
+    load_pod_fleet,
+    load_resource_csv,
+    prepare_trace,
+    trace_resources,
+)
+
+__all__ = [
+    "DATASETS",
+    "FLEETS",
+    "DatasetError",
+    "Trace",
+    "load_csv",
+    "load_dataset",
+    "load_pod_fleet",
+    "load_resource_csv",
+    "prepare_trace",
+    "trace_resources",
+]

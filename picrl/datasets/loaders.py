@@ -3,14 +3,16 @@
 Standard library ``csv``/``gzip`` plus numpy only. The bundled Alibaba files live in ``files/``
 next to this module; their origin and derivation are described in ``files/README.md``.
 """
+
 from __future__ import annotations
 
 import csv
 import gzip
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -52,8 +54,10 @@ class Trace:
             raise DatasetError(f"trace '{self.name}': oom_kills needs several resources (a hard one to kill the pod)")
         values = _frozen_copy(self.values)
         if values.ndim != 1 and not (values.ndim == 2 and self.context is None):
-            raise DatasetError(f"trace '{self.name}': values must be 1-D (or 2-D for a fleet without context), "
-                               f"got shape {values.shape}")
+            raise DatasetError(
+                f"trace '{self.name}': values must be 1-D (or 2-D for a fleet without context), "
+                f"got shape {values.shape}"
+            )
         object.__setattr__(self, "values", values)
         if self.context is None:
             if self.context_names:
@@ -63,7 +67,8 @@ class Trace:
         if context.shape != (values.size, len(self.context_names)):
             raise DatasetError(
                 f"trace '{self.name}': context shape {context.shape} does not match "
-                f"{values.size} values and {len(self.context_names)} channel names")
+                f"{values.size} values and {len(self.context_names)} channel names"
+            )
         object.__setattr__(self, "context", context)
 
 
@@ -74,38 +79,50 @@ def _frozen_copy(array: np.ndarray) -> np.ndarray:
 
 
 DATASETS: dict[str, str] = {
-    "dlrm": "Alibaba DLRM inference (Prism, NSDI'25): GPUs requested by live GPU-node instances, "
-            "31 days at 60 s",
-    "genai-mem": "Alibaba GenAI Stable-Diffusion serving: GPU memory of busy pods (duty > 0), bytes, "
-                 "22.8 h at 57 s",
+    "dlrm": "Alibaba DLRM inference (Prism, NSDI'25): GPUs requested by live GPU-node instances, 31 days at 60 s",
+    "genai-mem": "Alibaba GenAI Stable-Diffusion serving: GPU memory of busy pods (duty > 0), bytes, 22.8 h at 57 s",
     "genai-ctx": "genai-mem plus context channels duty_mean_pct (mean GPU duty cycle, %) and "
-                 "n_pods_busy (pods with duty > 0)",
+    "n_pods_busy (pods with duty > 0)",
 }
 
 # Fleets: many services on one time grid, one service per column (``picrl compare`` runs them together).
 FLEETS: dict[str, str] = {
     "pods": "Alibaba GenAI Stable-Diffusion serving: GPU memory of each of the 91 pods reporting at every "
-            "stamp, one service per pod, bytes, 22.8 h at 57 s",
+    "stamp, one service per pod, bytes, 22.8 h at 57 s",
     "pods-2r": "the 72 of those pods whose GPU duty cycle is complete, each provisioned on two resources at once: "
-               "GPU memory (bytes; hard: a shortage fails requests) and GPU compute (duty cycle, %; soft)",
+    "GPU memory (bytes; hard: a shortage fails requests) and GPU compute (duty cycle, %; soft)",
     "pods-2r-oom": "pods-2r where a GPU memory shortage kills the pod (an OOM kill: none of that tick's load is "
-                   "served, so its compute is unobserved) instead of failing the requests that do not fit",
+    "served, so its compute is unobserved) instead of failing the requests that do not fit",
     "load-2r": "24 synthetic pods whose GPU memory and GPU compute follow one load (a daily wave with surges; "
-               "picrl_core.synthetic.shared_load_pods), 1,440 ticks: memory runs short exactly when compute is busy",
+    "picrl_core.synthetic.shared_load_pods), 1,440 ticks: memory runs short exactly when compute is busy",
     "load-2r-oom": "load-2r where a GPU memory shortage kills the pod",
 }
 SYNTHETIC_SEED = 2026  # of load-2r: drawn once, used for no choice of the method
 
 # name -> (file, value column, context columns, unit, upstream source)
 _SPECS: dict[str, tuple[str, str, tuple[str, ...], str, str]] = {
-    "dlrm": ("dlrm_gpu_demand_60s.csv.gz", "gpus_active", (), "GPUs",
-             f"{_CLUSTERDATA}:cluster-trace-gpu-v2025/disaggregated_DLRM_trace.csv"),
-    "genai-mem": ("genai_series_57s.csv.gz", "gpu_mem_busy_pods_sum_bytes", (), "bytes",
-                  f"{_CLUSTERDATA}:cluster-trace-v2026-GenAI/pod_gpu_memory_used_bytes_anon.tar.gz"),
-    "genai-ctx": ("genai_series_57s.csv.gz", "gpu_mem_busy_pods_sum_bytes",
-                  ("duty_mean_pct", "n_pods_busy"), "bytes",
-                  f"{_CLUSTERDATA}:cluster-trace-v2026-GenAI/pod_gpu_memory_used_bytes_anon.tar.gz "
-                  "+ pod_gpu_duty_cycle_anon.tar.gz"),
+    "dlrm": (
+        "dlrm_gpu_demand_60s.csv.gz",
+        "gpus_active",
+        (),
+        "GPUs",
+        f"{_CLUSTERDATA}:cluster-trace-gpu-v2025/disaggregated_DLRM_trace.csv",
+    ),
+    "genai-mem": (
+        "genai_series_57s.csv.gz",
+        "gpu_mem_busy_pods_sum_bytes",
+        (),
+        "bytes",
+        f"{_CLUSTERDATA}:cluster-trace-v2026-GenAI/pod_gpu_memory_used_bytes_anon.tar.gz",
+    ),
+    "genai-ctx": (
+        "genai_series_57s.csv.gz",
+        "gpu_mem_busy_pods_sum_bytes",
+        ("duty_mean_pct", "n_pods_busy"),
+        "bytes",
+        f"{_CLUSTERDATA}:cluster-trace-v2026-GenAI/pod_gpu_memory_used_bytes_anon.tar.gz "
+        "+ pod_gpu_duty_cycle_anon.tar.gz",
+    ),
 }
 
 
@@ -145,8 +162,8 @@ def _numbers(path: Path, rows: list[list[str]], index: int, column: str) -> np.n
             out[i] = float(cell) if cell else np.nan
         except ValueError:
             raise DatasetError(
-                f"{path}, line {i + 2} (data row {i + 1}): value {cell!r} in column '{column}' "
-                "is not a number") from None
+                f"{path}, line {i + 2} (data row {i + 1}): value {cell!r} in column '{column}' is not a number"
+            ) from None
     return out
 
 
@@ -163,7 +180,8 @@ def _timestamps(path: Path, rows: list[list[str]], index: int, column: str) -> n
             except ValueError:
                 raise DatasetError(
                     f"{path}, line {i + 2} (data row {i + 1}): time {cell!r} in column '{column}' is "
-                    "neither a number of seconds nor an ISO 8601 date-time") from None
+                    "neither a number of seconds nor an ISO 8601 date-time"
+                ) from None
     if not np.isfinite(out).all():
         raise DatasetError(f"{path}: time column '{column}' holds a non-finite value")
     return out
@@ -176,8 +194,7 @@ def _step_from_times(path: Path, times: np.ndarray, column: str) -> float:
     diffs = np.diff(times)
     duplicate = np.flatnonzero(diffs == 0)
     if duplicate.size:
-        raise DatasetError(
-            f"{path}: time column '{column}' has duplicate timestamps (first: {times[duplicate[0]]:g})")
+        raise DatasetError(f"{path}: time column '{column}' has duplicate timestamps (first: {times[duplicate[0]]:g})")
     return float(np.median(diffs))
 
 
@@ -188,8 +205,9 @@ def _stem(path: Path) -> str:
     return name
 
 
-def load_csv(path: str | Path, column: str, time_column: str | None = None,
-             context_columns: Sequence[str] = ()) -> Trace:
+def load_csv(
+    path: str | Path, column: str, time_column: str | None = None, context_columns: Sequence[str] = ()
+) -> Trace:
     """Read ``column`` (and optional context columns) of a user CSV into a :class:`Trace`.
 
     Empty cells become NaN (gaps are judged later by ``picrl_core.series.validate_series``). With
@@ -201,8 +219,7 @@ def load_csv(path: str | Path, column: str, time_column: str | None = None,
     values = _numbers(path, rows, _column_index(path, header, column), column)
     context = None
     if context_columns:
-        context = np.column_stack(
-            [_numbers(path, rows, _column_index(path, header, c), c) for c in context_columns])
+        context = np.column_stack([_numbers(path, rows, _column_index(path, header, c), c) for c in context_columns])
     step = float("nan")
     if time_column is not None:
         times = _timestamps(path, rows, _column_index(path, header, time_column), time_column)
@@ -210,12 +227,20 @@ def load_csv(path: str | Path, column: str, time_column: str | None = None,
         values = values[order]
         context = context[order] if context is not None else None
         step = _step_from_times(path, times[order], time_column)
-    return Trace(name=f"{_stem(path)}:{column}", values=values, context=context,
-                 context_names=tuple(context_columns), step_seconds=step, unit="", source=str(path))
+    return Trace(
+        name=f"{_stem(path)}:{column}",
+        values=values,
+        context=context,
+        context_names=tuple(context_columns),
+        step_seconds=step,
+        unit="",
+        source=str(path),
+    )
 
 
-def load_resource_csv(path: str | Path, columns: dict[str, str], time_column: str | None = None,
-                      oom_kills: bool = False) -> Trace:
+def load_resource_csv(
+    path: str | Path, columns: dict[str, str], time_column: str | None = None, oom_kills: bool = False
+) -> Trace:
     """One service provisioned on several resources from a user CSV: ``columns`` maps each resource name (one
     ``picrl_core.resources.KNOWN`` defines) to its demand column, read as :func:`load_csv` reads one; the trace
     is a fleet of one service, ``(T, R)`` resource-major like ``pods-2r``."""
@@ -223,25 +248,36 @@ def load_resource_csv(path: str | Path, columns: dict[str, str], time_column: st
 
     unknown = [name for name in columns if name not in KNOWN]
     if unknown or len(columns) < 2:
-        raise DatasetError(f"--resources needs at least two of {', '.join(sorted(KNOWN))} as NAME=COLUMN; got "
-                           f"{', '.join(columns) or 'none'}")
+        raise DatasetError(
+            f"--resources needs at least two of {', '.join(sorted(KNOWN))} as NAME=COLUMN; got "
+            f"{', '.join(columns) or 'none'}"
+        )
     names, heads = list(columns), list(columns.values())
     read = load_csv(path, heads[0], time_column=time_column, context_columns=heads[1:])
     values = np.column_stack([read.values, read.context])  # type: ignore[list-item]
-    return Trace(name=f"{_stem(Path(path))}:{'+'.join(heads)}{'-oom' if oom_kills else ''}", values=values,
-                 context=None, context_names=(),
-                 step_seconds=read.step_seconds, unit="", source=str(path), resources=tuple(names), oom_kills=oom_kills)
+    return Trace(
+        name=f"{_stem(Path(path))}:{'+'.join(heads)}{'-oom' if oom_kills else ''}",
+        values=values,
+        context=None,
+        context_names=(),
+        step_seconds=read.step_seconds,
+        unit="",
+        source=str(path),
+        resources=tuple(names),
+        oom_kills=oom_kills,
+    )
 
 
-def prepare_trace(trace: Trace) -> "PreparedSeries":
+def prepare_trace(trace: Trace) -> PreparedSeries:
     """The trace split and scaled as in the paper: a series (:func:`~picrl_core.series.prepare_series`), a fleet
     (:func:`~picrl_core.series.prepare_fleet`) or a fleet provisioned on several resources
     (:func:`~picrl_core.series.prepare_resource_fleet`)."""
     from picrl_core.series import prepare_fleet, prepare_resource_fleet, prepare_series
 
     if trace.resources:
-        return prepare_resource_fleet(np.split(trace.values, len(trace.resources), axis=1), trace_resources(trace),
-                                      trace.name)
+        return prepare_resource_fleet(
+            np.split(trace.values, len(trace.resources), axis=1), trace_resources(trace), trace.name
+        )
     if trace.values.ndim == 2:
         return prepare_fleet(trace.values, trace.name)
     return prepare_series(trace.values, trace.name, trace.context, trace.context_names)
@@ -259,21 +295,44 @@ def load_dataset(name: str) -> Trace:
     """One of the bundled datasets listed in :data:`DATASETS` or :data:`FLEETS`, in native units."""
     if name == "pods":
         pods = load_pod_fleet()
-        return Trace(name="pods", values=np.column_stack([p.values for p in pods]), context=None, context_names=(),
-                     step_seconds=pods[0].step_seconds, unit="bytes", source=pods[0].source)
+        return Trace(
+            name="pods",
+            values=np.column_stack([p.values for p in pods]),
+            context=None,
+            context_names=(),
+            step_seconds=pods[0].step_seconds,
+            unit="bytes",
+            source=pods[0].source,
+        )
     if name in ("pods-2r", "pods-2r-oom"):
         pods = [p for p in load_pod_fleet() if p.context is not None]
         values = np.column_stack([p.values for p in pods] + [p.context[:, 0] for p in pods])
-        return Trace(name=name, values=values, context=None, context_names=(), step_seconds=pods[0].step_seconds,
-                     unit="bytes | duty %", source=f"{pods[0].source} + pod_gpu_duty_cycle_anon.tar.gz",
-                     resources=("gpu_mem", "gpu_compute"), oom_kills=name == "pods-2r-oom")
+        return Trace(
+            name=name,
+            values=values,
+            context=None,
+            context_names=(),
+            step_seconds=pods[0].step_seconds,
+            unit="bytes | duty %",
+            source=f"{pods[0].source} + pod_gpu_duty_cycle_anon.tar.gz",
+            resources=("gpu_mem", "gpu_compute"),
+            oom_kills=name == "pods-2r-oom",
+        )
     if name in ("load-2r", "load-2r-oom"):
         from picrl_core.synthetic import shared_load_pods
 
         memory, compute = shared_load_pods(1440, seed=SYNTHETIC_SEED)
-        return Trace(name=name, values=np.column_stack([memory, compute]), context=None, context_names=(),
-                     step_seconds=60.0, unit="share of a GPU", source="picrl_core.synthetic.shared_load_pods",
-                     resources=("gpu_mem", "gpu_compute"), oom_kills=name == "load-2r-oom")
+        return Trace(
+            name=name,
+            values=np.column_stack([memory, compute]),
+            context=None,
+            context_names=(),
+            step_seconds=60.0,
+            unit="share of a GPU",
+            source="picrl_core.synthetic.shared_load_pods",
+            resources=("gpu_mem", "gpu_compute"),
+            oom_kills=name == "load-2r-oom",
+        )
     if name not in _SPECS:
         raise DatasetError(f"unknown dataset '{name}'; valid names: {', '.join([*DATASETS, *FLEETS])}")
     file, column, context_columns, unit, source = _SPECS[name]
@@ -308,7 +367,15 @@ def load_pod_fleet() -> list[Trace]:
         if pod in duty_header:
             duty = _numbers(duty_path, duty_rows, _column_index(duty_path, duty_header, pod), pod)
             context = None if np.isnan(duty).any() else duty[:, None]
-        fleet.append(Trace(name=f"pod-{pod}", values=memory, context=context,
-                           context_names=("duty_pct",) if context is not None else (),
-                           step_seconds=step, unit="bytes", source=source))
+        fleet.append(
+            Trace(
+                name=f"pod-{pod}",
+                values=memory,
+                context=context,
+                context_names=("duty_pct",) if context is not None else (),
+                step_seconds=step,
+                unit="bytes",
+                source=source,
+            )
+        )
     return fleet

@@ -12,6 +12,7 @@ controller at once, and the controller quorum is all of them. Everything the clu
     home/node-<i>/node.json           pid of the running node
     home/node-<i>/kafka.log           its console log
 """
+
 from __future__ import annotations
 
 import base64
@@ -93,8 +94,13 @@ class BrokerInfo:
         return tuple(node for node in self.nodes if node.pid is not None)
 
     def as_dict(self) -> dict:
-        return {"home": self.home, "version": self.version, "bootstrap": self.bootstrap, "brokers": len(self.nodes),
-                "nodes": [asdict(node) for node in self.nodes]}
+        return {
+            "home": self.home,
+            "version": self.version,
+            "bootstrap": self.bootstrap,
+            "brokers": len(self.nodes),
+            "nodes": [asdict(node) for node in self.nodes],
+        }
 
 
 def default_home() -> Path:
@@ -190,7 +196,9 @@ def fetch_kafka_jars(cache: Path, log: Log = print, version: str = KAFKA_VERSION
             return libs
         mvn = shutil.which("mvn")
         if mvn is None:
-            raise BrokerError("Maven (`mvn`) is not on PATH: it is needed once to fetch Kafka's jars from Maven Central")
+            raise BrokerError(
+                "Maven (`mvn`) is not on PATH: it is needed once to fetch Kafka's jars from Maven Central"
+            )
         build = target / "build"
         shutil.rmtree(build, ignore_errors=True)
         build.mkdir(parents=True)
@@ -200,9 +208,18 @@ def fetch_kafka_jars(cache: Path, log: Log = print, version: str = KAFKA_VERSION
         log(f"fetching Apache Kafka {version} jars from Maven Central into {libs} (first use only)...")
         started = time.monotonic()
         proc = subprocess.run(
-            [mvn, "-B", "-q", "-f", str(build / "pom.xml"), "dependency:copy-dependencies",
-             f"-DoutputDirectory={staging}", "-DincludeScope=runtime"],
-            capture_output=True, text=True,
+            [
+                mvn,
+                "-B",
+                "-q",
+                "-f",
+                str(build / "pom.xml"),
+                "dependency:copy-dependencies",
+                f"-DoutputDirectory={staging}",
+                "-DincludeScope=runtime",
+            ],
+            capture_output=True,
+            text=True,
         )
         if proc.returncode != 0 or not any(staging.glob("kafka_2.13-*.jar")):
             tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
@@ -226,30 +243,32 @@ def server_properties(node: NodePorts, nodes: list[NodePorts], data_dir: Path) -
     """
     replication = Replication.for_brokers(len(nodes))
     voters = ",".join(f"{n.node_id}@127.0.0.1:{n.controller_port}" for n in nodes)
-    return "\n".join([
-        "process.roles=broker,controller",
-        f"node.id={node.node_id}",
-        f"controller.quorum.voters={voters}",
-        f"listeners=PLAINTEXT://127.0.0.1:{node.port},CONTROLLER://127.0.0.1:{node.controller_port}",
-        f"advertised.listeners=PLAINTEXT://127.0.0.1:{node.port}",
-        "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
-        "controller.listener.names=CONTROLLER",
-        "inter.broker.listener.name=PLAINTEXT",
-        f"log.dirs={data_dir}",
-        "num.partitions=1",
-        f"default.replication.factor={replication.factor}",
-        f"min.insync.replicas={replication.min_insync}",
-        f"offsets.topic.replication.factor={replication.factor}",
-        "offsets.topic.num.partitions=8",
-        f"transaction.state.log.replication.factor={replication.factor}",
-        f"transaction.state.log.min.isr={replication.min_insync}",
-        "transaction.state.log.num.partitions=8",
-        "group.initial.rebalance.delay.ms=0",
-        "auto.create.topics.enable=true",
-        "delete.topic.enable=true",
-        "log.retention.hours=168",
-        "",
-    ])
+    return "\n".join(
+        [
+            "process.roles=broker,controller",
+            f"node.id={node.node_id}",
+            f"controller.quorum.voters={voters}",
+            f"listeners=PLAINTEXT://127.0.0.1:{node.port},CONTROLLER://127.0.0.1:{node.controller_port}",
+            f"advertised.listeners=PLAINTEXT://127.0.0.1:{node.port}",
+            "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "controller.listener.names=CONTROLLER",
+            "inter.broker.listener.name=PLAINTEXT",
+            f"log.dirs={data_dir}",
+            "num.partitions=1",
+            f"default.replication.factor={replication.factor}",
+            f"min.insync.replicas={replication.min_insync}",
+            f"offsets.topic.replication.factor={replication.factor}",
+            "offsets.topic.num.partitions=8",
+            f"transaction.state.log.replication.factor={replication.factor}",
+            f"transaction.state.log.min.isr={replication.min_insync}",
+            "transaction.state.log.num.partitions=8",
+            "group.initial.rebalance.delay.ms=0",
+            "auto.create.topics.enable=true",
+            "delete.topic.enable=true",
+            "log.retention.hours=168",
+            "",
+        ]
+    )
 
 
 def new_cluster_id() -> str:
@@ -277,8 +296,16 @@ class LocalKafka:
     ``brokers``: how many nodes a new cluster gets (default 1); a formatted home keeps the count it was made with.
     ``port``: node 1's client port (default: a free one, kept afterwards)."""
 
-    def __init__(self, home: Path | None = None, cache: Path | None = None, *, port: int | None = None,
-                 brokers: int | None = None, heap_mb: int = 768, log: Log = print) -> None:
+    def __init__(
+        self,
+        home: Path | None = None,
+        cache: Path | None = None,
+        *,
+        port: int | None = None,
+        brokers: int | None = None,
+        heap_mb: int = 768,
+        log: Log = print,
+    ) -> None:
         if brokers is not None and brokers < 1:
             raise BrokerError(f"a cluster needs at least one node; got --brokers {brokers}")
         self.home = (home or default_home()).resolve()
@@ -299,8 +326,10 @@ class LocalKafka:
         path = self.home / _CLUSTER_FILE
         if not path.exists():
             if (self.home / "server.properties").exists():
-                raise BrokerError(f"{self.home} holds a single broker in the layout of an older picrl "
-                                  f"(server.properties, broker.json); stop that broker and remove the folder")
+                raise BrokerError(
+                    f"{self.home} holds a single broker in the layout of an older picrl "
+                    f"(server.properties, broker.json); stop that broker and remove the folder"
+                )
             return None
         try:
             return [NodePorts(**node) for node in json.loads(path.read_text())["nodes"]]
@@ -343,11 +372,15 @@ class LocalKafka:
         java_home = os.environ.get("JAVA_HOME")
         java = str(Path(java_home) / "bin" / "java") if java_home else shutil.which("java")
         if not java or not Path(java).exists():
-            raise BrokerError("Java was not found (no `java` on PATH and no JAVA_HOME): install a JDK 17, "
-                              "e.g. `apt-get install openjdk-17-jre-headless`")
+            raise BrokerError(
+                "Java was not found (no `java` on PATH and no JAVA_HOME): install a JDK 17, "
+                "e.g. `apt-get install openjdk-17-jre-headless`"
+            )
         major = java_major_version(java)
         if major < MIN_JAVA:
-            raise BrokerError(f"Kafka {KAFKA_VERSION} needs Java {MIN_JAVA}+ (17 recommended); found Java {major} at {java}")
+            raise BrokerError(
+                f"Kafka {KAFKA_VERSION} needs Java {MIN_JAVA}+ (17 recommended); found Java {major} at {java}"
+            )
         return java
 
     def _configure(self, java: str, libs: Path) -> list[NodePorts]:
@@ -355,11 +388,15 @@ class LocalKafka:
         nodes = self.layout()
         if nodes is not None:
             if self.requested_brokers not in (None, len(nodes)):
-                raise BrokerError(f"the cluster in {self.home} was formatted with {len(nodes)} node(s); stop it and "
-                                  f"remove that folder to run {self.requested_brokers}")
+                raise BrokerError(
+                    f"the cluster in {self.home} was formatted with {len(nodes)} node(s); stop it and "
+                    f"remove that folder to run {self.requested_brokers}"
+                )
             if self.requested_port not in (None, nodes[0].port):
-                raise BrokerError(f"the cluster in {self.home} was formatted for port {nodes[0].port}; "
-                                  f"stop it and remove that folder to use port {self.requested_port}")
+                raise BrokerError(
+                    f"the cluster in {self.home} was formatted for port {nodes[0].port}; "
+                    f"stop it and remove that folder to use port {self.requested_port}"
+                )
             return nodes
         count = self.requested_brokers or 1
         ports = _free_ports(2 * count, self.requested_port)
@@ -372,15 +409,21 @@ class LocalKafka:
             shutil.rmtree(folder / "data", ignore_errors=True)
             props = folder / "server.properties"
             props.write_text(server_properties(node, nodes, folder / "data"))
-            formats.append(subprocess.Popen(
-                [java, "-cp", f"{libs}/*", "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(props)],
-                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+            formats.append(
+                subprocess.Popen(
+                    [java, "-cp", f"{libs}/*", "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(props)],
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    text=True,
+                )
+            )
         for node, proc in zip(nodes, formats):  # formatted side by side: a JVM start each
             out, _ = proc.communicate(timeout=120)
             if proc.returncode != 0:
                 raise BrokerError(f"formatting the storage of Kafka node {node.node_id} failed: {out.strip()[-800:]}")
-        (self.home / _CLUSTER_FILE).write_text(json.dumps(
-            {"cluster_id": cluster_id, "nodes": [asdict(n) for n in nodes]}, indent=2) + "\n")
+        (self.home / _CLUSTER_FILE).write_text(
+            json.dumps({"cluster_id": cluster_id, "nodes": [asdict(n) for n in nodes]}, indent=2) + "\n"
+        )
         return nodes
 
     def start(self, timeout: float = 120.0) -> BrokerInfo:
@@ -395,16 +438,20 @@ class LocalKafka:
         nodes = self._configure(java, libs)
         down = [n for n in nodes if self._node(n).pid is None]
         for taken in (p for n in down for p in (n.port, n.controller_port) if not _freed(p, PORT_WAIT)):
-            raise BrokerError(f"port {taken} on 127.0.0.1 is taken by another process; "
-                              f"free it, or pick another port (`picrl kafka start --port N` with a new --home)")
+            raise BrokerError(
+                f"port {taken} on 127.0.0.1 is taken by another process; "
+                f"free it, or pick another port (`picrl kafka start --port N` with a new --home)"
+            )
         launched = {node.node_id: self._launch(java, libs, node) for node in down}
         deadline = time.monotonic() + timeout
         while True:
             for node_id, proc in launched.items():
                 if proc.poll() is not None:
                     self._stop_all(launched)
-                    raise BrokerError(f"Kafka node {node_id} exited with code {proc.returncode} while starting; "
-                                      f"last lines of {self.log_file(node_id)}:\n{self._log_tail(node_id)}")
+                    raise BrokerError(
+                        f"Kafka node {node_id} exited with code {proc.returncode} while starting; "
+                        f"last lines of {self.log_file(node_id)}:\n{self._log_tail(node_id)}"
+                    )
             info = self.status() or BrokerInfo(str(self.home), KAFKA_VERSION, ())
             answering = self.answering(info)
             if info.nodes and len(answering) == len(nodes):
@@ -414,10 +461,14 @@ class LocalKafka:
                 tails = "\n".join(f"{self.log_file(i)}:\n{self._log_tail(i)}" for i in silent)
                 if launched:
                     self._stop_all(launched)
-                    raise BrokerError(f"Kafka node(s) {silent} did not answer metadata requests with all "
-                                      f"{len(nodes)} broker(s) within {timeout:.0f} s; last lines of\n{tails}")
-                raise BrokerError(f"Kafka node(s) {silent} of {self.home} run but do not answer metadata requests "
-                                  f"with all {len(nodes)} broker(s); run `picrl kafka stop` first")
+                    raise BrokerError(
+                        f"Kafka node(s) {silent} did not answer metadata requests with all "
+                        f"{len(nodes)} broker(s) within {timeout:.0f} s; last lines of\n{tails}"
+                    )
+                raise BrokerError(
+                    f"Kafka node(s) {silent} of {self.home} run but do not answer metadata requests "
+                    f"with all {len(nodes)} broker(s); run `picrl kafka stop` first"
+                )
             time.sleep(0.25)
 
     def _stop_all(self, node_ids: Iterable[int]) -> None:
@@ -428,13 +479,22 @@ class LocalKafka:
         folder = self.node_dir(node.node_id)
         log4j = resources.files("picrl.kafka").joinpath("log4j.properties")
         cmd = [
-            java, "-Xms128m", f"-Xmx{self.heap_mb}m", "-XX:+UseG1GC", "-Djava.awt.headless=true",
-            f"-Dlog4j.configuration=file:{log4j}", f"-Dkafka.logs.dir={folder / 'logs'}",
-            "-cp", f"{libs}/*", "kafka.Kafka", str(folder / "server.properties"),
+            java,
+            "-Xms128m",
+            f"-Xmx{self.heap_mb}m",
+            "-XX:+UseG1GC",
+            "-Djava.awt.headless=true",
+            f"-Dlog4j.configuration=file:{log4j}",
+            f"-Dkafka.logs.dir={folder / 'logs'}",
+            "-cp",
+            f"{libs}/*",
+            "kafka.Kafka",
+            str(folder / "server.properties"),
         ]
         with open(self.log_file(node.node_id), "ab") as out:
-            proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    start_new_session=True, cwd=folder)
+            proc = subprocess.Popen(
+                cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True, cwd=folder
+            )
         (folder / _NODE_FILE).write_text(json.dumps({"pid": proc.pid, "started_at": time.time()}) + "\n")
         return proc
 

@@ -3,6 +3,7 @@
 Used to decide that a broker is up without starting an asyncio loop (the probe runs from the CLI,
 from pytest fixtures and from inside running event loops alike).
 """
+
 from __future__ import annotations
 
 import socket

@@ -6,6 +6,7 @@ the ticks where PIC-RL was in control (after the warm-up). Services provisioned 
 scored per resource and in total (``picrl_core.methods.coupled.resource_metrics``: the resources' regrets
 weighted as in the coupled cost), with a figure of one service's resources.
 """
+
 from __future__ import annotations
 
 import json
@@ -44,14 +45,22 @@ def summarise(record: ClosedLoopRecord, cost: CostConfig = CostConfig()) -> dict
         from picrl_core.methods.coupled import resource_metrics  # here: picrl_core.methods loads torch
 
         total, extra = resource_metrics(capacity[ticks], demand[ticks], resources, cost)
-        per_resource = {"total_regret": total.regret, "weights": {r.name: r.weight for r in resources},
-                        "hard": [r.name for r in resources if r.hard], **extra}
+        per_resource = {
+            "total_regret": total.regret,
+            "weights": {r.name: r.weight for r in resources},
+            "hard": [r.name for r in resources if r.hard],
+            **extra,
+        }
     return {
-        "services": len(record.workload.services), "ticks": record.workload.ticks,
-        "control_ticks": int(ticks.size), "seconds": round(record.seconds, 2),
+        "services": len(record.workload.services),
+        "ticks": record.workload.ticks,
+        "control_ticks": int(ticks.size),
+        "seconds": round(record.seconds, 2),
         "censoring_rate": float(record.censored[control].mean()) if control.any() else 0.0,
-        "policy_versions": sorted({int(v) for v in versions}), "duplicate_actions": record.duplicate_actions,
-        "metrics": metrics, "unit": record.workload.unit,
+        "policy_versions": sorted({int(v) for v in versions}),
+        "duplicate_actions": record.duplicate_actions,
+        "metrics": metrics,
+        "unit": record.workload.unit,
         "normalisation": "each service's demand range over the run; control ticks only",
         **({"resources": per_resource} if per_resource else {}),
     }
@@ -66,15 +75,27 @@ def write_report(record: ClosedLoopRecord, out: Path, title: str, cost: CostConf
     ticks, columns = w.demand.shape
     n = len(w.services)
     rows = [
-        [t, j % n, w.demand[t, j], record.capacity[t, j], record.usage[t, j], int(record.censored[t, j]),
-         int(record.control[t, j]), record.policy_version[t, j],
-         *(record.breakdown[name][t, j] for name in ("mu", "sigma", "k", "eta", "margin", "bias")),
-         *([j // n] if w.resources else [])]
-        for t in range(ticks) for j in range(columns)]
-    header = "tick,service,demand,capacity,usage,censored,control,policy_version,mu,sigma,k,eta,margin,bias" + \
-        (",resource" if w.resources else "")
-    np.savetxt(out / "ticks.csv", np.array(rows, dtype=np.float64), delimiter=",", fmt="%.6g", header=header,
-               comments="")
+        [
+            t,
+            j % n,
+            w.demand[t, j],
+            record.capacity[t, j],
+            record.usage[t, j],
+            int(record.censored[t, j]),
+            int(record.control[t, j]),
+            record.policy_version[t, j],
+            *(record.breakdown[name][t, j] for name in ("mu", "sigma", "k", "eta", "margin", "bias")),
+            *([j // n] if w.resources else []),
+        ]
+        for t in range(ticks)
+        for j in range(columns)
+    ]
+    header = "tick,service,demand,capacity,usage,censored,control,policy_version,mu,sigma,k,eta,margin,bias" + (
+        ",resource" if w.resources else ""
+    )
+    np.savetxt(
+        out / "ticks.csv", np.array(rows, dtype=np.float64), delimiter=",", fmt="%.6g", header=header, comments=""
+    )
     (out / "services.txt").write_text("\n".join(f"{j},{s}" for j, s in enumerate(w.services)) + "\n")
     if w.resources:
         (out / "resources.txt").write_text("\n".join(f"{i},{r.name}" for i, r in enumerate(w.resources)) + "\n")
@@ -93,7 +114,7 @@ def plot_resources(record: ClosedLoopRecord, path: Path, title: str) -> Path:
     soft = [i for i, r in enumerate(resources) if not r.hard]
 
     def block(a: np.ndarray, i: int) -> np.ndarray:  # resource i's (T, N) columns
-        return a[:, i * n:(i + 1) * n]
+        return a[:, i * n : (i + 1) * n]
 
     hard_short = np.any([block(record.censored, i) for i in hard], axis=0) if hard else np.zeros((w.ticks, n), bool)
     busy = np.any([block(w.demand, i) > block(w.demand, i).min(axis=0) for i in soft], axis=0) if soft else hard_short
@@ -105,8 +126,14 @@ def plot_resources(record: ClosedLoopRecord, path: Path, title: str) -> Path:
         ax.plot(t, demand, color="black", lw=1, label="demand (hidden from picrl)")
         ax.plot(t, capacity, color="tab:orange", lw=1.2, label="capacity decided")
         marks = hard_short[:, j]
-        ax.scatter(t[marks], capacity[marks], marker="x", color="red", s=16,
-                   label=f"{'/'.join(resources[h].name for h in hard)} short ({marks.mean():.0%} of ticks)")
+        ax.scatter(
+            t[marks],
+            capacity[marks],
+            marker="x",
+            color="red",
+            s=16,
+            label=f"{'/'.join(resources[h].name for h in hard)} short ({marks.mean():.0%} of ticks)",
+        )
         warm = ~block(record.control, i)[:, j]
         if warm.any():
             ax.axvspan(0, np.flatnonzero(warm).max(), color="grey", alpha=0.15, label="warm-up")
@@ -140,8 +167,12 @@ def plot_closed_loop(record: ClosedLoopRecord, path: Path, title: str, cost: Cos
     ax.legend(fontsize=8, loc="upper left")
     ax = axes[0, 1]
     ax.plot(t, record.censored.mean(axis=1), color="tab:red", lw=1)
-    ax.set(title=f"(b) Share of the {len(w.services)} services short of capacity", xlabel="tick",
-           ylabel="censoring rate", ylim=(-0.02, 1.02))
+    ax.set(
+        title=f"(b) Share of the {len(w.services)} services short of capacity",
+        xlabel="tick",
+        ylabel="censoring rate",
+        ylim=(-0.02, 1.02),
+    )
     ax = axes[1, 0]
     ax.step(t, record.policy_version.max(axis=1), where="post", color="tab:green")
     ax.set(title="(c) Policy version stamped on the actions", xlabel="tick", ylabel="version")

@@ -1,4 +1,5 @@
 """PNG figures in the spirit of the paper's Figures 3-5 (training curves and Phase 3 dynamics)."""
+
 from __future__ import annotations
 
 from pathlib import Path

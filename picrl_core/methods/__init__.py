@@ -1,4 +1,5 @@
 """Every method of the comparison (paper Tables 2 and 3), by name: PIC-RL, its ablations and the baselines."""
+
 from picrl_core.methods.base import LoopResult, Method, Provisioner, run_pic_loop
 from picrl_core.methods.learned import METHODS as LEARNED
 from picrl_core.methods.operators import METHODS as OPERATORS

@@ -21,6 +21,7 @@ demand fits. Window, half-life and margin are module constants (the paper tunes 
 the values here are ours): one diurnal period, 12 h, 10%; durations are converted to ticks with
 ``step_seconds``. Context is not used; nothing is trained (``series`` is not read).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -51,8 +52,9 @@ def _percent(statistic: str) -> float:
 class AutopilotProvisioner(Provisioner):
     """``a = min(1, (1 + margin) * S)`` with ``S`` the window statistic of the observations."""
 
-    def __init__(self, window: int, half_life: float, statistic: str = AUTOPILOT_STATISTIC,
-                 margin: float = AUTOPILOT_MARGIN) -> None:
+    def __init__(
+        self, window: int, half_life: float, statistic: str = AUTOPILOT_STATISTIC, margin: float = AUTOPILOT_MARGIN
+    ) -> None:
         self.percent = None if statistic in ("max", "avg") else _percent(statistic)
         self.window = window
         self.half_life = half_life
@@ -84,8 +86,14 @@ class AutopilotProvisioner(Provisioner):
         return np.clip(value * (1.0 + self.margin), 0.0, 1.0)
 
 
-def fit_autopilot(series: PreparedSeries, config: PicRLConfig, *, step_seconds: float = DEFAULT_STEP_SECONDS,
-                  statistic: str = AUTOPILOT_STATISTIC) -> AutopilotProvisioner:
+def fit_autopilot(
+    series: PreparedSeries,
+    config: PicRLConfig,
+    *,
+    step_seconds: float = DEFAULT_STEP_SECONDS,
+    statistic: str = AUTOPILOT_STATISTIC,
+) -> AutopilotProvisioner:
     """The moving-window recommender with its window and half-life in ticks of ``step_seconds``."""
-    return AutopilotProvisioner(ticks(AUTOPILOT_WINDOW_S, step_seconds), ticks(AUTOPILOT_HALF_LIFE_S, step_seconds),
-                                statistic)
+    return AutopilotProvisioner(
+        ticks(AUTOPILOT_WINDOW_S, step_seconds), ticks(AUTOPILOT_HALF_LIFE_S, step_seconds), statistic
+    )

@@ -6,6 +6,7 @@ is the one loop every method runs in, on the same splits, scaling and cost weigh
 :class:`Method` says how a provisioner is trained offline from a :class:`PreparedSeries` (only the
 hindsight oracle may read the test split: it is the bound, not a method).
 """
+
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
@@ -70,14 +71,21 @@ class ProvisionerError(ValueError):
 def _checked(actions: np.ndarray, n: int, who: Provisioner) -> np.ndarray:
     actions = np.asarray(actions, dtype=np.float64)
     if actions.shape != (n,) or not np.isfinite(actions).all() or actions.min() < 0.0 or actions.max() > 1.0:
-        raise ProvisionerError(f"{type(who).__name__} returned actions of shape {actions.shape} outside [0, 1] "
-                               f"or non-finite")
+        raise ProvisionerError(
+            f"{type(who).__name__} returned actions of shape {actions.shape} outside [0, 1] or non-finite"
+        )
     return actions
 
 
-def run_pic_loop(provisioner: Provisioner, demand: np.ndarray, history: np.ndarray, *,
-                 context: np.ndarray | None = None, history_context: np.ndarray | None = None,
-                 censoring: bool = True) -> LoopResult:
+def run_pic_loop(
+    provisioner: Provisioner,
+    demand: np.ndarray,
+    history: np.ndarray,
+    *,
+    context: np.ndarray | None = None,
+    history_context: np.ndarray | None = None,
+    censoring: bool = True,
+) -> LoopResult:
     """The counterfactual PIC loop (Sec. 4.1.2) over ``demand`` ``(T, N)``: the provisioner acts, the
     environment reveals ``min(d, a)`` and ``1[d > a]``, the provisioner acts again.
 
@@ -98,6 +106,9 @@ def run_pic_loop(provisioner: Provisioner, demand: np.ndarray, history: np.ndarr
         if not censoring:
             observed[t] = demand[t]
         if t + 1 < steps:
-            a = _checked(provisioner.act(observed[t].copy(), censored[t] & censoring,
-                                         None if context is None else context[t]), n, provisioner)
+            a = _checked(
+                provisioner.act(observed[t].copy(), censored[t] & censoring, None if context is None else context[t]),
+                n,
+                provisioner,
+            )
     return LoopResult(actions, observed, censored)

@@ -19,6 +19,7 @@ which settles where shortages happen with probability ``c_over / (c_under + c_ov
 The paper's diminishing step ``eps / sqrt(t)`` targets stationary demand; a trace drifts, so the step
 is constant and chosen on the validation split from :data:`STEPS` (:mod:`picrl_core.methods.selection`).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -40,8 +41,9 @@ class CensoredSGDProvisioner(Provisioner):
     """``a_t = base_t + q_t`` with ``q`` on the censored newsvendor subgradient; ``base`` is 0 (standalone)
     or the predictor's ``mu_t`` (residual tracker)."""
 
-    def __init__(self, step: float, cost: CostConfig, start: float, *, predictor: GaussianLSTM | None = None,
-                 chunk: int = 1) -> None:
+    def __init__(
+        self, step: float, cost: CostConfig, start: float, *, predictor: GaussianLSTM | None = None, chunk: int = 1
+    ) -> None:
         if step <= 0:
             raise ValueError(f"the SGD step must be positive; got {step}")
         self.step = step
@@ -55,8 +57,9 @@ class CensoredSGDProvisioner(Provisioner):
         history = np.asarray(history, dtype=np.float64)
         if history.ndim != 2 or history.shape[1] < 1:
             raise ValueError(f"history must have shape (services, steps >= 1); got {history.shape}")
-        self.feed = None if self.predictor is None else PredictorFeed(self.predictor, history, history_context,
-                                                                      self.chunk)
+        self.feed = (
+            None if self.predictor is None else PredictorFeed(self.predictor, history, history_context, self.chunk)
+        )
         self.offset = np.full(history.shape[0], self.start_offset)
         return self._decide()
 
@@ -80,22 +83,29 @@ def fit_censored_sgd(series: PreparedSeries, config: PicRLConfig) -> CensoredSGD
     ratio = critical_ratio(config.cost)
     for_validation = float(np.quantile(series.train, ratio))
     selection: Selection[float] = select_on_validation(
-        STEPS, lambda step: CensoredSGDProvisioner(step, config.cost, for_validation), series, config)
+        STEPS, lambda step: CensoredSGDProvisioner(step, config.cost, for_validation), series, config
+    )
     return CensoredSGDProvisioner(selection.chosen, config.cost, float(np.quantile(series.val, ratio)))
 
 
-def fit_censored_sgd_residual(series: PreparedSeries, config: PicRLConfig, *,
-                              predictor: GaussianLSTM | None = None) -> CensoredSGDProvisioner:
+def fit_censored_sgd_residual(
+    series: PreparedSeries, config: PicRLConfig, *, predictor: GaussianLSTM | None = None
+) -> CensoredSGDProvisioner:
     """Residual tracker on the Phase-1 predictor's ``mu``; step chosen on the validation split (started
     from the training split's residuals there), then started from the validation residuals."""
     model = phase1_predictor(series, config) if predictor is None else predictor.eval()
     ratio = critical_ratio(config.cost)
     chunk = config.online.inference_chunk
-    on_train = float(np.quantile(split_residuals(model, series.train, series.train_ctx, config,
-                                                 services=series.services), ratio))
+    on_train = float(
+        np.quantile(split_residuals(model, series.train, series.train_ctx, config, services=series.services), ratio)
+    )
     selection: Selection[float] = select_on_validation(
-        STEPS, lambda step: CensoredSGDProvisioner(step, config.cost, on_train, predictor=model, chunk=chunk),
-        series, config)
-    on_val = float(np.quantile(split_residuals(model, series.val, series.val_ctx, config,
-                                               services=series.services), ratio))
+        STEPS,
+        lambda step: CensoredSGDProvisioner(step, config.cost, on_train, predictor=model, chunk=chunk),
+        series,
+        config,
+    )
+    on_val = float(
+        np.quantile(split_residuals(model, series.val, series.val_ctx, config, services=series.services), ratio)
+    )
     return CensoredSGDProvisioner(selection.chosen, config.cost, on_val, predictor=model, chunk=chunk)

@@ -33,14 +33,15 @@ ask for an empty set, i.e. provision nothing).
 :class:`PredictorFeed` (the predictor's rolling ``[y, c, ctx]`` windows) is shared with
 :mod:`picrl_core.methods.thompson`.
 """
+
 from __future__ import annotations
 
 import numpy as np
 
 from picrl_core.calibrator import feedback
 from picrl_core.config import PicRLConfig
-from picrl_core.costs import critical_ratio
 from picrl_core.controller import _last_window, _shift
+from picrl_core.costs import critical_ratio
 from picrl_core.methods.base import Provisioner
 from picrl_core.methods.selection import Selection, select_on_validation
 from picrl_core.pipeline import phase1_predictor
@@ -70,8 +71,9 @@ class PredictorFeed:
     kept exactly as :class:`~picrl_core.controller.PicRLController` keeps them (a short history is
     left-padded with its first value; offline history is uncensored)."""
 
-    def __init__(self, model: GaussianLSTM, history: np.ndarray, history_context: np.ndarray | None,
-                 chunk: int) -> None:
+    def __init__(
+        self, model: GaussianLSTM, history: np.ndarray, history_context: np.ndarray | None, chunk: int
+    ) -> None:
         history = np.asarray(history, dtype=np.float32)
         if history.ndim != 2 or history.shape[1] < 1:
             raise ValueError(f"history must have shape (services, steps >= 1); got {history.shape}")
@@ -85,16 +87,18 @@ class PredictorFeed:
     def push(self, y: np.ndarray, censored: np.ndarray, context: np.ndarray | None) -> None:
         """Append this tick's feedback (and context row) to every window."""
         n = self.observations.shape[0]
-        row = context_rows(None if context is None else np.asarray(context)[:, None, :], (n, 1),
-                           self.channels, "context")
+        row = context_rows(
+            None if context is None else np.asarray(context)[:, None, :], (n, 1), self.channels, "context"
+        )
         self.observations = _shift(self.observations, np.asarray(y, dtype=np.float32))
         self.censored = _shift(self.censored, np.asarray(censored, dtype=bool))
         self.context = _shift(self.context, row[:, 0, :])
 
     def predict(self) -> tuple[np.ndarray, np.ndarray]:
         """``(mu, sigma)`` of next-tick demand for every service."""
-        windows = np.concatenate([self.observations[:, :, None], self.censored[:, :, None].astype(np.float32),
-                                  self.context], axis=2)
+        windows = np.concatenate(
+            [self.observations[:, :, None], self.censored[:, :, None].astype(np.float32), self.context], axis=2
+        )
         return predict_gaussian(self.model, windows, self.chunk)
 
 
@@ -145,21 +149,34 @@ class ConformalProvisioner(Provisioner):
         return self.action
 
 
-def split_residuals(model: GaussianLSTM, values: np.ndarray, context: np.ndarray | None, config: PicRLConfig,
-                    window: int = CONFORMAL_WINDOW, services: int = 1) -> np.ndarray:
+def split_residuals(
+    model: GaussianLSTM,
+    values: np.ndarray,
+    context: np.ndarray | None,
+    config: PicRLConfig,
+    window: int = CONFORMAL_WINDOW,
+    services: int = 1,
+) -> np.ndarray:
     """Residuals ``d - mu`` of the predictor on the last ``window`` (uncensored) windows of a split, for
     each of its ``services`` series: ``(window,)`` for one, ``(services, window)`` for a fleet."""
     width = model.cfg.window
     starts = segment_starts(len(values), services, 0, width + 1).reshape(services, -1)[:, -window:]
-    windows, targets = make_windows(values, context, width, np.random.default_rng(config.seed), 0.0,
-                                    starts=starts.ravel())
+    windows, targets = make_windows(
+        values, context, width, np.random.default_rng(config.seed), 0.0, starts=starts.ravel()
+    )
     mu, _ = predict_gaussian(model, windows)
     residuals = (targets.astype(np.float64) - mu).reshape(starts.shape)
     return residuals[0] if services == 1 else residuals
 
 
-def fit_conformal(series: PreparedSeries, config: PicRLConfig, *, predictor: GaussianLSTM | None = None,
-                  window: int = CONFORMAL_WINDOW, steps: tuple[float, ...] = ACI_STEPS) -> ConformalProvisioner:
+def fit_conformal(
+    series: PreparedSeries,
+    config: PicRLConfig,
+    *,
+    predictor: GaussianLSTM | None = None,
+    window: int = CONFORMAL_WINDOW,
+    steps: tuple[float, ...] = ACI_STEPS,
+) -> ConformalProvisioner:
     """Train the Phase-1 predictor (or take ``predictor``, trained on this series), choose the ACI step
     among ``steps`` on the validation split (calibrated there on the training split's last residuals,
     :mod:`picrl_core.methods.selection`), then calibrate on the validation split's last ``window`` residuals."""
@@ -168,6 +185,7 @@ def fit_conformal(series: PreparedSeries, config: PicRLConfig, *, predictor: Gau
     chunk = config.online.inference_chunk
     on_train = split_residuals(model, series.train, series.train_ctx, config, window, series.services)
     selection: Selection[float] = select_on_validation(
-        steps, lambda step: ConformalProvisioner(model, on_train, alpha, step, chunk), series, config)
+        steps, lambda step: ConformalProvisioner(model, on_train, alpha, step, chunk), series, config
+    )
     on_val = split_residuals(model, series.val, series.val_ctx, config, window, series.services)
     return ConformalProvisioner(model, on_val, alpha, selection.chosen, chunk)

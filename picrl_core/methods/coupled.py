@@ -5,6 +5,7 @@ together by the rule of :func:`picrl_core.resources.observe`.
 A method reads the coupled flags ``c_r`` (:attr:`Method.coupled`) or, as a per-resource autoscaler does,
 the flags of each resource's own monitor, with the same observations ``y_r`` either way.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -17,8 +18,15 @@ from picrl_core.methods.base import LoopResult, Provisioner, _checked
 from picrl_core.resources import Resource, observe
 
 
-def run_coupled_loop(provisioner: Provisioner, demand: np.ndarray, history: np.ndarray,
-                     resources: Sequence[Resource], *, coupled: bool, censoring: bool = True) -> LoopResult:
+def run_coupled_loop(
+    provisioner: Provisioner,
+    demand: np.ndarray,
+    history: np.ndarray,
+    resources: Sequence[Resource],
+    *,
+    coupled: bool,
+    censoring: bool = True,
+) -> LoopResult:
     """:func:`~picrl_core.methods.base.run_pic_loop` for ``demand`` ``(T, R * N)`` (resource-major
     columns) under the coupled observation rule; ``coupled`` picks the flags the provisioner reads,
     ``censoring=False`` reveals the demand (the full-information reference). ``censored`` in the result
@@ -41,8 +49,9 @@ def run_coupled_loop(provisioner: Provisioner, demand: np.ndarray, history: np.n
     return LoopResult(actions, observed, short)
 
 
-def resource_metrics(actions: np.ndarray, demand: np.ndarray, resources: Sequence[Resource],
-                     cost: CostConfig) -> tuple[EpisodeMetrics, dict[str, float]]:
+def resource_metrics(
+    actions: np.ndarray, demand: np.ndarray, resources: Sequence[Resource], cost: CostConfig
+) -> tuple[EpisodeMetrics, dict[str, float]]:
     """Metrics of a multi-resource episode (``(T, R * N)``, resource-major). The first are the table's:
     regret is the weighted sum over resources of each one's mean regret per service (the cost of
     :mod:`picrl_core.resources`), the other fields the mean over resources. The second are per resource
@@ -52,14 +61,21 @@ def resource_metrics(actions: np.ndarray, demand: np.ndarray, resources: Sequenc
     resources' shortage rate on the other ticks (``soft_short_otherwise``)."""
     steps = actions.shape[0]
     r = len(resources)
-    blocks = [mean_service_metrics(a, d, cost) for a, d in zip(np.split(actions, r, axis=1),
-                                                                  np.split(demand, r, axis=1))]
-    mean = {name: float(np.mean([getattr(b, name) for b in blocks]))
-            for name in ("mae", "shortage_rate", "under_mass", "over_mass", "action_variance")}
-    total = EpisodeMetrics(regret=float(sum(res.weight * b.regret for res, b in zip(resources, blocks))),
-                           steps=steps, **mean)
-    extra = {f"{key}_{res.name}": float(getattr(b, field)) for res, b in zip(resources, blocks)
-             for key, field in (("regret", "regret"), ("shortage", "shortage_rate"))}
+    blocks = [
+        mean_service_metrics(a, d, cost) for a, d in zip(np.split(actions, r, axis=1), np.split(demand, r, axis=1))
+    ]
+    mean = {
+        name: float(np.mean([getattr(b, name) for b in blocks]))
+        for name in ("mae", "shortage_rate", "under_mass", "over_mass", "action_variance")
+    }
+    total = EpisodeMetrics(
+        regret=float(sum(res.weight * b.regret for res, b in zip(resources, blocks))), steps=steps, **mean
+    )
+    extra = {
+        f"{key}_{res.name}": float(getattr(b, field))
+        for res, b in zip(resources, blocks)
+        for key, field in (("regret", "regret"), ("shortage", "shortage_rate"))
+    }
     short = (demand > actions).reshape(steps, r, -1)
     hard = np.array([res.hard for res in resources])
     if hard.any() and not hard.all():

@@ -19,6 +19,7 @@ The value network that Phase 3's slow learner starts from is fitted from Q, not 
 ``V(s) = E_{a ~ pi(s)} min_i Q_i(s, a)`` (regressed on the batch states at every step). Phase 1
 (the Gaussian LSTM) and Phase 3 (calibrator and KL-regularised slow updates) are kept.
 """
+
 from __future__ import annotations
 
 import copy
@@ -78,8 +79,14 @@ class CQLReport:
         return asdict(self)
 
 
-def collect_offline_data(predictor: torch.nn.Module, policy: PolicyNetwork, train: np.ndarray, config: PicRLConfig,
-                         train_context: np.ndarray | None, series_count: int = 1) -> dict[str, torch.Tensor]:
+def collect_offline_data(
+    predictor: torch.nn.Module,
+    policy: PolicyNetwork,
+    train: np.ndarray,
+    config: PicRLConfig,
+    train_context: np.ndarray | None,
+    series_count: int = 1,
+) -> dict[str, torch.Tensor]:
     """One exploring rollout of ``policy`` through the PIC controller over
     ``chunks * max(1, iterations // ITERATIONS_PER_ROLLOUT)`` random chunks of the training split, all
     services stepped together; returns ``features``, ``pre``, ``reward`` and ``next_features`` rows."""
@@ -95,15 +102,24 @@ def collect_offline_data(predictor: torch.nn.Module, policy: PolicyNetwork, trai
     context = None if train_context is None else np.swapaxes(_chunks(train_context, starts, length), 0, 1)
     history_context = None if train_context is None else _chunks(train_context, starts - window, window)
     controller = PicRLController(predictor, policy, config, explore=True, chunk=INVARIANT_CHUNK)
-    simulate(controller, np.swapaxes(_chunks(train, starts, length), 0, 1), _chunks(train, starts - window, window),
-             context=context, history_context=history_context, keys=np.arange(services, dtype=np.uint64),
-             on_step=collect)
-    return {name: torch.from_numpy(np.concatenate([getattr(s, name) for s in steps]))
-            for name in ("features", "pre", "reward", "next_features")}
+    simulate(
+        controller,
+        np.swapaxes(_chunks(train, starts, length), 0, 1),
+        _chunks(train, starts - window, window),
+        context=context,
+        history_context=history_context,
+        keys=np.arange(services, dtype=np.uint64),
+        on_step=collect,
+    )
+    return {
+        name: torch.from_numpy(np.concatenate([getattr(s, name) for s in steps]))
+        for name in ("features", "pre", "reward", "next_features")
+    }
 
 
-def cql_log_sum_exp(q: QNetwork, features: torch.Tensor, proposals: list[tuple[torch.Tensor, torch.Tensor]]
-                   ) -> torch.Tensor:
+def cql_log_sum_exp(
+    q: QNetwork, features: torch.Tensor, proposals: list[tuple[torch.Tensor, torch.Tensor]]
+) -> torch.Tensor:
     """``log sum_a exp Q(s, a)`` by importance sampling: ``logsumexp_j (Q(s, a_j) - log p(a_j))`` over
     the samples ``a_j`` of each proposal ``(actions (B, N, 2), log densities (B, N))``, minus
     ``log(number of samples)``."""
@@ -111,10 +127,15 @@ def cql_log_sum_exp(q: QNetwork, features: torch.Tensor, proposals: list[tuple[t
     return torch.logsumexp(weighted, dim=1) - math.log(weighted.shape[1])
 
 
-def pretrain_cql(predictor: torch.nn.Module, train: np.ndarray, config: PicRLConfig, *,
-                 train_context: np.ndarray | None = None, services: int = 1,
-                 progress: Callable[[dict[str, float]], None] | None = None
-                 ) -> tuple[PolicyNetwork, ValueNetwork, CQLReport]:
+def pretrain_cql(
+    predictor: torch.nn.Module,
+    train: np.ndarray,
+    config: PicRLConfig,
+    *,
+    train_context: np.ndarray | None = None,
+    services: int = 1,
+    progress: Callable[[dict[str, float]], None] | None = None,
+) -> tuple[PolicyNetwork, ValueNetwork, CQLReport]:
     """CQL(H) pretraining of ``pi_phi`` (and ``V_psi`` fitted from Q) on offline PIC rollouts, with the
     interface of :func:`~picrl_core.pretrain.pretrain_policy`. Rewards are divided by their std on
     the data set so the regulariser weight keeps its usual scale against the TD error."""
@@ -154,9 +175,12 @@ def pretrain_cql(predictor: torch.nn.Module, train: np.ndarray, config: PicRLCon
                 next_actions, next_log_prob = sample(s2, 1)
                 next_q = torch.minimum(*(t(s2[:, None], next_actions) for t in targets))
                 target = r + cfg.discount * (next_q - temperature * next_log_prob)[:, 0]
-                uniform = (torch.rand((s.shape[0], ACTION_SAMPLES, N_OUTPUTS), generator=generator) * 2.0 - 1.0)
-                proposals = [(uniform * UNIFORM_RANGE, torch.full(uniform.shape[:2], uniform_log_density)),
-                             sample(s, ACTION_SAMPLES), sample(s2, ACTION_SAMPLES)]
+                uniform = torch.rand((s.shape[0], ACTION_SAMPLES, N_OUTPUTS), generator=generator) * 2.0 - 1.0
+                proposals = [
+                    (uniform * UNIFORM_RANGE, torch.full(uniform.shape[:2], uniform_log_density)),
+                    sample(s, ACTION_SAMPLES),
+                    sample(s2, ACTION_SAMPLES),
+                ]
             td = sum(((q(s, a) - target) ** 2).mean() for q in q_nets)
             gaps = [(cql_log_sum_exp(q, s, proposals) - q(s, a)).mean() for q in q_nets]
             q_loss = td + CQL_WEIGHT * sum(gaps)
@@ -187,8 +211,12 @@ def pretrain_cql(predictor: torch.nn.Module, train: np.ndarray, config: PicRLCon
         if progress is not None:
             progress({"iteration": iteration + 1, **{k: v[-1] for k, v in curves.items()}})
     policy.eval()
-    report = CQLReport(cfg.iterations, n, float(data["reward"].mean()),
-                       *(tuple(curves[k]) for k in ("q_loss", "cql_gap", "actor_loss")))
+    report = CQLReport(
+        cfg.iterations,
+        n,
+        float(data["reward"].mean()),
+        *(tuple(curves[k]) for k in ("q_loss", "cql_gap", "actor_loss")),
+    )
     return policy, value, report
 
 

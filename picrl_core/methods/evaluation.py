@@ -6,6 +6,7 @@ as its uncensored cold-start history, the scaled context channels where the seri
 config's cost weights for the metrics (a fleet's are the mean over its services). Only
 :func:`~picrl_core.methods.base.run_pic_loop` and the metrics see ``d_t``.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -33,8 +34,7 @@ class TestSplitRun:
     extra: dict[str, float] = field(default_factory=dict)
 
 
-def run_on_test_split(method: Method, series: PreparedSeries, config: PicRLConfig,
-                      step_seconds: float) -> TestSplitRun:
+def run_on_test_split(method: Method, series: PreparedSeries, config: PicRLConfig, step_seconds: float) -> TestSplitRun:
     """Fit ``method`` on the training (and validation) split, then run it on the test split (with the
     demand revealed every tick for a full-information reference, ``method.censoring`` False). A
     multi-resource fleet runs in :func:`~picrl_core.methods.coupled.run_coupled_loop`, reading the coupled
@@ -42,12 +42,24 @@ def run_on_test_split(method: Method, series: PreparedSeries, config: PicRLConfi
     provisioner = method.fitted(series, config, step_seconds)
     inputs = evaluation_inputs(series, config.predictor.window)
     if series.resources:
-        loop: LoopResult = run_coupled_loop(provisioner, inputs["demand"], inputs["history"], series.resources,
-                                            coupled=method.coupled, censoring=method.censoring)
+        loop: LoopResult = run_coupled_loop(
+            provisioner,
+            inputs["demand"],
+            inputs["history"],
+            series.resources,
+            coupled=method.coupled,
+            censoring=method.censoring,
+        )
         metrics, extra = resource_metrics(loop.actions, inputs["demand"], series.resources, config.cost)
         return TestSplitRun(inputs["demand"], loop.actions, loop.censored, metrics, extra)
-    loop = run_pic_loop(provisioner, inputs["demand"], inputs["history"], context=inputs["context"],
-                        history_context=inputs["history_context"], censoring=method.censoring)
+    loop = run_pic_loop(
+        provisioner,
+        inputs["demand"],
+        inputs["history"],
+        context=inputs["context"],
+        history_context=inputs["history_context"],
+        censoring=method.censoring,
+    )
     demand, actions, censored = np.asarray(inputs["demand"]), loop.actions, loop.censored
     if series.services == 1:
         demand, actions, censored = demand[:, 0], actions[:, 0], censored[:, 0]

@@ -12,6 +12,7 @@ falls tick after tick. For stationary ``N(mu, sigma^2)`` demand at the 2:1 price
 the newsvendor order ``mu + 0.43 sigma`` to a fixed point near ``mu - 0.7 sigma``, where three
 shortages in four are the norm: the downward spiral into the censoring trap.
 """
+
 from __future__ import annotations
 
 from picrl_core.config import PicRLConfig
@@ -22,5 +23,10 @@ from picrl_core.series import PreparedSeries
 
 def fit_naive(series: PreparedSeries, config: PicRLConfig, *, window: int | None = None) -> GaussianNewsvendor:
     """The naive learner (nothing to train: ``series`` is not read)."""
-    return GaussianNewsvendor(window or config.estimator.window, critical_ratio(config.cost), config.estimator,
-                              config.reward, read_censored_as_demand=True)
+    return GaussianNewsvendor(
+        window or config.estimator.window,
+        critical_ratio(config.cost),
+        config.estimator,
+        config.reward,
+        read_censored_as_demand=True,
+    )

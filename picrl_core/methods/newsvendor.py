@@ -22,6 +22,7 @@ estimator), a censored ``y`` being a right-censored demand (``d > y``). Context 
   :data:`KM_TAIL_STEP` above the largest observation (our completion rule), until an uncensored
   value identifies the quantile.
 """
+
 from __future__ import annotations
 
 from abc import abstractmethod
@@ -30,10 +31,10 @@ from statistics import NormalDist
 
 import numpy as np
 
-from picrl_core.config import EstimatorConfig, PicRLConfig, RewardConfig
 from picrl_core.censored_estimator import estimate_censored_demand
-from picrl_core.costs import critical_ratio
+from picrl_core.config import EstimatorConfig, PicRLConfig, RewardConfig
 from picrl_core.controller import _last_window, _shift
+from picrl_core.costs import critical_ratio
 from picrl_core.methods.base import Provisioner
 from picrl_core.series import PreparedSeries
 
@@ -89,8 +90,15 @@ class WindowNewsvendor(Provisioner):
 class GaussianNewsvendor(WindowNewsvendor):
     """Tobit fit ``N(m, s^2)`` of the window, order ``m + s * Phi^{-1}(ratio)``."""
 
-    def __init__(self, window: int, ratio: float, estimator: EstimatorConfig, reward: RewardConfig, *,
-                 read_censored_as_demand: bool = False) -> None:
+    def __init__(
+        self,
+        window: int,
+        ratio: float,
+        estimator: EstimatorConfig,
+        reward: RewardConfig,
+        *,
+        read_censored_as_demand: bool = False,
+    ) -> None:
         super().__init__(window, ratio)
         self.estimator = replace(estimator, window=window)
         self.reward = reward
@@ -99,8 +107,9 @@ class GaussianNewsvendor(WindowNewsvendor):
 
     def order(self) -> np.ndarray:
         flags = np.zeros_like(self.censored) if self.read_censored_as_demand else self.censored
-        fit = estimate_censored_demand(self.y, flags, np.zeros(self.y.shape[0], dtype=np.int64), self.estimator,
-                                       self.reward)
+        fit = estimate_censored_demand(
+            self.y, flags, np.zeros(self.y.shape[0], dtype=np.int64), self.estimator, self.reward
+        )
         return fit.mean + self.z * fit.std
 
 
@@ -114,11 +123,13 @@ class KaplanMeierNewsvendor(WindowNewsvendor):
 
 def fit_tobit(series: PreparedSeries, config: PicRLConfig, *, window: int | None = None) -> GaussianNewsvendor:
     """The Tobit newsvendor (nothing to train: ``series`` is not read)."""
-    return GaussianNewsvendor(window or config.estimator.window, critical_ratio(config.cost), config.estimator,
-                              config.reward)
+    return GaussianNewsvendor(
+        window or config.estimator.window, critical_ratio(config.cost), config.estimator, config.reward
+    )
 
 
-def fit_kaplan_meier(series: PreparedSeries, config: PicRLConfig, *,
-                     window: int | None = None) -> KaplanMeierNewsvendor:
+def fit_kaplan_meier(
+    series: PreparedSeries, config: PicRLConfig, *, window: int | None = None
+) -> KaplanMeierNewsvendor:
     """The Kaplan-Meier newsvendor (nothing to train: ``series`` is not read)."""
     return KaplanMeierNewsvendor(window or config.estimator.window, critical_ratio(config.cost))

@@ -5,6 +5,7 @@ the full-information references and the hindsight bound.
 ``fit_vpa`` and ``fit_autopilot`` take ``step_seconds`` (default 60 s, the DLRM step; 57 s for the
 GenAI traces): their entries are ``timed``, and :meth:`Method.fitted` passes the trace's period.
 """
+
 from __future__ import annotations
 
 from picrl_core.methods.autopilot import fit_autopilot
@@ -18,36 +19,102 @@ from picrl_core.methods.spo import fit_spo
 from picrl_core.methods.thompson import fit_thompson
 from picrl_core.methods.vpa import fit_vpa
 
-HUH_2009 = ("Huh & Rusmevichientong, A Nonparametric Asymptotic Analysis of Inventory Planning with Censored "
-            "Demand (Mathematics of Operations Research 2009)")
+HUH_2009 = (
+    "Huh & Rusmevichientong, A Nonparametric Asymptotic Analysis of Inventory Planning with Censored "
+    "Demand (Mathematics of Operations Research 2009)"
+)
 
 METHODS: list[Method] = [
-    Method("conformal", "Conformal", "Angelopoulos & Bates, A Gentle Introduction to Conformal Prediction "
-           "(2023); Gibbs & Candes, Adaptive Conformal Inference Under Distribution Shift (NeurIPS 2021)",
-           "phase-3", fit_conformal),
-    Method("conformal-fi", "Conformal, full information", "One-sided conformal run with the demand revealed every "
-           "tick (no censoring)", "reference", fit_conformal, censoring=False),
-    Method("conformal-coupled", "Conformal, coupled flags", "One-sided conformal reading the coupled censoring "
-           "flags of a multi-resource fleet (picrl_core.resources)", "multi-resource", fit_conformal, coupled=True,
-           multi_resource_only=True),
-    Method("thompson", "Thompson Sampling", "Agrawal & Goyal, Further Optimal Regret Bounds for Thompson "
-           "Sampling (AISTATS 2013)", "phase-2+3", fit_thompson),
-    Method("spo", "SPO+", "Elmachtoub & Grigas, Smart \"Predict, then Optimize\" (Management Science 2022)",
-           "full", fit_spo),
-    Method("autopilot", "Autopilot", "Rzadca et al., Autopilot: Workload Autoscaling at Google (EuroSys 2020)",
-           "full", fit_autopilot, timed=True),
-    Method("vpa", "Kubernetes VPA", "kubernetes/autoscaler, vertical-pod-autoscaler recommender "
-           "(decaying histogram, p90 target, 15% margin, OOM bump-up)", "operator", fit_vpa, timed=True),
-    Method("tobit", "Tobit newsvendor", "Tobin, Estimation of Relationships for Limited Dependent Variables "
-           "(Econometrica 1958); critical-fractile newsvendor", "operator", fit_tobit),
-    Method("kaplan-meier", "Kaplan-Meier newsvendor", "Huh, Levi, Rusmevichientong & Orlin, Adaptive "
-           "Data-Driven Inventory Control with Censored Demand Based on Kaplan-Meier Estimator (Operations "
-           "Research 2011)", "operator", fit_kaplan_meier),
+    Method(
+        "conformal",
+        "Conformal",
+        "Angelopoulos & Bates, A Gentle Introduction to Conformal Prediction "
+        "(2023); Gibbs & Candes, Adaptive Conformal Inference Under Distribution Shift (NeurIPS 2021)",
+        "phase-3",
+        fit_conformal,
+    ),
+    Method(
+        "conformal-fi",
+        "Conformal, full information",
+        "One-sided conformal run with the demand revealed every tick (no censoring)",
+        "reference",
+        fit_conformal,
+        censoring=False,
+    ),
+    Method(
+        "conformal-coupled",
+        "Conformal, coupled flags",
+        "One-sided conformal reading the coupled censoring flags of a multi-resource fleet (picrl_core.resources)",
+        "multi-resource",
+        fit_conformal,
+        coupled=True,
+        multi_resource_only=True,
+    ),
+    Method(
+        "thompson",
+        "Thompson Sampling",
+        "Agrawal & Goyal, Further Optimal Regret Bounds for Thompson Sampling (AISTATS 2013)",
+        "phase-2+3",
+        fit_thompson,
+    ),
+    Method(
+        "spo", "SPO+", 'Elmachtoub & Grigas, Smart "Predict, then Optimize" (Management Science 2022)', "full", fit_spo
+    ),
+    Method(
+        "autopilot",
+        "Autopilot",
+        "Rzadca et al., Autopilot: Workload Autoscaling at Google (EuroSys 2020)",
+        "full",
+        fit_autopilot,
+        timed=True,
+    ),
+    Method(
+        "vpa",
+        "Kubernetes VPA",
+        "kubernetes/autoscaler, vertical-pod-autoscaler recommender "
+        "(decaying histogram, p90 target, 15% margin, OOM bump-up)",
+        "operator",
+        fit_vpa,
+        timed=True,
+    ),
+    Method(
+        "tobit",
+        "Tobit newsvendor",
+        "Tobin, Estimation of Relationships for Limited Dependent Variables "
+        "(Econometrica 1958); critical-fractile newsvendor",
+        "operator",
+        fit_tobit,
+    ),
+    Method(
+        "kaplan-meier",
+        "Kaplan-Meier newsvendor",
+        "Huh, Levi, Rusmevichientong & Orlin, Adaptive "
+        "Data-Driven Inventory Control with Censored Demand Based on Kaplan-Meier Estimator (Operations "
+        "Research 2011)",
+        "operator",
+        fit_kaplan_meier,
+    ),
     Method("sgd", "Censored SGD newsvendor", HUH_2009, "operator", fit_censored_sgd),
-    Method("sgd-residual", "Censored SGD on the LSTM's mu", f"{HUH_2009}, as a residual tracker on the Phase-1 "
-           "predictor", "operator", fit_censored_sgd_residual),
-    Method("naive", "Naive (uncensored-only)", "PIC-RL paper, Proposition 1 (instability under mixture)",
-           "operator", fit_naive),
-    Method("oracle", "Hindsight oracle", "Best constant buffer on the true previous demand, in hindsight "
-           "(reads the test split)", "bound", fit_oracle, coupled=True),
+    Method(
+        "sgd-residual",
+        "Censored SGD on the LSTM's mu",
+        f"{HUH_2009}, as a residual tracker on the Phase-1 predictor",
+        "operator",
+        fit_censored_sgd_residual,
+    ),
+    Method(
+        "naive",
+        "Naive (uncensored-only)",
+        "PIC-RL paper, Proposition 1 (instability under mixture)",
+        "operator",
+        fit_naive,
+    ),
+    Method(
+        "oracle",
+        "Hindsight oracle",
+        "Best constant buffer on the true previous demand, in hindsight (reads the test split)",
+        "bound",
+        fit_oracle,
+        coupled=True,
+    ),
 ]

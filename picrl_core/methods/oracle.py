@@ -18,6 +18,7 @@ Online, the provisioner replays ``series.test`` tick by tick (the loop's demand 
 one copy per service, as :func:`picrl_core.pipeline.evaluation_inputs` builds it); every uncensored
 observation is checked against it, so running it on other demand fails loudly.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -66,8 +67,9 @@ class OracleProvisioner(Provisioner):
         d = self.demand[self.tick]
         y = np.asarray(y, dtype=np.float64)
         if np.any(~np.asarray(censored, dtype=bool) & (np.abs(y - d) > 1e-9)):
-            raise ValueError(f"tick {self.tick}: the observed demand is not series.test's; the oracle only "
-                             "replays the test split")
+            raise ValueError(
+                f"tick {self.tick}: the observed demand is not series.test's; the oracle only replays the test split"
+            )
         self.tick += 1
         return np.clip(np.broadcast_to(d + self.buffer, y.shape), 0.0, 1.0)
 

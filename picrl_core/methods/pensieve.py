@@ -19,6 +19,7 @@ simulator rollouts with an entropy bonus (A3C, here synchronous). Adapted at the
 * online: the trained actor acts deterministically (its mean), without updates, as Pensieve is
   deployed; there is no calibrator and no slow KL-regularised loop.
 """
+
 from __future__ import annotations
 
 import math
@@ -88,9 +89,16 @@ class PensieveProvisioner(Provisioner):
     with counter-based noise keyed on ``(seed, first_key + i, tick)`` and, given a ``record`` list,
     appends the ``(sequences, scalars, pre)`` of every decision (for training)."""
 
-    def __init__(self, predictor: torch.nn.Module, actor: PensieveActor, config: PicRLConfig, *,
-                 explore: bool = False, first_key: int = 0,
-                 record: list[tuple[np.ndarray, np.ndarray, np.ndarray]] | None = None) -> None:
+    def __init__(
+        self,
+        predictor: torch.nn.Module,
+        actor: PensieveActor,
+        config: PicRLConfig,
+        *,
+        explore: bool = False,
+        first_key: int = 0,
+        record: list[tuple[np.ndarray, np.ndarray, np.ndarray]] | None = None,
+    ) -> None:
         self.predictor = predictor.eval()
         self.actor = actor
         self.config = config
@@ -107,8 +115,11 @@ class PensieveProvisioner(Provisioner):
     def start(self, history: np.ndarray, history_context: np.ndarray | None) -> np.ndarray:
         history = np.asarray(history, dtype=np.float32)
         n = history.shape[0]
-        context = (np.zeros((*history.shape, 0), np.float32) if history_context is None
-                   else np.asarray(history_context, dtype=np.float32))
+        context = (
+            np.zeros((*history.shape, 0), np.float32)
+            if history_context is None
+            else np.asarray(history_context, dtype=np.float32)
+        )
         self._observations, self._context = _last_window(history, context, self.config.predictor.window)
         self._censored = np.zeros_like(self._observations, dtype=bool)
         self._last = history[:, -1].astype(np.float64)  # the offline logs were provisioned exactly
@@ -134,13 +145,16 @@ class PensieveProvisioner(Provisioner):
         scalars = np.stack([mu, sigma, self._last], axis=1).astype(np.float32)
 
         def forward(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-            mean, std = self.actor(torch.from_numpy(rows[:, :-N_SCALARS].reshape(-1, 2, self.history)),
-                                   torch.from_numpy(rows[:, -N_SCALARS:]))
+            mean, std = self.actor(
+                torch.from_numpy(rows[:, :-N_SCALARS].reshape(-1, 2, self.history)),
+                torch.from_numpy(rows[:, -N_SCALARS:]),
+            )
             return mean.numpy(), std.numpy()
 
         with torch.inference_mode():
-            mean, std = in_fixed_chunks(forward, np.concatenate([sequences.reshape(len(mu), -1), scalars], axis=1),
-                                        self.chunk)
+            mean, std = in_fixed_chunks(
+                forward, np.concatenate([sequences.reshape(len(mu), -1), scalars], axis=1), self.chunk
+            )
         pre = mean
         if self.explore:
             noise = counter_normal(self.config.seed, self._keys, np.full(len(mu), self._tick), 1)[:, 0]
@@ -164,10 +178,15 @@ class PensieveReport:
         return asdict(self)
 
 
-def train_pensieve(predictor: torch.nn.Module, train: np.ndarray, config: PicRLConfig, *,
-                   train_context: np.ndarray | None = None, services: int = 1,
-                   progress: Callable[[dict[str, float]], None] | None = None
-                   ) -> tuple[PensieveActor, PensieveNetwork, PensieveReport]:
+def train_pensieve(
+    predictor: torch.nn.Module,
+    train: np.ndarray,
+    config: PicRLConfig,
+    *,
+    train_context: np.ndarray | None = None,
+    services: int = 1,
+    progress: Callable[[dict[str, float]], None] | None = None,
+) -> tuple[PensieveActor, PensieveNetwork, PensieveReport]:
     """Synchronous advantage actor-critic on exploring rollouts of the Pensieve controller over
     ``chunks`` random chunks of the training split per iteration (Phase 2's budget and settings)."""
     cfg, window = config.pretrain, config.predictor.window
@@ -184,12 +203,18 @@ def train_pensieve(predictor: torch.nn.Module, train: np.ndarray, config: PicRLC
     for iteration in range(cfg.iterations):
         starts = every[rng.integers(0, every.size, size=cfg.chunks)]
         record: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
-        agent = PensieveProvisioner(predictor, actor, config, explore=True, first_key=iteration * cfg.chunks,
-                                    record=record)
+        agent = PensieveProvisioner(
+            predictor, actor, config, explore=True, first_key=iteration * cfg.chunks, record=record
+        )
         context = None if train_context is None else np.swapaxes(_chunks(train_context, starts, length), 0, 1)
         history_context = None if train_context is None else _chunks(train_context, starts - window, window)
-        loop = run_pic_loop(agent, np.swapaxes(_chunks(train, starts, length), 0, 1),
-                            _chunks(train, starts - window, window), context=context, history_context=history_context)
+        loop = run_pic_loop(
+            agent,
+            np.swapaxes(_chunks(train, starts, length), 0, 1),
+            _chunks(train, starts - window, window),
+            context=context,
+            history_context=history_context,
+        )
         rewards = torch.from_numpy(-asymmetric_cost(loop.actions, loop.observed, config.cost)).float()  # (T, B)
         sequences, scalars, pre = (torch.from_numpy(np.stack(part)) for part in zip(*record))
         steps, batch = rewards.shape
@@ -225,6 +250,7 @@ def fit_pensieve(series: PreparedSeries, config: PicRLConfig) -> PensieveProvisi
     Phases 2 and 3."""
     config = config_for(series, config)
     predictor = phase1_predictor(series, config)
-    actor, _, _ = train_pensieve(predictor, series.train, config, train_context=series.train_ctx,
-                                 services=series.services)
+    actor, _, _ = train_pensieve(
+        predictor, series.train, config, train_context=series.train_ctx, services=series.services
+    )
     return PensieveProvisioner(predictor, actor, config)

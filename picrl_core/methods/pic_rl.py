@@ -6,6 +6,7 @@ plus the slow loop of :func:`picrl_core.pipeline.online_controller`, exactly as 
 drives them. Every ablation is the same implementation under a config with one switch flipped
 (:data:`ABLATIONS`); the Phase-1 and Phase-2 substitutions reuse the provisioner too.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -34,8 +35,16 @@ class PicRLProvisioner(Provisioner):
     from the trained networks, which are never modified.
     """
 
-    def __init__(self, predictor: torch.nn.Module, policy: PolicyNetwork, value: ValueNetwork, config: PicRLConfig,
-                 *, slow_updates: bool = True, resources: tuple[Resource, ...] = ()) -> None:
+    def __init__(
+        self,
+        predictor: torch.nn.Module,
+        policy: PolicyNetwork,
+        value: ValueNetwork,
+        config: PicRLConfig,
+        *,
+        slow_updates: bool = True,
+        resources: tuple[Resource, ...] = (),
+    ) -> None:
         self.predictor = predictor
         self.policy = policy
         self.value = value
@@ -47,14 +56,22 @@ class PicRLProvisioner(Provisioner):
         self._state: ControllerState | None = None
 
     @classmethod
-    def from_artifact(cls, artifact: ModelArtifact, *, slow_updates: bool = True,
-                      resources: tuple[Resource, ...] = ()) -> "PicRLProvisioner":
-        return cls(artifact.predictor, artifact.policy, artifact.value, artifact.config, slow_updates=slow_updates,
-                   resources=resources)
+    def from_artifact(
+        cls, artifact: ModelArtifact, *, slow_updates: bool = True, resources: tuple[Resource, ...] = ()
+    ) -> PicRLProvisioner:
+        return cls(
+            artifact.predictor,
+            artifact.policy,
+            artifact.value,
+            artifact.config,
+            slow_updates=slow_updates,
+            resources=resources,
+        )
 
     def start(self, history: np.ndarray, history_context: np.ndarray | None) -> np.ndarray:
-        self.controller, self.slow = online_controller(self.predictor, self.policy, self.value, self.config,
-                                                       self.slow_updates)
+        self.controller, self.slow = online_controller(
+            self.predictor, self.policy, self.value, self.config, self.slow_updates
+        )
         keys = np.arange(history.shape[0], dtype=np.uint64)
         self._state = self.controller.initial_state(keys, history, history_context)
         return self._state.action.copy()
@@ -66,9 +83,13 @@ class PicRLProvisioner(Provisioner):
         if len(self.resources) > 1:  # a hard shortage's served share, estimated from this controller's forecast
             pending, shape = self._state, (len(self.resources), -1)
             missing = unobserved(*(np.reshape(v, shape) for v in (y, censored, pending.action)), self.resources).ravel()
-            y, censored = (part.ravel() for part in impute_served_share(
-                *(np.reshape(v, shape) for v in (y, censored, pending.action, pending.mu, pending.sigma)),
-                self.resources))
+            y, censored = (
+                part.ravel()
+                for part in impute_served_share(
+                    *(np.reshape(v, shape) for v in (y, censored, pending.action, pending.mu, pending.sigma)),
+                    self.resources,
+                )
+            )
         self._state, transition = self.controller.step(self._state, y, censored, context, missing)
         if self.slow is not None:
             self.slow.observe(transition)
@@ -100,18 +121,18 @@ class Ablation:
 
 
 ABLATIONS: tuple[Ablation, ...] = (
-    Ablation("a1", "A1: w/o Uncert.",
-             lambda c: replace(c, ablation=replace(c.ablation, use_uncertainty=False))),
-    Ablation("a2", "A2: w/o CensRwd",
-             lambda c: replace(c, reward=replace(c.reward, use_censored_reward=False))),
+    Ablation("a1", "A1: w/o Uncert.", lambda c: replace(c, ablation=replace(c.ablation, use_uncertainty=False))),
+    Ablation("a2", "A2: w/o CensRwd", lambda c: replace(c, reward=replace(c.reward, use_censored_reward=False))),
     # the censoring hedge: Eq. 9's Psi in the paper, the window's E-step in the default (config.EstimatorConfig)
-    Ablation("a3", "A3: w/o Pessimism",
-             lambda c: replace(c, reward=replace(c.reward, use_pessimism=False),
-                               estimator=replace(c.estimator, impute_window=False))),
-    Ablation("a4", "A4: w/o k*sigma",
-             lambda c: replace(c, ablation=replace(c.ablation, use_k_sigma=False))),
+    Ablation(
+        "a3",
+        "A3: w/o Pessimism",
+        lambda c: replace(
+            c, reward=replace(c.reward, use_pessimism=False), estimator=replace(c.estimator, impute_window=False)
+        ),
+    ),
+    Ablation("a4", "A4: w/o k*sigma", lambda c: replace(c, ablation=replace(c.ablation, use_k_sigma=False))),
     Ablation("a5", "A5: w/o KL", lambda c: replace(c, online=replace(c.online, kl_coef=0.0))),
     Ablation("a6", "A6: w/o EMA", lambda c: replace(c, online=replace(c.online, ema_decay=0.0))),
-    Ablation("a7", "A7: w/o Pretrain",
-             lambda c: replace(c, ablation=replace(c.ablation, pretrain=False))),
+    Ablation("a7", "A7: w/o Pretrain", lambda c: replace(c, ablation=replace(c.ablation, pretrain=False))),
 )

@@ -10,6 +10,7 @@ Every model is deterministic and batch-invariant (a row's output depends on that
 ``predict_gaussian`` requires), and computes the same in train and eval mode: no dropout, no batch
 normalisation, and no random sampling at forward time.
 """
+
 from __future__ import annotations
 
 import math
@@ -34,14 +35,17 @@ MOVING_AVERAGE = 25  # kernel of Autoformer's series decomposition (capped at th
 
 def _check(cfg: PredictorConfig) -> None:
     if cfg.window < 2 or cfg.hidden < HEADS or cfg.hidden % HEADS or cfg.context_channels < 0:
-        raise ValueError(f"these predictors need window >= 2, context_channels >= 0 and hidden a multiple of "
-                         f"{HEADS}; got window={cfg.window}, hidden={cfg.hidden}")
+        raise ValueError(
+            f"these predictors need window >= 2, context_channels >= 0 and hidden a multiple of "
+            f"{HEADS}; got window={cfg.window}, hidden={cfg.hidden}"
+        )
     if cfg.sigma_min <= 0:
         raise ValueError(f"predictor sigma_min must be positive, got {cfg.sigma_min}")
 
 
 # --- TFT (Lim et al., "Temporal Fusion Transformers for interpretable multi-horizon time series
 # forecasting", International Journal of Forecasting 37(4), 2021) ----------------------------------
+
 
 class GatedResidualNetwork(nn.Module):
     """TFT Eq. (2)-(5): ``LayerNorm(skip(a) + GLU(W1 ELU(W2 a + b2) + b1))`` (no static context here)."""
@@ -146,6 +150,7 @@ class GaussianTFT(nn.Module):
 
 # --- Informer (Zhou et al., "Informer: beyond efficient transformer for long sequence time-series
 # forecasting", AAAI 2021) -------------------------------------------------------------------------
+
 
 def _positional_encoding(length: int, d: int) -> torch.Tensor:
     """Sinusoidal position encoding (Vaswani et al. 2017), ``(length, d)``."""
@@ -294,7 +299,7 @@ class GaussianInformer(nn.Module):
         enc = self.encoder[1](self.distil(self.encoder[0](enc)))
         enc = self.encoder_norm(enc)
         placeholder = torch.zeros_like(x[:, :1])
-        dec = self.decoder_embedding(torch.cat([x[:, -self.label_len:], placeholder], dim=1)) + self.decoder_position
+        dec = self.decoder_embedding(torch.cat([x[:, -self.label_len :], placeholder], dim=1)) + self.decoder_position
         norm1, norm2, norm3, final = self.decoder_norms
         dec = norm1(dec + self.self_attention(dec, dec))
         dec = norm2(dec + self.cross_attention(dec, enc))
@@ -304,6 +309,7 @@ class GaussianInformer(nn.Module):
 
 # --- Autoformer (Wu et al., "Autoformer: decomposition transformers with auto-correlation for
 # long-term series forecasting", NeurIPS 2021) -----------------------------------------------------
+
 
 class SeriesDecomposition(nn.Module):
     """Autoformer Eq. (1): ``trend = AvgPool(Padding(x))``, ``seasonal = x - trend``, with the series
@@ -413,8 +419,8 @@ class GaussianAutoformer(nn.Module):
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         seasonal, trend = self.decompose(x)
-        seasonal_init = torch.cat([seasonal[:, -self.label_len:], torch.zeros_like(x[:, :1])], dim=1)
-        trend_init = torch.cat([trend[:, -self.label_len:, :1], x[:, :, :1].mean(dim=1, keepdim=True)], dim=1)
+        seasonal_init = torch.cat([seasonal[:, -self.label_len :], torch.zeros_like(x[:, :1])], dim=1)
+        trend_init = torch.cat([trend[:, -self.label_len :, :1], x[:, :, :1].mean(dim=1, keepdim=True)], dim=1)
         enc = self.encoder_embedding(x)
         for layer in self.encoder:
             enc = layer(enc)
@@ -428,10 +434,12 @@ class GaussianAutoformer(nn.Module):
         return gaussian_output(self.head, self.decoder_norm(dec)[:, -1], level, self.cfg.sigma_min)
 
 
-def fit_with_predictor(model_factory: Callable[[PredictorConfig], nn.Module], series: PreparedSeries,
-                       config: PicRLConfig) -> PicRLProvisioner:
+def fit_with_predictor(
+    model_factory: Callable[[PredictorConfig], nn.Module], series: PreparedSeries, config: PicRLConfig
+) -> PicRLProvisioner:
     """Phase 1 with ``model_factory`` (same NLL, windows and early stopping as the LSTM), then
     Phase 2 pretraining with it and Phase 3: PIC-RL with only the predictor substituted. A transformer reads
     a window, so the substitution is for the windowed LSTM (``predictor.kind = "windowed"``)."""
-    return PicRLProvisioner.from_artifact(train_offline(series, with_windowed_predictor(config),
-                                                        model_factory=model_factory))
+    return PicRLProvisioner.from_artifact(
+        train_offline(series, with_windowed_predictor(config), model_factory=model_factory)
+    )

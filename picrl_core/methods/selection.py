@@ -8,6 +8,7 @@ method gets the same budget, :data:`CANDIDATES` runs (PIC-RL's temperature rate,
 on development splits by ``benchmarks/select_design.py``). The test split is read only by the
 reported run.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
@@ -39,13 +40,19 @@ class Selection(Generic[Knob]):
 def validation_regret(provisioner: Provisioner, series: PreparedSeries, config: PicRLConfig) -> float:
     """Regret of ``provisioner`` under the PIC loop on the validation split (per service, for a fleet)."""
     inputs = evaluation_inputs(series, config.predictor.window, "val")
-    loop = run_pic_loop(provisioner, inputs["demand"], inputs["history"], context=inputs["context"],
-                        history_context=inputs["history_context"])
+    loop = run_pic_loop(
+        provisioner,
+        inputs["demand"],
+        inputs["history"],
+        context=inputs["context"],
+        history_context=inputs["history_context"],
+    )
     return mean_service_metrics(loop.actions, inputs["demand"], config.cost).regret
 
 
-def select_on_validation(candidates: Sequence[Knob], build: Callable[[Knob], Provisioner], series: PreparedSeries,
-                         config: PicRLConfig) -> Selection[Knob]:
+def select_on_validation(
+    candidates: Sequence[Knob], build: Callable[[Knob], Provisioner], series: PreparedSeries, config: PicRLConfig
+) -> Selection[Knob]:
     """The candidate whose provisioner ``build(candidate)`` (ready for the validation split) has the lowest
     validation regret; ties go to the earliest candidate. At most :data:`CANDIDATES` candidates."""
     if not 1 <= len(candidates) <= CANDIDATES:

@@ -36,6 +36,7 @@ the validation SPO+ loss after :data:`SPO_PATIENCE` epochs without improvement, 
 Online it provisions ``clip(p, 0, 1)`` from the observed window, censored values taken as observed: the
 loss assumed fully observed labels, which is how it drifts under PIC.
 """
+
 from __future__ import annotations
 
 import copy
@@ -89,8 +90,14 @@ def train_spo(series: PreparedSeries, config: PicRLConfig) -> LinearDemandModel:
     width = cfg.window
     channels = 0 if series.train_ctx is None else series.train_ctx.shape[1]
     rng = np.random.default_rng(config.seed)
-    val_x, val_t = make_windows(series.val, series.val_ctx, width, rng, 0.0,
-                                starts=segment_starts(len(series.val), series.services, 0, width + 1))
+    val_x, val_t = make_windows(
+        series.val,
+        series.val_ctx,
+        width,
+        rng,
+        0.0,
+        starts=segment_starts(len(series.val), series.services, 0, width + 1),
+    )
     val_y, val_ctx = _split(val_x)
     val_target = torch.from_numpy(val_t)
     every = segment_starts(len(series.train), series.services, 0, width + 1)
@@ -101,8 +108,9 @@ def train_spo(series: PreparedSeries, config: PicRLConfig) -> LinearDemandModel:
     optimizer = torch.optim.Adam(model.parameters(), lr=SPO_LR)
     best_loss, best_epoch, best_state = math.inf, 0, copy.deepcopy(model.state_dict())
     for epoch in range(1, SPO_EPOCHS + 1):
-        x, t = make_windows(series.train, series.train_ctx, width, rng, 0.0,
-                            starts=every[rng.permutation(every.size)[:per_epoch]])
+        x, t = make_windows(
+            series.train, series.train_ctx, width, rng, 0.0, starts=every[rng.permutation(every.size)[:per_epoch]]
+        )
         y, ctx = _split(x)
         target = torch.from_numpy(t)
         for lo in range(0, per_epoch, cfg.batch_size):
@@ -139,8 +147,9 @@ class SPOProvisioner(Provisioner):
 
     def act(self, y: np.ndarray, censored: np.ndarray, context: np.ndarray | None) -> np.ndarray:
         n = self.observations.shape[0]
-        row = context_rows(None if context is None else np.asarray(context)[:, None, :], (n, 1), self.channels,
-                           "context")
+        row = context_rows(
+            None if context is None else np.asarray(context)[:, None, :], (n, 1), self.channels, "context"
+        )
         self.observations = _shift(self.observations, np.asarray(y, dtype=np.float32))
         self.context = _shift(self.context, row[:, 0, :])
         return self._decide()

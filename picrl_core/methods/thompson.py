@@ -23,6 +23,7 @@ from the shared posterior and every reward updates it). Phase 3 (online): every 
 copy of that posterior and keeps updating its own copy. Draws come from ``numpy`` generators seeded
 by ``config.seed`` (the same run twice gives the same actions).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
@@ -57,14 +58,23 @@ class GaussianThompson:
     total_sq: np.ndarray  # (L,) their sum of squares
 
     @classmethod
-    def empty(cls, learners: int, arms: int) -> "GaussianThompson":
-        return cls(np.zeros((learners, arms)), np.zeros((learners, arms)), np.zeros(learners),
-                   np.zeros(learners), np.zeros(learners))
+    def empty(cls, learners: int, arms: int) -> GaussianThompson:
+        return cls(
+            np.zeros((learners, arms)),
+            np.zeros((learners, arms)),
+            np.zeros(learners),
+            np.zeros(learners),
+            np.zeros(learners),
+        )
 
-    def repeated(self, learners: int) -> "GaussianThompson":
+    def repeated(self, learners: int) -> GaussianThompson:
         """``learners`` independent copies of learner 0."""
-        return GaussianThompson(*(np.repeat(getattr(self, name)[:1], learners, axis=0)
-                                  for name in ("pulls", "sums", "seen", "total", "total_sq")))
+        return GaussianThompson(
+            *(
+                np.repeat(getattr(self, name)[:1], learners, axis=0)
+                for name in ("pulls", "sums", "seen", "total", "total_sq")
+            )
+        )
 
     def scale(self) -> np.ndarray:
         """Each learner's reward variance ``v`` (L,)."""
@@ -90,8 +100,11 @@ class GaussianThompson:
 def arm_grid(config: PicRLConfig) -> tuple[np.ndarray, np.ndarray]:
     """``(eta, k)`` of every arm, each ``(ETA_LEVELS * K_LEVELS,)``."""
     policy = config.policy
-    eta, k = np.meshgrid(np.linspace(policy.eta_low, policy.eta_high, ETA_LEVELS),
-                         risk_centre(config) + np.linspace(policy.k_low, policy.k_high, K_LEVELS), indexing="ij")
+    eta, k = np.meshgrid(
+        np.linspace(policy.eta_low, policy.eta_high, ETA_LEVELS),
+        risk_centre(config) + np.linspace(policy.k_low, policy.k_high, K_LEVELS),
+        indexing="ij",
+    )
     return eta.ravel(), k.ravel()
 
 
@@ -100,8 +113,9 @@ class ThompsonProvisioner(Provisioner):
     sampling. ``shared``: all services learn into ``bandit`` itself (offline phase); otherwise each
     service gets its own copy of ``bandit``'s learner 0 at :meth:`start`."""
 
-    def __init__(self, model: GaussianLSTM, config: PicRLConfig, bandit: GaussianThompson, *, shared: bool,
-                 seed: tuple[int, int]) -> None:
+    def __init__(
+        self, model: GaussianLSTM, config: PicRLConfig, bandit: GaussianThompson, *, shared: bool, seed: tuple[int, int]
+    ) -> None:
         self.model = model
         self.config = config
         self.prior = bandit
@@ -127,8 +141,9 @@ class ThompsonProvisioner(Provisioner):
         reward = step_reward(self.action, y, censored, self.mu, self.sigma, self.streak, cfg.cost, cfg.reward)
         self.bandit.update(self.rows, self.arm, reward)
         shortage, over = feedback(y, self.action, censored)
-        self.margin, self.bias = reactive_step(self.margin, self.bias, self.eta_arms[self.arm], shortage, over,
-                                               self.sigma, cfg)
+        self.margin, self.bias = reactive_step(
+            self.margin, self.bias, self.eta_arms[self.arm], shortage, over, self.sigma, cfg
+        )
         self.feed.push(y, censored, context)
         return self._decide()
 
@@ -155,13 +170,19 @@ def pretrain_bandit(model: GaussianLSTM, series: PreparedSeries, config: PicRLCo
     bandit = GaussianThompson.empty(1, ETA_LEVELS * K_LEVELS)
     rollout = replace(config, online=replace(config.online, inference_chunk=INVARIANT_CHUNK))  # large batches
     provisioner = ThompsonProvisioner(model, rollout, bandit, shared=True, seed=(config.seed, 0))
-    run_pic_loop(provisioner, series.train[ticks], series.train[before],
-                 context=None if ctx is None else ctx[ticks], history_context=None if ctx is None else ctx[before])
+    run_pic_loop(
+        provisioner,
+        series.train[ticks],
+        series.train[before],
+        context=None if ctx is None else ctx[ticks],
+        history_context=None if ctx is None else ctx[before],
+    )
     return bandit
 
 
-def fit_thompson(series: PreparedSeries, config: PicRLConfig, *,
-                 predictor: GaussianLSTM | None = None) -> ThompsonProvisioner:
+def fit_thompson(
+    series: PreparedSeries, config: PicRLConfig, *, predictor: GaussianLSTM | None = None
+) -> ThompsonProvisioner:
     """Phase 1 (or ``predictor``, trained on this series), then the offline bandit; the returned
     provisioner gives every service a copy of the offline posterior."""
     model = phase1_predictor(series, config) if predictor is None else predictor.eval()

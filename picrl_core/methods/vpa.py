@@ -23,6 +23,7 @@ bump :data:`VPA_OOM_MIN_BUMP`. The 24 h half-life is converted to ticks with ``s
 
 :class:`DecayingHistogram` is shared with :mod:`picrl_core.methods.autopilot`.
 """
+
 from __future__ import annotations
 
 import math
@@ -83,8 +84,7 @@ class DecayingHistogram:
             slot = self.added % self.window
             if self.added >= self.window:
                 old = self.ring[:, slot]
-                self.weights[self.rows, old] = np.maximum(
-                    self.weights[self.rows, old] - self.decay**self.window, 0.0)
+                self.weights[self.rows, old] = np.maximum(self.weights[self.rows, old] - self.decay**self.window, 0.0)
                 self.counts[self.rows, old] -= 1
             self.ring[:, slot] = bucket
         self.weights[self.rows, bucket] += 1.0
@@ -147,7 +147,8 @@ class VPAProvisioner(Provisioner):
         return np.clip(self.histogram.percentile(VPA_TARGET_PERCENTILE) * (1.0 + VPA_SAFETY_MARGIN), 0.0, 1.0)
 
 
-def fit_vpa(series: PreparedSeries, config: PicRLConfig, *,
-            step_seconds: float = DEFAULT_STEP_SECONDS) -> VPAProvisioner:
+def fit_vpa(
+    series: PreparedSeries, config: PicRLConfig, *, step_seconds: float = DEFAULT_STEP_SECONDS
+) -> VPAProvisioner:
     """The VPA recommender with its 24 h half-life expressed in ticks of ``step_seconds``."""
     return VPAProvisioner(ticks(VPA_HALF_LIFE_S, step_seconds))

@@ -16,6 +16,7 @@ the whole validation split as one stream, as the controller runs it, and scores 
 the windowed model's evaluation (every step after the first ``W``); early stopping and the temperature
 of ``sigma`` use that NLL.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -23,8 +24,17 @@ import torch
 
 from picrl_core.batching import INVARIANT_CHUNK, in_fixed_chunks
 from picrl_core.config import PredictorConfig
-from picrl_core.predictor.model import (Forecast, Forecasts, GaussianLSTM, PredictorInputError, censor_noise_std,
-                                        forecast_metrics, gaussian_nll, gaussian_output, pic_inputs)
+from picrl_core.predictor.model import (
+    Forecast,
+    Forecasts,
+    GaussianLSTM,
+    PredictorInputError,
+    censor_noise_std,
+    forecast_metrics,
+    gaussian_nll,
+    gaussian_output,
+    pic_inputs,
+)
 
 _SEQUENCE_WINDOWS = 4  # a training sequence is this many windows long; the first one only warms the state up
 
@@ -37,8 +47,8 @@ def memory_size(cfg: PredictorConfig) -> int:
 def _split_memory(memory: np.ndarray, cfg: PredictorConfig) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
     """``(B, 2 L H)`` rows -> ``(h, c)``, each a list of the ``L`` layers' contiguous ``(B, H)`` tensors."""
     hidden, half = cfg.hidden, cfg.layers * cfg.hidden
-    layer = [torch.from_numpy(np.ascontiguousarray(memory[:, lo:lo + hidden])) for lo in range(0, 2 * half, hidden)]
-    return layer[:cfg.layers], layer[cfg.layers:]
+    layer = [torch.from_numpy(np.ascontiguousarray(memory[:, lo : lo + hidden])) for lo in range(0, 2 * half, hidden)]
+    return layer[: cfg.layers], layer[cfg.layers :]
 
 
 def _join_memory(h: list[torch.Tensor] | torch.Tensor, c: list[torch.Tensor] | torch.Tensor) -> np.ndarray:
@@ -46,8 +56,9 @@ def _join_memory(h: list[torch.Tensor] | torch.Tensor, c: list[torch.Tensor] | t
     return np.concatenate([layer.numpy() for layer in (*h, *c)], axis=1)
 
 
-def start_memory(model: GaussianLSTM, windows: np.ndarray,
-                 chunk: int = INVARIANT_CHUNK) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def start_memory(
+    model: GaussianLSTM, windows: np.ndarray, chunk: int = INVARIANT_CHUNK
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Cold start: the window ``(B, W, 2 + C)`` read from a zero state -> ``(mu, sigma)`` float64 ``(B,)``
     for the next step and the memory ``(B, 2 L H)`` float32 after the window's last row (batch-invariant
     for a fixed ``chunk``)."""
@@ -67,8 +78,9 @@ def start_memory(model: GaussianLSTM, windows: np.ndarray,
     return mu.astype(np.float64), sigma.astype(np.float64), memory
 
 
-def advance_memory(model: GaussianLSTM, newest: np.ndarray, memory: np.ndarray,
-                   chunk: int = INVARIANT_CHUNK) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def advance_memory(
+    model: GaussianLSTM, newest: np.ndarray, memory: np.ndarray, chunk: int = INVARIANT_CHUNK
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """One LSTM cell step per service: the newest input row ``(B, 2 + C)`` and the carried memory
     ``(B, 2 L H)`` -> ``(mu, sigma)`` float64 for the next step and the new memory (batch-invariant for
     a fixed ``chunk``: the rows travel through :func:`~picrl_core.batching.in_fixed_chunks` together)."""
@@ -79,8 +91,15 @@ def advance_memory(model: GaussianLSTM, newest: np.ndarray, memory: np.ndarray,
         return np.empty(0), np.empty(0), np.zeros((0, memory_size(cfg)), np.float32)
 
     lstm = model.lstm
-    weights = [(getattr(lstm, f"weight_ih_l{k}"), getattr(lstm, f"weight_hh_l{k}"), getattr(lstm, f"bias_ih_l{k}"),
-                getattr(lstm, f"bias_hh_l{k}")) for k in range(cfg.layers)]
+    weights = [
+        (
+            getattr(lstm, f"weight_ih_l{k}"),
+            getattr(lstm, f"weight_hh_l{k}"),
+            getattr(lstm, f"bias_ih_l{k}"),
+            getattr(lstm, f"bias_hh_l{k}"),
+        )
+        for k in range(cfg.layers)
+    ]
 
     def forward(part: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         x = torch.from_numpy(part[:, :inputs])
@@ -99,16 +118,23 @@ def advance_memory(model: GaussianLSTM, newest: np.ndarray, memory: np.ndarray,
     return mu.astype(np.float64), sigma.astype(np.float64), new_memory
 
 
-def _cell_step(x: torch.Tensor, h: torch.Tensor, c: torch.Tensor, w_ih: torch.Tensor, w_hh: torch.Tensor,
-               b_ih: torch.Tensor, b_hh: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _cell_step(
+    x: torch.Tensor,
+    h: torch.Tensor,
+    c: torch.Tensor,
+    w_ih: torch.Tensor,
+    w_hh: torch.Tensor,
+    b_ih: torch.Tensor,
+    b_hh: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """One LSTM cell step, ``torch.lstm_cell``'s arithmetic in its order (gates ``[i, f, g, o] = W_ih x + b_ih +
     W_hh h + b_hh``; ``c' = f c + i g``, ``h' = o tanh(c')``), with numpy's float32 tanh: ~10x faster than torch's
     on this CPU, within an ulp of it, and per element the same in any batch."""
     gates = torch.nn.functional.linear(x, w_ih, b_ih) + torch.nn.functional.linear(h, w_hh, b_hh)
     squashed = torch.sigmoid(gates).numpy()  # one call for i, f and o (g's sigmoid is unused)
     hidden = h.shape[1]
-    ingate, forget, outgate = squashed[:, :hidden], squashed[:, hidden:2 * hidden], squashed[:, 3 * hidden:]
-    cell = np.tanh(gates.numpy()[:, 2 * hidden:3 * hidden])
+    ingate, forget, outgate = squashed[:, :hidden], squashed[:, hidden : 2 * hidden], squashed[:, 3 * hidden :]
+    cell = np.tanh(gates.numpy()[:, 2 * hidden : 3 * hidden])
     c_new = forget * c.numpy() + ingate * cell
     return torch.from_numpy(outgate * np.tanh(c_new)), torch.from_numpy(c_new)
 
@@ -126,8 +152,9 @@ class IncrementalForecaster:
     def start(self, observations: np.ndarray, censored: np.ndarray, context: np.ndarray) -> Forecast:
         return start_memory(self.model, pic_inputs(observations, censored, context), self.chunk)
 
-    def advance(self, observations: np.ndarray, censored: np.ndarray, context: np.ndarray,
-                memory: np.ndarray) -> Forecast:
+    def advance(
+        self, observations: np.ndarray, censored: np.ndarray, context: np.ndarray, memory: np.ndarray
+    ) -> Forecast:
         newest = np.concatenate([observations[:, -1:], censored[:, -1:].astype(np.float32), context[:, -1]], axis=1)
         return advance_memory(self.model, newest, memory, self.chunk)
 
@@ -136,8 +163,9 @@ def _sequence_outputs(model: GaussianLSTM, x: torch.Tensor) -> tuple[torch.Tenso
     """``(mu, sigma)`` ``(B, T)`` after every step of sequences ``x`` ``(B, T, 2 + C)`` from a zero state."""
     out, _ = model.lstm(x)
     rows, steps, hidden = out.shape
-    mu, sigma = gaussian_output(model.head, out.reshape(rows * steps, hidden), x[:, :, 0].reshape(-1),
-                                model.cfg.sigma_min)
+    mu, sigma = gaussian_output(
+        model.head, out.reshape(rows * steps, hidden), x[:, :, 0].reshape(-1), model.cfg.sigma_min
+    )
     return mu.reshape(rows, steps), sigma.reshape(rows, steps)
 
 
@@ -151,8 +179,15 @@ def _inputs(d: np.ndarray, context: np.ndarray | None) -> np.ndarray:
     return x
 
 
-def _training_sequences(d: np.ndarray, context: np.ndarray | None, starts: np.ndarray, length: int, block: int,
-                        rng: np.random.Generator, censor_prob: float) -> tuple[np.ndarray, np.ndarray]:
+def _training_sequences(
+    d: np.ndarray,
+    context: np.ndarray | None,
+    starts: np.ndarray,
+    length: int,
+    block: int,
+    rng: np.random.Generator,
+    censor_prob: float,
+) -> tuple[np.ndarray, np.ndarray]:
     """Sequences ``X`` ``(N, length, 2 + C)`` starting at ``starts`` and their targets ``(N, length)`` (the
     demand one step later); blocks of ``block`` steps are censored with probability ``censor_prob`` under
     a threshold ``clip(d + eps, 0, 1)``, ``eps ~ N(0, s)`` with ``s`` drawn per block (:func:`~picrl_core.
@@ -175,8 +210,9 @@ def _training_sequences(d: np.ndarray, context: np.ndarray | None, starts: np.nd
     return x, d[index + 1].astype(np.float32)
 
 
-def stream_forecasts(model: GaussianLSTM, series: np.ndarray, context: np.ndarray | None, window: int,
-                     services: int = 1) -> Forecasts:
+def stream_forecasts(
+    model: GaussianLSTM, series: np.ndarray, context: np.ndarray | None, window: int, services: int = 1
+) -> Forecasts:
     """``(mu, sigma, target)`` of the whole (uncensored) series run as one stream per service, scored on
     every step after the first ``window`` (the windowed evaluation's targets)."""
     per = len(series) // services
@@ -186,14 +222,15 @@ def stream_forecasts(model: GaussianLSTM, series: np.ndarray, context: np.ndarra
             part = slice(s * per, (s + 1) * per)
             x = torch.from_numpy(_inputs(series[part], None if context is None else context[part]))[None]
             m, sd = _sequence_outputs(model, x[:, :-1])
-            mu.append(m[0, window - 1:].numpy().astype(np.float64))
-            sigma.append(sd[0, window - 1:].numpy().astype(np.float64))
+            mu.append(m[0, window - 1 :].numpy().astype(np.float64))
+            sigma.append(sd[0, window - 1 :].numpy().astype(np.float64))
             target.append(series[part][window:])
     return np.concatenate(mu), np.concatenate(sigma), np.concatenate(target)
 
 
-def evaluate_stream(model: GaussianLSTM, series: np.ndarray, context: np.ndarray | None, window: int,
-                    services: int = 1) -> dict[str, float]:
+def evaluate_stream(
+    model: GaussianLSTM, series: np.ndarray, context: np.ndarray | None, window: int, services: int = 1
+) -> dict[str, float]:
     """NLL (Eq. 3), MAE of ``mu`` and 1/2-sigma coverage of the incremental predictor run over ``series``."""
     return forecast_metrics(stream_forecasts(model, np.asarray(series, np.float64), context, window, services))
 
@@ -210,16 +247,18 @@ class SequenceSampler:
         self.length = min(_SEQUENCE_WINDOWS * window, len(train) // services - 2)
         if self.length <= window:
             raise PredictorInputError(
-                f"the training split is too short for incremental sequences of {window + 1} steps")
+                f"the training split is too short for incremental sequences of {window + 1} steps"
+            )
         per = len(train) // services
         self.every = (np.arange(services)[:, None] * per + np.arange(per - self.length - 1)[None, :]).reshape(-1)
         self.per_epoch = min(self.every.size, max(1, cfg.max_train_windows // _SEQUENCE_WINDOWS))
         self.batch = max(1, cfg.batch_size // _SEQUENCE_WINDOWS)
 
     def draw(self, rng: np.random.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-        starts = self.every[rng.permutation(self.every.size)[:self.per_epoch]]
-        x, t = _training_sequences(self.train, self.context, starts, self.length, self.cfg.window, rng,
-                                   self.cfg.censor_prob)
+        starts = self.every[rng.permutation(self.every.size)[: self.per_epoch]]
+        x, t = _training_sequences(
+            self.train, self.context, starts, self.length, self.cfg.window, rng, self.cfg.censor_prob
+        )
         return torch.from_numpy(x), torch.from_numpy(t)
 
     def loss(self, model: GaussianLSTM, x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:

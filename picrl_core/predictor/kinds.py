@@ -7,6 +7,7 @@ zero state every tick. ``"incremental"`` (the default, :mod:`~picrl_core.predict
 :class:`~picrl_core.predictor.model.EpochSampler`), run by the controller (its
 :class:`~picrl_core.predictor.model.Forecaster`) and read over a fully observed series.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -48,8 +49,9 @@ def memory_size(cfg: PredictorConfig) -> int:
     return kind_of(cfg).memory_size(cfg)
 
 
-def forecasts_as_acted(model: GaussianLSTM, series: np.ndarray, context: np.ndarray | None,
-                       services: int = 1) -> Forecasts:
+def forecasts_as_acted(
+    model: GaussianLSTM, series: np.ndarray, context: np.ndarray | None, services: int = 1
+) -> Forecasts:
     """``(mu, sigma, target)`` of every point of ``series`` after each segment's first ``window``, from the true
     demand before it, read as the controller reads ``model``: one carried stream per service (``kind =
     "incremental"``) or each point's window from a zero state."""

@@ -8,6 +8,7 @@ meets them online. The two kinds (``predictor.kind``, :mod:`picrl_core.predictor
 reads them: :mod:`~picrl_core.predictor.windowed` re-reads a window from a zero state every tick,
 :mod:`~picrl_core.predictor.incremental` carries its ``(h, c)``; both act through one :class:`Forecaster`.
 """
+
 from __future__ import annotations
 
 import math
@@ -53,8 +54,9 @@ def gaussian_head(hidden: int, cfg: PredictorConfig) -> torch.nn.Linear:
     return head
 
 
-def gaussian_output(head: torch.nn.Linear, h: torch.Tensor, level: torch.Tensor,
-                    sigma_min: float) -> tuple[torch.Tensor, torch.Tensor]:
+def gaussian_output(
+    head: torch.nn.Linear, h: torch.Tensor, level: torch.Tensor, sigma_min: float
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Features ``h`` ``(B, H)`` -> ``mu = level + out[:, 0]``, ``sigma = T * (softplus(out[:, 1]) + sigma_min)``
     with ``out = head(h)`` and ``T`` the head's temperature ``sigma_scale``."""
     out = torch.nn.functional.linear(h, head.weight, head.bias)  # head(h) without the module call's overhead
@@ -73,9 +75,7 @@ class GaussianLSTM(torch.nn.Module):
     def __init__(self, cfg: PredictorConfig) -> None:
         super().__init__()
         if cfg.window < 1 or cfg.hidden < 1 or cfg.layers < 1 or cfg.context_channels < 0:
-            raise PredictorInputError(
-                "predictor config needs window, hidden and layers >= 1 and context_channels >= 0"
-            )
+            raise PredictorInputError("predictor config needs window, hidden and layers >= 1 and context_channels >= 0")
         if cfg.sigma_min <= 0:
             raise PredictorInputError(f"predictor sigma_min must be positive, got {cfg.sigma_min}")
         self.cfg = cfg
@@ -137,8 +137,9 @@ class Forecaster(Protocol):
 
     def start(self, observations: np.ndarray, censored: np.ndarray, context: np.ndarray) -> Forecast: ...
 
-    def advance(self, observations: np.ndarray, censored: np.ndarray, context: np.ndarray,
-                memory: np.ndarray) -> Forecast: ...
+    def advance(
+        self, observations: np.ndarray, censored: np.ndarray, context: np.ndarray, memory: np.ndarray
+    ) -> Forecast: ...
 
 
 def pic_inputs(observations: np.ndarray, censored: np.ndarray, context: np.ndarray) -> np.ndarray:
@@ -161,13 +162,9 @@ def check_series(d: np.ndarray, context: np.ndarray | None, window: int, channel
         raise PredictorInputError(f"{name} context given but the predictor config has context_channels=0")
     if channels > 0:
         if context is None:
-            raise PredictorInputError(
-                f"{name} context missing: the predictor config has context_channels={channels}"
-            )
+            raise PredictorInputError(f"{name} context missing: the predictor config has context_channels={channels}")
         if context.shape != (len(d), channels):
-            raise PredictorInputError(
-                f"{name} context must have shape ({len(d)}, {channels}), got {context.shape}"
-            )
+            raise PredictorInputError(f"{name} context must have shape ({len(d)}, {channels}), got {context.shape}")
         if not np.all(np.isfinite(context)):
             raise PredictorInputError(f"{name} context contains NaN or infinite values")
 

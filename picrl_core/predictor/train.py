@@ -1,5 +1,6 @@
 """Phase 1 training (Sec. 3.1, Algorithm 1 line 2) of either kind of predictor, in stages: the splits, the model,
 the epochs with early stopping, the temperature of sigma and the report."""
+
 from __future__ import annotations
 
 import copy
@@ -12,8 +13,17 @@ import torch
 
 from picrl_core.config import PredictorConfig
 from picrl_core.predictor.kinds import kind_of
-from picrl_core.predictor.model import (EpochSampler, Forecasts, GaussianLSTM, Predictor, PredictorInputError,
-                                        PredictorReport, check_series, fit_sigma, forecast_metrics)
+from picrl_core.predictor.model import (
+    EpochSampler,
+    Forecasts,
+    GaussianLSTM,
+    Predictor,
+    PredictorInputError,
+    PredictorReport,
+    check_series,
+    fit_sigma,
+    forecast_metrics,
+)
 
 Progress = Callable[[dict[str, float]], None]
 
@@ -51,9 +61,16 @@ def train_predictor(
     history, best_epoch = _fit(model, sampler, forecasts, cfg, seed, progress)
     scale = fit_sigma(model, forecasts, cfg.calibrate_sigma)
     final = forecast_metrics(forecasts())
-    report = PredictorReport(epochs_run=len(history), best_epoch=best_epoch, history=tuple(history),
-                             val_nll=final["nll"], val_mae=final["mae"], coverage_1sigma=final["coverage_1sigma"],
-                             coverage_2sigma=final["coverage_2sigma"], sigma_scale=scale)
+    report = PredictorReport(
+        epochs_run=len(history),
+        best_epoch=best_epoch,
+        history=tuple(history),
+        val_nll=final["nll"],
+        val_mae=final["mae"],
+        coverage_1sigma=final["coverage_1sigma"],
+        coverage_2sigma=final["coverage_2sigma"],
+        sigma_scale=scale,
+    )
     return model.eval(), report
 
 
@@ -67,11 +84,20 @@ class _Splits:
     val_context: np.ndarray | None
 
     @classmethod
-    def checked(cls, train: np.ndarray, val: np.ndarray, train_context: np.ndarray | None,
-                val_context: np.ndarray | None, cfg: PredictorConfig) -> _Splits:
-        splits = cls(np.asarray(train, dtype=np.float64), np.asarray(val, dtype=np.float64),
-                     None if train_context is None else np.asarray(train_context, dtype=np.float64),
-                     None if val_context is None else np.asarray(val_context, dtype=np.float64))
+    def checked(
+        cls,
+        train: np.ndarray,
+        val: np.ndarray,
+        train_context: np.ndarray | None,
+        val_context: np.ndarray | None,
+        cfg: PredictorConfig,
+    ) -> _Splits:
+        splits = cls(
+            np.asarray(train, dtype=np.float64),
+            np.asarray(val, dtype=np.float64),
+            None if train_context is None else np.asarray(train_context, dtype=np.float64),
+            None if val_context is None else np.asarray(val_context, dtype=np.float64),
+        )
         check_series(splits.train, splits.train_context, cfg.window, cfg.context_channels, "training")
         check_series(splits.val, splits.val_context, cfg.window, cfg.context_channels, "validation")
         if cfg.epochs < 1 or cfg.batch_size < 1 or cfg.max_train_windows < 1 or cfg.patience < 1:
@@ -79,19 +105,28 @@ class _Splits:
         return splits
 
 
-def _new_model(model_factory: Callable[[PredictorConfig], Predictor], cfg: PredictorConfig, seed: int,
-               carried: bool) -> Predictor:
+def _new_model(
+    model_factory: Callable[[PredictorConfig], Predictor], cfg: PredictorConfig, seed: int, carried: bool
+) -> Predictor:
     """The network at its initial weights, drawn under ``seed`` without touching the global torch RNG."""
     if carried and model_factory is not GaussianLSTM:
-        raise PredictorInputError(f"the {cfg.kind} predictor is a Gaussian LSTM; "
-                                  f"{getattr(model_factory, '__name__', model_factory)} cannot be carried")
+        raise PredictorInputError(
+            f"the {cfg.kind} predictor is a Gaussian LSTM; "
+            f"{getattr(model_factory, '__name__', model_factory)} cannot be carried"
+        )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         return model_factory(cfg)
 
 
-def _fit(model: torch.nn.Module, sampler: EpochSampler, forecasts: Callable[[], Forecasts], cfg: PredictorConfig,
-         seed: int, progress: Progress | None) -> tuple[list[dict[str, float]], int]:
+def _fit(
+    model: torch.nn.Module,
+    sampler: EpochSampler,
+    forecasts: Callable[[], Forecasts],
+    cfg: PredictorConfig,
+    seed: int,
+    progress: Progress | None,
+) -> tuple[list[dict[str, float]], int]:
     """Adam epochs until ``cfg.epochs`` or ``cfg.patience`` epochs without a better validation NLL; the best epoch's
     weights restored. Returns each epoch's record and the best epoch (1-based)."""
     rng = np.random.default_rng(seed)
@@ -116,8 +151,9 @@ def _fit(model: torch.nn.Module, sampler: EpochSampler, forecasts: Callable[[], 
     return history, best_epoch
 
 
-def _epoch(model: torch.nn.Module, optimizer: torch.optim.Optimizer, sampler: EpochSampler,
-           rng: np.random.Generator) -> float:
+def _epoch(
+    model: torch.nn.Module, optimizer: torch.optim.Optimizer, sampler: EpochSampler, rng: np.random.Generator
+) -> float:
     """One Adam pass over a fresh draw of training inputs in minibatches; their mean NLL (Eq. 3)."""
     x, t = sampler.draw(rng)
     total = 0.0

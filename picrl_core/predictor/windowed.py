@@ -5,6 +5,7 @@ Training (:class:`WindowSampler`) samples windows of the training split, re-cens
 (:func:`make_windows`) and minimises the NLL of Eq. (3) of the step after each; validation scores every uncensored
 window of the validation split (:func:`windowed_forecasts`), and :func:`calibrate_sigma` scales ``sigma`` on it.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -13,9 +14,19 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from picrl_core.batching import INVARIANT_CHUNK, in_fixed_chunks
 from picrl_core.config import PredictorConfig
-from picrl_core.predictor.model import (Forecast, Forecasts, GaussianLSTM, Predictor, PredictorInputError,
-                                        censor_noise_std, check_series, fit_sigma, forecast_metrics, gaussian_nll,
-                                        pic_inputs)
+from picrl_core.predictor.model import (
+    Forecast,
+    Forecasts,
+    GaussianLSTM,
+    Predictor,
+    PredictorInputError,
+    censor_noise_std,
+    check_series,
+    fit_sigma,
+    forecast_metrics,
+    gaussian_nll,
+    pic_inputs,
+)
 from picrl_core.series import segment_starts
 
 # Windows built at once when evaluating a whole series: bounds the memory of the window copies.
@@ -68,8 +79,9 @@ def make_windows(
     return x, d[idx + window].astype(np.float32)
 
 
-def predict_gaussian(model: GaussianLSTM, windows: np.ndarray,
-                     chunk: int = INVARIANT_CHUNK) -> tuple[np.ndarray, np.ndarray]:
+def predict_gaussian(
+    model: GaussianLSTM, windows: np.ndarray, chunk: int = INVARIANT_CHUNK
+) -> tuple[np.ndarray, np.ndarray]:
     """Batched inference: ``windows`` (B, W, 2 + C) -> ``(mu, sigma)`` as float64 (B,), any B >= 0.
     Batch-invariant for a fixed ``chunk``: a row's result does not depend on the other rows (see
     ``picrl_core.batching``)."""
@@ -91,8 +103,9 @@ def predict_gaussian(model: GaussianLSTM, windows: np.ndarray,
     return mu.astype(np.float64), sigma.astype(np.float64)
 
 
-def windowed_forecasts(model: GaussianLSTM, series: np.ndarray, context: np.ndarray | None,
-                       window: int, services: int = 1) -> Forecasts:
+def windowed_forecasts(
+    model: GaussianLSTM, series: np.ndarray, context: np.ndarray | None, window: int, services: int = 1
+) -> Forecasts:
     """``(mu, sigma, target)`` on every uncensored window of ``series`` (of ``services`` segments end to
     end, none straddled), built in bounded blocks."""
     series = np.asarray(series, dtype=np.float64)
@@ -102,7 +115,7 @@ def windowed_forecasts(model: GaussianLSTM, series: np.ndarray, context: np.ndar
     every = segment_starts(len(series), services, 0, window + 1)
     mu, sigma, target = [], [], []
     for lo in range(0, every.size, _EVALUATION_BLOCK):
-        starts = every[lo:lo + _EVALUATION_BLOCK]
+        starts = every[lo : lo + _EVALUATION_BLOCK]
         x, t = make_windows(series, context, window, rng, 0.0, starts=starts)
         m, s = predict_gaussian(model, x)
         mu.append(m)
@@ -118,8 +131,15 @@ def evaluate_predictor(
     return forecast_metrics(windowed_forecasts(model, series, context, window, services))
 
 
-def calibrate_sigma(model: Predictor, series: np.ndarray, context: np.ndarray | None, window: int, *,
-                    temperature: bool = True, services: int = 1) -> float:
+def calibrate_sigma(
+    model: Predictor,
+    series: np.ndarray,
+    context: np.ndarray | None,
+    window: int,
+    *,
+    temperature: bool = True,
+    services: int = 1,
+) -> float:
     """:func:`~picrl_core.predictor.model.fit_sigma` on the windows of ``series`` (the validation split)."""
     return fit_sigma(model, lambda: windowed_forecasts(model, series, context, window, services), temperature)
 
@@ -140,8 +160,9 @@ class WindowedForecaster:
         mu, sigma = predict_gaussian(self.model, windows, self.chunk)
         return mu, sigma, np.zeros((windows.shape[0], 0), np.float32)
 
-    def advance(self, observations: np.ndarray, censored: np.ndarray, context: np.ndarray,
-                memory: np.ndarray) -> Forecast:
+    def advance(
+        self, observations: np.ndarray, censored: np.ndarray, context: np.ndarray, memory: np.ndarray
+    ) -> Forecast:
         return self.start(observations, censored, context)
 
 
@@ -157,7 +178,7 @@ class WindowSampler:
         self.batch = cfg.batch_size
 
     def draw(self, rng: np.random.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-        starts = self.every[rng.permutation(self.every.size)[:self.per_epoch]]
+        starts = self.every[rng.permutation(self.every.size)[: self.per_epoch]]
         x, t = make_windows(self.train, self.context, self.cfg.window, rng, self.cfg.censor_prob, starts=starts)
         return torch.from_numpy(x), torch.from_numpy(t)
 

@@ -1,4 +1,5 @@
 """The offline CLI end to end on a small user CSV: train, evaluate, cache reuse and clear errors."""
+
 from __future__ import annotations
 
 import json
@@ -10,9 +11,11 @@ import pytest
 from picrl.cli import main
 from picrl_core.synthetic import diurnal
 
-
-TINY = {"predictor": {"window": 8, "hidden": 8, "epochs": 3, "max_train_windows": 500},
-        "pretrain": {"iterations": 3, "chunks": 8, "chunk_len": 32}, "online": {"n_update": 16, "batch_size": 32}}
+TINY = {
+    "predictor": {"window": 8, "hidden": 8, "epochs": 3, "max_train_windows": 500},
+    "pretrain": {"iterations": 3, "chunks": 8, "chunk_len": 32},
+    "online": {"n_update": 16, "batch_size": 32},
+}
 
 
 @pytest.fixture(scope="module")
@@ -31,8 +34,9 @@ def trace_csv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-def test_train_then_evaluate_with_the_model(trace_csv: Path, tiny_config: str, tmp_path: Path,
-                                            capsys: pytest.CaptureFixture[str]) -> None:
+def test_train_then_evaluate_with_the_model(
+    trace_csv: Path, tiny_config: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     source = ["--trace", str(trace_csv), "--column", "gpu_mem_gib", "--time-column", "t", "--config", tiny_config]
     assert main(["train", *source, "--out", str(tmp_path / "model")]) == 0
     out = capsys.readouterr().out
@@ -56,10 +60,20 @@ def test_train_then_evaluate_with_the_model(trace_csv: Path, tiny_config: str, t
     assert (tmp_path / "eval" / "phase3.png").stat().st_size > 10_000
 
 
-def test_evaluate_trains_once_then_reuses_the_cache(trace_csv: Path, tiny_config: str, tmp_path: Path,
-                                                    capsys: pytest.CaptureFixture[str]) -> None:
-    args = ["evaluate", "--trace", str(trace_csv), "--column", "gpu_mem_gib", "--config", tiny_config,
-            "--cache", str(tmp_path / "cache")]
+def test_evaluate_trains_once_then_reuses_the_cache(
+    trace_csv: Path, tiny_config: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = [
+        "evaluate",
+        "--trace",
+        str(trace_csv),
+        "--column",
+        "gpu_mem_gib",
+        "--config",
+        tiny_config,
+        "--cache",
+        str(tmp_path / "cache"),
+    ]
     assert main([*args, "--out", str(tmp_path / "first")]) == 0
     assert "trained and cached" in capsys.readouterr().out
     assert main([*args, "--out", str(tmp_path / "second")]) == 0
@@ -69,18 +83,34 @@ def test_evaluate_trains_once_then_reuses_the_cache(trace_csv: Path, tiny_config
     assert first == second, "same trace, seed and cached model must give the same run"
 
 
-@pytest.mark.parametrize(("content", "column", "message"), [
-    ("t,x\n" + "".join(f"{i},5\n" for i in range(300)), "x", "constant"),
-    ("t,x\n" + "".join(f"{i},{i % 7}\n" for i in range(50)), "x", "too short|at least"),
-    ("t,x\n0,1\n1,abc\n" + "".join(f"{i},{i % 7}\n" for i in range(2, 300)), "x", "abc"),
-    ("t,x\n" + "".join(f"{i},{i % 7}\n" for i in range(300)), "missing", "available"),
-])
-def test_unusable_input_is_one_clear_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str,
-                                          column: str, message: str) -> None:
+@pytest.mark.parametrize(
+    ("content", "column", "message"),
+    [
+        ("t,x\n" + "".join(f"{i},5\n" for i in range(300)), "x", "constant"),
+        ("t,x\n" + "".join(f"{i},{i % 7}\n" for i in range(50)), "x", "too short|at least"),
+        ("t,x\n0,1\n1,abc\n" + "".join(f"{i},{i % 7}\n" for i in range(2, 300)), "x", "abc"),
+        ("t,x\n" + "".join(f"{i},{i % 7}\n" for i in range(300)), "missing", "available"),
+    ],
+)
+def test_unusable_input_is_one_clear_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str, column: str, message: str
+) -> None:
     path = tmp_path / "bad.csv"
     path.write_text(content)
-    code = main(["evaluate", "--trace", str(path), "--column", column, "--quick", "--out", str(tmp_path / "out"),
-                 "--cache", str(tmp_path / "cache")])
+    code = main(
+        [
+            "evaluate",
+            "--trace",
+            str(path),
+            "--column",
+            column,
+            "--quick",
+            "--out",
+            str(tmp_path / "out"),
+            "--cache",
+            str(tmp_path / "cache"),
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 2
     assert err.startswith("picrl evaluate: error: ") and len(err.strip().splitlines()) == 1
@@ -90,8 +120,22 @@ def test_unusable_input_is_one_clear_line(tmp_path: Path, capsys: pytest.Capture
 def test_bad_config_file_names_the_setting(trace_csv: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"pretrain": {"iteratons": 5}}))
-    assert main(["train", "--trace", str(trace_csv), "--column", "gpu_mem_gib", "--config", str(bad),
-                 "--out", str(tmp_path / "m")]) == 2
+    assert (
+        main(
+            [
+                "train",
+                "--trace",
+                str(trace_csv),
+                "--column",
+                "gpu_mem_gib",
+                "--config",
+                str(bad),
+                "--out",
+                str(tmp_path / "m"),
+            ]
+        )
+        == 2
+    )
     assert "config.pretrain: unknown setting(s) iteratons" in capsys.readouterr().err
 
 

@@ -1,5 +1,6 @@
 """``picrl compare``: the quick comparison on the bundled datasets end to end (what a user runs first),
 the cache that spares a rerun every training, and the tables it writes."""
+
 from __future__ import annotations
 
 import csv
@@ -22,8 +23,13 @@ FIGURES = ("trajectories.png", "ablation_bars.png", "cumulative_regret.png")
 def quick_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, str]:
     """``picrl compare --quick`` on all (the three paper) datasets, as a user runs it (a subprocess, two jobs)."""
     out, cache = tmp_path_factory.mktemp("compare"), tmp_path_factory.mktemp("cache")
-    done = subprocess.run([sys.executable, "-m", "picrl", "compare", "--quick", "--jobs", "2", "--out", str(out),
-                           "--cache", str(cache)], cwd=REPO, capture_output=True, text=True, timeout=900)
+    done = subprocess.run(
+        [sys.executable, "-m", "picrl", "compare", "--quick", "--jobs", "2", "--out", str(out), "--cache", str(cache)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert done.returncode == 0, done.stderr[-4000:]
     return out, cache, done.stdout
 
@@ -62,8 +68,26 @@ def test_quick_comparison_writes_tables_results_and_figures(quick_run: tuple[Pat
 
 def test_the_pod_fleet_runs_every_pod_as_a_service_and_reports_the_spread(tmp_path: Path) -> None:
     """``--datasets pods``: 91 pods in one loop; metrics are the mean over pods, fleet.md their spread."""
-    assert main(["compare", "--quick", "--jobs", "1", "--datasets", "pods", "--methods", "conformal", "oracle",
-                 "--out", str(tmp_path), "--cache", str(tmp_path / "cache")]) == 0
+    assert (
+        main(
+            [
+                "compare",
+                "--quick",
+                "--jobs",
+                "1",
+                "--datasets",
+                "pods",
+                "--methods",
+                "conformal",
+                "oracle",
+                "--out",
+                str(tmp_path),
+                "--cache",
+                str(tmp_path / "cache"),
+            ]
+        )
+        == 0
+    )
     results = json.loads((tmp_path / "results.json").read_text())
     assert results["datasets"]["pods"]["services"] == 91 and results["datasets"]["pods"]["test_ticks"] == 288
     cells = {c["method"]: c["metrics"] for c in results["cells"]}
@@ -75,11 +99,31 @@ def test_the_pod_fleet_runs_every_pod_as_a_service_and_reports_the_spread(tmp_pa
     assert conformal[-2].strip() == "100%"  # the only method that competes: lowest on every pod
 
 
-def test_a_rerun_reads_every_cell_from_the_cache(quick_run: tuple[Path, Path, str], tmp_path: Path,
-                                                capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_rerun_reads_every_cell_from_the_cache(
+    quick_run: tuple[Path, Path, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     out, cache, _ = quick_run
-    assert main(["compare", "--quick", "--jobs", "1", "--datasets", "genai-mem", "--methods", "pic-rl", "a5", "vpa",
-                 "--out", str(tmp_path), "--cache", str(cache)]) == 0
+    assert (
+        main(
+            [
+                "compare",
+                "--quick",
+                "--jobs",
+                "1",
+                "--datasets",
+                "genai-mem",
+                "--methods",
+                "pic-rl",
+                "a5",
+                "vpa",
+                "--out",
+                str(tmp_path),
+                "--cache",
+                str(cache),
+            ]
+        )
+        == 0
+    )
     assert "3 cells (0 computed, 3 from the cache)" in capsys.readouterr().out
     first = {(c["dataset"], c["method"]): c["metrics"] for c in json.loads((out / "results.json").read_text())["cells"]}
     again = json.loads((tmp_path / "results.json").read_text())["cells"]
@@ -101,8 +145,12 @@ def test_mae_change_is_relative_to_full_and_undefined_over_a_zero_mae() -> None:
     def summary(method: str, dataset: str, mae: float) -> Summary:
         return Summary(method, dataset, {"mae": mae, "regret": 0.0, "shortage_rate": 0.0}, {}, 1, 0)
 
-    summaries = {("pic-rl", "a"): summary("pic-rl", "a", 0.02), ("a1", "a"): summary("a1", "a", 0.03),
-                 ("pic-rl", "flat"): summary("pic-rl", "flat", 0.0), ("a1", "flat"): summary("a1", "flat", 1e-7)}
+    summaries = {
+        ("pic-rl", "a"): summary("pic-rl", "a", 0.02),
+        ("a1", "a"): summary("a1", "a", 0.03),
+        ("pic-rl", "flat"): summary("pic-rl", "flat", 0.0),
+        ("a1", "flat"): summary("a1", "flat", 1e-7),
+    }
     assert mae_change(summaries, "a1", "a") == pytest.approx(50.0)
     assert math.isnan(mae_change(summaries, "a1", "flat"))  # 1e-7 over 0 is no +inf% regression
     assert math.isnan(mae_change(summaries, "a2", "a"))  # not run
@@ -111,8 +159,26 @@ def test_mae_change_is_relative_to_full_and_undefined_over_a_zero_mae() -> None:
 def test_the_two_resource_pods_report_each_resource_and_draw_both(tmp_path: Path) -> None:
     """``--datasets pods-2r``: memory and duty cycle of 72 pods in one coupled loop, resources.md and .png."""
     # the untrained methods only (a learned one on two resources runs in the --resources CSV test below): 45 -> 5 s
-    assert main(["compare", "--quick", "--jobs", "1", "--datasets", "pods-2r", "--methods",
-                 "vpa", "oracle", "--out", str(tmp_path), "--cache", str(tmp_path / "cache")]) == 0
+    assert (
+        main(
+            [
+                "compare",
+                "--quick",
+                "--jobs",
+                "1",
+                "--datasets",
+                "pods-2r",
+                "--methods",
+                "vpa",
+                "oracle",
+                "--out",
+                str(tmp_path),
+                "--cache",
+                str(tmp_path / "cache"),
+            ]
+        )
+        == 0
+    )
     results = json.loads((tmp_path / "results.json").read_text())
     assert results["datasets"]["pods-2r"]["services"] == 144
     cells = {c["method"]: c["metrics"] for c in results["cells"]}
@@ -127,7 +193,8 @@ def test_the_two_resource_pods_report_each_resource_and_draw_both(tmp_path: Path
 
 
 def test_a_users_csv_of_one_pods_memory_and_compute_compares_coupled_and_per_resource(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """``--trace FILE --resources gpu_mem=COL gpu_compute=COL``: one service provisioned two resources, from a CSV."""
     from picrl_core.synthetic import shared_load_pods
 
@@ -138,10 +205,34 @@ def test_a_users_csv_of_one_pods_memory_and_compute_compares_coupled_and_per_res
         writer.writerow(["time", "mem_bytes", "duty_pct"])
         writer.writerows([60 * t, memory[t, 0] * 16e9, compute[t, 0] * 100] for t in range(600))
     out = tmp_path / "out"
-    assert main(["compare", "--trace", str(path), "--resources", "gpu_mem=mem_bytes", "gpu_compute=duty_pct",
-                 "--time-column", "time", "--hard-shortage", "pod", "--quick", "--jobs", "1", "--methods",
-                 "pic-rl-per-resource", "conformal-coupled", "oracle", "--out", str(out),
-                 "--cache", str(tmp_path / "cache")]) == 0
+    assert (
+        main(
+            [
+                "compare",
+                "--trace",
+                str(path),
+                "--resources",
+                "gpu_mem=mem_bytes",
+                "gpu_compute=duty_pct",
+                "--time-column",
+                "time",
+                "--hard-shortage",
+                "pod",
+                "--quick",
+                "--jobs",
+                "1",
+                "--methods",
+                "pic-rl-per-resource",
+                "conformal-coupled",
+                "oracle",
+                "--out",
+                str(out),
+                "--cache",
+                str(tmp_path / "cache"),
+            ]
+        )
+        == 0
+    )
     results = json.loads((out / "results.json").read_text())
     assert results["datasets"]["pod:mem_bytes+duty_pct-oom"]["services"] == 2  # one pod, two resource rows
     table = (out / "resources.md").read_text()
@@ -150,7 +241,9 @@ def test_a_users_csv_of_one_pods_memory_and_compute_compares_coupled_and_per_res
     with pytest.raises(SystemExit):  # argparse's usage error
         main(["compare", "--trace", str(path), "--resources", "gpu_mem", "--out", str(out)])
     assert "expected NAME=COLUMN" in capsys.readouterr().err
-    for bad, message in [(["--resources", "gpu_mem=mem_bytes", "gpu_disk=duty_pct"], "at least two of"),
-                         (["--resources", "gpu_mem=mem_bytes", "gpu_compute=duty_pct", "--column", "x"], "no --column")]:
+    for bad, message in [
+        (["--resources", "gpu_mem=mem_bytes", "gpu_disk=duty_pct"], "at least two of"),
+        (["--resources", "gpu_mem=mem_bytes", "gpu_compute=duty_pct", "--column", "x"], "no --column"),
+    ]:
         code = main(["compare", "--trace", str(path), *bad, "--out", str(out)])
         assert code == 2 and message in capsys.readouterr().err, bad

@@ -1,4 +1,5 @@
 """docker-compose.yml runs the product with the same CLI entry points a user types."""
+
 from __future__ import annotations
 
 from pathlib import Path

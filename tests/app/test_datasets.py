@@ -1,4 +1,5 @@
 """Bundled datasets and user CSV loading (picrl.datasets)."""
+
 from __future__ import annotations
 
 import gzip
@@ -20,7 +21,8 @@ from picrl_core.series import describe_series, prepare_series
     ],
 )
 def test_named_datasets_load_with_right_shape_and_step(
-        name: str, length: int, step: float, context_names: tuple[str, ...]) -> None:
+    name: str, length: int, step: float, context_names: tuple[str, ...]
+) -> None:
     trace = load_dataset(name)
     assert trace.name == name
     assert trace.values.dtype == np.float64 and trace.values.shape == (length,)
@@ -97,6 +99,7 @@ def test_pod_fleet_matches_raw_pivot_columns() -> None:
 
 # --- user CSV files ---------------------------------------------------------------------------
 
+
 def write(path: Path, text: str) -> Path:
     if path.name.endswith(".gz"):
         with gzip.open(path, "wt") as handle:
@@ -116,8 +119,7 @@ def test_csv_sorted_by_time_with_inferred_step(tmp_path: Path) -> None:
 
 
 def test_gzipped_csv_with_iso_times(tmp_path: Path) -> None:
-    path = write(tmp_path / "d.csv.gz",
-                 "time,v\n2024-01-01T00:05:00,2\n2024-01-01T00:00:00,1\n2024-01-01T00:10:00,3\n")
+    path = write(tmp_path / "d.csv.gz", "time,v\n2024-01-01T00:05:00,2\n2024-01-01T00:00:00,1\n2024-01-01T00:10:00,3\n")
     trace = load_csv(path, "v", time_column="time")
     np.testing.assert_array_equal(trace.values, [1, 2, 3])
     assert trace.step_seconds == 300.0
@@ -175,9 +177,19 @@ def test_two_resource_fleets_say_what_a_memory_shortage_does(name: str, kills: b
     trace = load_dataset(name)
     series = prepare_trace(trace)
     assert trace.resources == ("gpu_mem", "gpu_compute") and name in FLEETS
-    assert [(r.name, r.hard, r.kills) for r in series.resources] == [("gpu_mem", True, kills),
-                                                                      ("gpu_compute", False, False)]
+    assert [(r.name, r.hard, r.kills) for r in series.resources] == [
+        ("gpu_mem", True, kills),
+        ("gpu_compute", False, False),
+    ]
     assert series.services == trace.values.shape[1]
     with pytest.raises(DatasetError, match="oom_kills needs several resources"):
-        Trace(name="one", values=trace.values[:, 0], context=None, context_names=(), step_seconds=60.0, unit="",
-              source="", oom_kills=True)
+        Trace(
+            name="one",
+            values=trace.values[:, 0],
+            context=None,
+            context_names=(),
+            step_seconds=60.0,
+            unit="",
+            source="",
+            oom_kills=True,
+        )

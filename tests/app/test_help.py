@@ -1,5 +1,6 @@
 """Every command and sub-command answers ``--help``, and the commands that need neither torch nor Faust
 start without importing them (``picrl --help`` and ``picrl kafka status`` in a fraction of a second)."""
+
 from __future__ import annotations
 
 import argparse
@@ -44,11 +45,23 @@ def test_the_top_level_summaries_are_the_commands_own() -> None:
     assert {choice.dest: choice.help for choice in subparsers._choices_actions} == SUMMARIES
 
 
-@pytest.mark.parametrize("argv", [["--help"], ["kafka", "status", "--help"], ["topics", "--help"], ["explain", "--help"],
-                                  ["config", "show"], ["policy", "--help"], ["produce", "replay", "--help"],
-                                  ["up", "--help"]])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--help"],
+        ["kafka", "status", "--help"],
+        ["topics", "--help"],
+        ["explain", "--help"],
+        ["config", "show"],
+        ["policy", "--help"],
+        ["produce", "replay", "--help"],
+        ["up", "--help"],
+    ],
+)
 def test_light_commands_do_not_import_torch_or_faust(argv: list[str]) -> None:
-    probe = ("import sys\nfrom picrl.cli import main\ntry:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
-             "print('loaded:', *sorted({'torch', 'faust'} & set(sys.modules)), file=sys.stderr)")
+    probe = (
+        "import sys\nfrom picrl.cli import main\ntry:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
+        "print('loaded:', *sorted({'torch', 'faust'} & set(sys.modules)), file=sys.stderr)"
+    )
     done = subprocess.run([sys.executable, "-c", probe, *argv], capture_output=True, text=True, timeout=120)
     assert done.stderr.strip().splitlines()[-1] == "loaded:", done.stderr[-2000:]

@@ -1,4 +1,5 @@
 """Progress goes to a terminal as bars and to logs as plain lines (no carriage-return frames)."""
+
 from __future__ import annotations
 
 import io
@@ -39,5 +40,7 @@ def test_phase_bars_write_one_plain_block_per_phase(capsys: pytest.CaptureFixtur
         for _ in range(2):
             second({"value_loss": 0.5})
     lines = capsys.readouterr().err.splitlines()
-    assert lines == ["phase 1: predictor: 3/3 epoch (100%), val_mae=0.03333",
-                     "phase 2: actor-critic: 2/2 iter (100%), value_loss=0.5"]
+    assert lines == [
+        "phase 1: predictor: 3/3 epoch (100%), val_mae=0.03333",
+        "phase 2: actor-critic: 2/2 iter (100%), value_loss=0.5",
+    ]

@@ -1,4 +1,5 @@
 """`picrl up` (the README's first command) on the test broker with a tiny model."""
+
 from __future__ import annotations
 
 import json
@@ -9,27 +10,45 @@ import pytest
 
 from picrl.cli import main
 
-TINY = {"predictor": {"window": 8, "hidden": 8, "epochs": 2, "max_train_windows": 500},
-        "estimator": {"window": 8}, "policy": {"hidden": 16},
-        "pretrain": {"iterations": 2, "chunks": 4, "chunk_len": 16},
-        "online": {"n_update": 16, "batch_size": 32, "buffer_size": 256, "gradient_steps": 2}}
+TINY = {
+    "predictor": {"window": 8, "hidden": 8, "epochs": 2, "max_train_windows": 500},
+    "estimator": {"window": 8},
+    "policy": {"hidden": 16},
+    "pretrain": {"iterations": 2, "chunks": 4, "chunk_len": 16},
+    "online": {"n_update": 16, "batch_size": 32, "buffer_size": 256, "gradient_steps": 2},
+}
 
 
-def test_up_runs_worker_trainer_and_closed_loop_then_reports(kafka_bootstrap: str, tmp_path: Path,
-                                                             monkeypatch: pytest.MonkeyPatch,
-                                                             capsys: pytest.CaptureFixture[str]) -> None:
+def test_up_runs_worker_trainer_and_closed_loop_then_reports(
+    kafka_bootstrap: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.setenv("PICRL_CACHE", str(tmp_path / "cache"))
     config = tmp_path / "tiny.json"
     config.write_text(json.dumps(TINY))
     out = tmp_path / "up"
-    code = main(["up", "--bootstrap", kafka_bootstrap, "--config", str(config), "--services", "3", "--ticks", "60",
-                 "--out", str(out)])
+    code = main(
+        [
+            "up",
+            "--bootstrap",
+            kafka_bootstrap,
+            "--config",
+            str(config),
+            "--services",
+            "3",
+            "--ticks",
+            "60",
+            "--out",
+            str(out),
+        ]
+    )
     printed = capsys.readouterr().out
     assert code == 0, printed
     summary = json.loads((out / "metrics.json").read_text())
     assert summary["services"] == 3 and summary["ticks"] == 60 and summary["control_ticks"] == 60 - 8
     assert summary["duplicate_actions"] == 0
-    assert summary["policy_versions"][0] == 0 and max(summary["policy_versions"]) >= 1, (out / "trainer.log").read_text()
+    assert summary["policy_versions"][0] == 0 and max(summary["policy_versions"]) >= 1, (
+        out / "trainer.log"
+    ).read_text()
     assert summary["metrics"]["mae"] > 0 and summary["metrics"]["regret"] > 0
     for name in ("ticks.csv", "closed_loop.png", "worker.log", "trainer.log"):
         assert (out / name).stat().st_size > 0, name
@@ -39,23 +58,45 @@ def test_up_runs_worker_trainer_and_closed_loop_then_reports(kafka_bootstrap: st
 
 
 def test_up_with_two_resources_decides_each_pods_memory_and_compute_over_kafka(
-        kafka_bootstrap: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-        capsys: pytest.CaptureFixture[str]) -> None:
+    kafka_bootstrap: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.setenv("PICRL_CACHE", str(tmp_path / "cache"))
     config = tmp_path / "tiny.json"
     config.write_text(json.dumps(TINY))
     out = tmp_path / "up"
     # pods-2r-oom: the memory shortages kill the pod, and the worker is told so (--hard-shortage pod); the pods-2r
     # path (failed requests) runs over Kafka in tests/stream/test_reliability.py
-    code = main(["up", "--bootstrap", kafka_bootstrap, "--config", str(config), "--resources", "gpu_mem,gpu_compute",
-                 "--dataset", "pods-2r-oom", "--services", "2", "--ticks", "30", "--out", str(out)])
+    code = main(
+        [
+            "up",
+            "--bootstrap",
+            kafka_bootstrap,
+            "--config",
+            str(config),
+            "--resources",
+            "gpu_mem,gpu_compute",
+            "--dataset",
+            "pods-2r-oom",
+            "--services",
+            "2",
+            "--ticks",
+            "30",
+            "--out",
+            str(out),
+        ]
+    )
     printed = capsys.readouterr().out
     assert code == 0, printed
     assert "gpu_mem (hard: a shortage kills the pod), gpu_compute (soft)" in (out / "worker.log").read_text()
     summary = json.loads((out / "metrics.json").read_text())
     assert summary["services"] == 2 and summary["control_ticks"] == 30 - 8 and summary["duplicate_actions"] == 0
-    assert set(summary["resources"]) >= {"total_regret", "regret_gpu_mem", "regret_gpu_compute", "shortage_gpu_mem",
-                                         "soft_short_with_hard_short"}
+    assert set(summary["resources"]) >= {
+        "total_regret",
+        "regret_gpu_mem",
+        "regret_gpu_compute",
+        "shortage_gpu_mem",
+        "soft_short_with_hard_short",
+    }
     assert (out / "resources.png").stat().st_size > 0 and "| gpu_compute |" in printed
 
 

@@ -1,4 +1,5 @@
 """Smoke tests against the real broker: aiokafka round trips and Faust apps run in-process."""
+
 from __future__ import annotations
 
 import asyncio
@@ -22,8 +23,12 @@ def test_produce_consume_keeps_keys_headers_and_per_partition_order(kafka_bootst
         try:
             for seq in range(40):
                 key = keys[seq % len(keys)]
-                await producer.send(topic, key=key.encode(), value=orjson.dumps({"key": key, "seq": seq}),
-                                    headers=[("schema", b"1"), ("seq", str(seq).encode())])
+                await producer.send(
+                    topic,
+                    key=key.encode(),
+                    value=orjson.dumps({"key": key, "seq": seq}),
+                    headers=[("schema", b"1"), ("seq", str(seq).encode())],
+                )
             await producer.flush()
         finally:
             await producer.stop()
@@ -49,8 +54,15 @@ def test_produce_consume_keeps_keys_headers_and_per_partition_order(kafka_bootst
 def _counting_app(bootstrap: str, guarantee: str) -> tuple[faust.App, str, str]:
     """A Faust app whose agent counts events per key in a changelog-backed table and emits the count."""
     src, dst = unique("src"), unique("dst")
-    app = faust.App(unique("smoke-app"), broker=f"kafka://{bootstrap}", store="memory://", web_enabled=False,
-                    topic_partitions=2, topic_replication_factor=1, processing_guarantee=guarantee)
+    app = faust.App(
+        unique("smoke-app"),
+        broker=f"kafka://{bootstrap}",
+        store="memory://",
+        web_enabled=False,
+        topic_partitions=2,
+        topic_replication_factor=1,
+        processing_guarantee=guarantee,
+    )
     source = app.topic(src, value_serializer="json")
     sink = app.topic(dst, value_serializer="json")
     counts = app.Table("counts", default=int, partitions=2)
@@ -59,8 +71,10 @@ def _counting_app(bootstrap: str, guarantee: str) -> tuple[faust.App, str, str]:
     async def count(stream: faust.StreamT) -> None:
         async for event in stream:
             counts[event["service"]] += 1
-            await sink.send(key=event["service"], value={"service": event["service"], "count": counts[event["service"]],
-                                                         "tick": event["tick"]})
+            await sink.send(
+                key=event["service"],
+                value={"service": event["service"], "count": counts[event["service"]], "tick": event["tick"]},
+            )
 
     app.finalize()
     return app, src, dst

@@ -1,4 +1,5 @@
 """The project-provisioned broker: config, clear failures, restart on the same data, and the CLI."""
+
 from __future__ import annotations
 
 import asyncio
@@ -29,8 +30,13 @@ def _properties(node: NodePorts, nodes: list[NodePorts], data: Path) -> dict[str
 def test_single_node_config_lets_transactions_and_groups_start(tmp_path: Path) -> None:
     node = NodePorts(1, 9092, 9093)
     props = _properties(node, [node], tmp_path)
-    for key in ("offsets.topic.replication.factor", "transaction.state.log.replication.factor",
-                "transaction.state.log.min.isr", "default.replication.factor", "min.insync.replicas"):
+    for key in (
+        "offsets.topic.replication.factor",
+        "transaction.state.log.replication.factor",
+        "transaction.state.log.min.isr",
+        "default.replication.factor",
+        "min.insync.replicas",
+    ):
         assert props[key] == "1", key
     assert props["process.roles"] == "broker,controller"
     assert props["controller.quorum.voters"] == "1@127.0.0.1:9093"
@@ -43,8 +49,11 @@ def test_cluster_config_makes_every_node_a_voter_and_replicates_internal_topics(
     props = _properties(nodes[1], nodes, tmp_path)
     assert props["node.id"] == "2" and props["listeners"] == "PLAINTEXT://127.0.0.1:9102,CONTROLLER://127.0.0.1:9202"
     assert props["controller.quorum.voters"] == "1@127.0.0.1:9201,2@127.0.0.1:9202,3@127.0.0.1:9203"
-    for key in ("offsets.topic.replication.factor", "transaction.state.log.replication.factor",
-                "default.replication.factor"):
+    for key in (
+        "offsets.topic.replication.factor",
+        "transaction.state.log.replication.factor",
+        "default.replication.factor",
+    ):
         assert props[key] == "3", key
     assert props["transaction.state.log.min.isr"] == props["min.insync.replicas"] == "2"
     five = [NodePorts(i, 9100 + i, 9200 + i) for i in range(1, 6)]
@@ -101,8 +110,9 @@ def test_taken_port_is_a_clear_error(tmp_path: Path, local_kafka: LocalKafka | N
     assert broker.status() is None
 
 
-def test_restart_keeps_port_and_data_and_cli_reports_state(tmp_path: Path, local_kafka: LocalKafka | None,
-                                                           capsys: pytest.CaptureFixture[str]) -> None:
+def test_restart_keeps_port_and_data_and_cli_reports_state(
+    tmp_path: Path, local_kafka: LocalKafka | None, capsys: pytest.CaptureFixture[str]
+) -> None:
     if local_kafka is None:
         pytest.fail("this test needs the provisioned broker; unset KAFKA_BOOTSTRAP_SERVERS to run it")
     home = tmp_path / "home"
@@ -144,8 +154,9 @@ def test_restart_keeps_port_and_data_and_cli_reports_state(tmp_path: Path, local
     assert "no broker running" in capsys.readouterr().out
 
 
-def test_a_three_node_cluster_replicates_topics_and_stops_every_node(tmp_path: Path, local_kafka: LocalKafka | None,
-                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_three_node_cluster_replicates_topics_and_stops_every_node(
+    tmp_path: Path, local_kafka: LocalKafka | None, capsys: pytest.CaptureFixture[str]
+) -> None:
     """`picrl kafka start --brokers 3`: three nodes, each broker and controller; picrl's topics get three replicas
     and min.insync.replicas 2 by default; a node killed comes back on its ports; stop ends them all."""
     if local_kafka is None:
@@ -160,8 +171,10 @@ def test_a_three_node_cluster_replicates_topics_and_stops_every_node(tmp_path: P
         assert status["answers"] and [n["brokers_seen"] for n in status["nodes"]] == [3, 3, 3]
         assert len({n["pid"] for n in status["nodes"]}) == 3 and len(started["bootstrap"].split(",")) == 3
         prefix = unique("replicated")
-        assert main(["topics", "create", "--bootstrap", started["bootstrap"], "--prefix", prefix,
-                     "--partitions", "2"]) == 0
+        assert (
+            main(["topics", "create", "--bootstrap", started["bootstrap"], "--prefix", prefix, "--partitions", "2"])
+            == 0
+        )
         assert capsys.readouterr().out.count("replicas=3  min.insync.replicas=2") == 5
         replicas, min_isr = asyncio.run(_replication(started["bootstrap"], f"{prefix}.usage"))
         assert replicas == [3, 3] and min_isr == "2"
@@ -198,8 +211,9 @@ async def _replication(bootstrap: str, topic: str, wait: float = 15.0) -> tuple[
             await asyncio.sleep(0.2)
     finally:
         await admin.close()
-    return [len(p["replicas"]) for p in sorted(described["partitions"], key=lambda p: p["partition"])], \
-        configs.get("min.insync.replicas")
+    return [len(p["replicas"]) for p in sorted(described["partitions"], key=lambda p: p["partition"])], configs.get(
+        "min.insync.replicas"
+    )
 
 
 def test_default_cache_follows_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ runs in seconds on two cores; the package-scoped predictor is trained once for a
 single-threaded here: on tensors this small, intra-op threads only add synchronisation, and on a
 busy machine they make a closed-loop run more than ten times slower.
 """
+
 from __future__ import annotations
 
 from dataclasses import replace
@@ -28,8 +29,9 @@ def tiny_config() -> PicRLConfig:
     base = PicRLConfig(seed=0)
     return replace(
         base,
-        predictor=replace(base.predictor, window=8, hidden=8, epochs=3, batch_size=128, patience=2,
-                          max_train_windows=1500),
+        predictor=replace(
+            base.predictor, window=8, hidden=8, epochs=3, batch_size=128, patience=2, max_train_windows=1500
+        ),
         estimator=replace(base.estimator, window=8),
         policy=replace(base.policy, hidden=16, horizon=64),
         pretrain=replace(base.pretrain, iterations=3, chunks=4, chunk_len=16),
@@ -46,8 +48,9 @@ def diurnal_series() -> np.ndarray:
 @pytest.fixture(scope="package")
 def tiny_predictor(tiny_config: PicRLConfig, diurnal_series: np.ndarray) -> GaussianLSTM:
     """A Gaussian LSTM trained for a few epochs on the first 1,600 steps of ``diurnal_series``."""
-    model, _ = train_predictor(diurnal_series[:1600], diurnal_series[1600:2000], tiny_config.predictor,
-                               seed=tiny_config.seed)
+    model, _ = train_predictor(
+        diurnal_series[:1600], diurnal_series[1600:2000], tiny_config.predictor, seed=tiny_config.seed
+    )
     return model.eval()
 
 

@@ -1,4 +1,5 @@
 """Model artifacts: safetensors weights plus a JSON manifest, verified on load (picrl_core.artifact)."""
+
 from __future__ import annotations
 
 import ast
@@ -15,8 +16,16 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from picrl_core import artifact as artifact_module
-from picrl_core.artifact import (MANIFEST, WEIGHTS, ArtifactError, ModelArtifact, load_artifact, policy_from_bytes,
-                                 policy_to_bytes, save_artifact)
+from picrl_core.artifact import (
+    MANIFEST,
+    WEIGHTS,
+    ArtifactError,
+    ModelArtifact,
+    load_artifact,
+    policy_from_bytes,
+    policy_to_bytes,
+    save_artifact,
+)
 from picrl_core.config import PicRLConfig
 from picrl_core.controller import PicRLController
 from picrl_core.policy import PolicyNetwork, ValueNetwork
@@ -26,12 +35,22 @@ from picrl_core.simulator import simulate
 
 
 @pytest.fixture()
-def saved(tmp_path: Path, tiny_predictor: GaussianLSTM, tiny_policy: PolicyNetwork, tiny_value: ValueNetwork,
-          tiny_config: PicRLConfig) -> tuple[ModelArtifact, Path]:
+def saved(
+    tmp_path: Path,
+    tiny_predictor: GaussianLSTM,
+    tiny_policy: PolicyNetwork,
+    tiny_value: ValueNetwork,
+    tiny_config: PicRLConfig,
+) -> tuple[ModelArtifact, Path]:
     config = replace(tiny_config, seed=9)
-    original = ModelArtifact(config, tiny_predictor, tiny_policy, tiny_value,
-                             scaling={"series": {"low": 1.5, "high": 9.0}, "context": []},
-                             reports={"series": "synthetic", "phase2": {"iterations": 3}})
+    original = ModelArtifact(
+        config,
+        tiny_predictor,
+        tiny_policy,
+        tiny_value,
+        scaling={"series": {"low": 1.5, "high": 9.0}, "context": []},
+        reports={"series": "synthetic", "phase2": {"iterations": 3}},
+    )
     return original, save_artifact(original, tmp_path / "model")
 
 
@@ -49,8 +68,9 @@ def _fix_checksum(folder: Path) -> None:
     _write_manifest(folder, manifest)
 
 
-def test_round_trip_gives_identical_predictions_and_actions(saved: tuple[ModelArtifact, Path],
-                                                            diurnal_series: np.ndarray) -> None:
+def test_round_trip_gives_identical_predictions_and_actions(
+    saved: tuple[ModelArtifact, Path], diurnal_series: np.ndarray
+) -> None:
     original, folder = saved
     assert sorted(p.name for p in folder.iterdir()) == sorted([MANIFEST, WEIGHTS])
     loaded = load_artifact(folder)

@@ -1,4 +1,5 @@
 """Reactive calibrator, Eq. (12) / Algorithm 1 fast update (picrl_core.calibrator), in both rules."""
+
 from __future__ import annotations
 
 from dataclasses import replace
@@ -6,20 +7,36 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from picrl_core.calibrator import (SHORTAGE_TOLERANCE, calibrate, escape_step, feedback, over_weights, release_escape,
-                                  track_temperature)
+from picrl_core.calibrator import (
+    SHORTAGE_TOLERANCE,
+    calibrate,
+    escape_step,
+    feedback,
+    over_weights,
+    release_escape,
+    track_temperature,
+)
 from picrl_core.config import CalibratorConfig, CostConfig
 
-PAPER = CalibratorConfig(rule="paper", margin_in_sigma=False, delta_m=0.01, delta_b=0.002, gamma=0.5,
-                         margin_limit=0.3, bias_limit=0.2)
+PAPER = CalibratorConfig(
+    rule="paper", margin_in_sigma=False, delta_m=0.01, delta_b=0.002, gamma=0.5, margin_limit=0.3, bias_limit=0.2
+)
 PINBALL = replace(PAPER, rule="pinball")
 COST = CostConfig(c_under=2.0, c_over=1.0)
 
 
-def _one(margin: float, bias: float, eta: float, censored: bool, over: bool, cfg: CalibratorConfig = PAPER,
-         scale: float = 1.0) -> tuple[float, float]:
-    m, b = calibrate(np.array([margin]), np.array([bias]), np.array([eta]), np.array([censored]),
-                     np.array([over]), cfg, COST, scale)
+def _one(
+    margin: float,
+    bias: float,
+    eta: float,
+    censored: bool,
+    over: bool,
+    cfg: CalibratorConfig = PAPER,
+    scale: float = 1.0,
+) -> tuple[float, float]:
+    m, b = calibrate(
+        np.array([margin]), np.array([bias]), np.array([eta]), np.array([censored]), np.array([over]), cfg, COST, scale
+    )
     return float(m[0]), float(b[0])
 
 
@@ -42,8 +59,9 @@ def test_paper_rule_lowers_margin_fully_and_bias_by_gamma(eta: float) -> None:
 def test_pinball_rule_lowers_both_by_the_cost_ratio(cost: CostConfig) -> None:
     """The subgradient of Eq. (1): a shortage weighs c_under, an idle unit c_over."""
     assert over_weights(PINBALL, cost) == (cost.c_over / cost.c_under, cost.c_over / cost.c_under)
-    m, b = calibrate(np.array([0.05]), np.array([-0.03]), np.array([2.0]), np.array([False]), np.array([True]),
-                     PINBALL, cost)
+    m, b = calibrate(
+        np.array([0.05]), np.array([-0.03]), np.array([2.0]), np.array([False]), np.array([True]), PINBALL, cost
+    )
     assert m[0] == pytest.approx(0.05 - 2.0 * PINBALL.delta_m * cost.c_over / cost.c_under, abs=1e-15)
     assert b[0] == pytest.approx(-0.03 - 2.0 * PINBALL.delta_b * cost.c_over / cost.c_under, abs=1e-15)
 
@@ -88,8 +106,7 @@ def test_updates_are_clipped_at_the_limits() -> None:
 def test_long_shortage_streak_stays_within_bounds() -> None:
     margin, bias = np.zeros(1), np.zeros(1)
     for _ in range(500):
-        margin, bias = calibrate(margin, bias, np.array([3.0]), np.array([True]), np.array([False]), PINBALL, COST,
-                                 6.0)
+        margin, bias = calibrate(margin, bias, np.array([3.0]), np.array([True]), np.array([False]), PINBALL, COST, 6.0)
     assert margin[0] == PINBALL.margin_limit and bias[0] == PINBALL.bias_limit
 
 
@@ -136,7 +153,7 @@ def _tracked_temperature(spread: float, censoring: bool, tobit: bool = True, tic
         y = np.minimum(demand, action) if censoring else np.array([demand])
         temperature = track_temperature(temperature, y, np.zeros(1), sigma, short & tobit, cfg)
         seen.append(temperature[0])
-    return float(np.mean(seen[ticks // 4:]))
+    return float(np.mean(seen[ticks // 4 :]))
 
 
 @pytest.mark.parametrize("spread", [0.05, 0.4, 3.0])
@@ -159,8 +176,9 @@ def test_online_temperature_stays_in_its_range() -> None:
         CalibratorConfig(scale_rate=0.0)
 
 
-ESCAPE = CalibratorConfig(delta_m=0.025, margin_in_sigma=True, escape=True, escape_limit=1.0, escape_start=1.0,
-                          escape_growth=2.0)
+ESCAPE = CalibratorConfig(
+    delta_m=0.025, margin_in_sigma=True, escape=True, escape_limit=1.0, escape_start=1.0, escape_growth=2.0
+)
 
 
 def _escape_over(flags: list[str], sigma: float = 0.01, cfg: CalibratorConfig = ESCAPE) -> list[float]:
@@ -169,8 +187,9 @@ def _escape_over(flags: list[str], sigma: float = 0.01, cfg: CalibratorConfig = 
     escape, streak, out = np.zeros(1), 0, []
     for flag in flags:
         streak = streak + 1 if flag in "sb" else 0
-        escape = escape_step(escape, np.array([flag == "s"]), np.array([flag == "o"]), np.array([streak]),
-                             np.array([sigma]), cfg)
+        escape = escape_step(
+            escape, np.array([flag == "s"]), np.array([flag == "o"]), np.array([streak]), np.array([sigma]), cfg
+        )
         out.append(float(escape[0]))
     return out
 
@@ -178,8 +197,9 @@ def _escape_over(flags: list[str], sigma: float = 0.01, cfg: CalibratorConfig = 
 def test_a_lone_shortage_does_not_escape_and_a_streak_doubles_from_the_margins_step() -> None:
     unit = 0.025 * 0.01
     assert _escape_over(["s", "o", "s", "o"]) == [0.0] * 4
-    np.testing.assert_allclose(_escape_over(["s"] * 6), [0.0, unit, 3 * unit, 7 * unit, 15 * unit, 31 * unit],
-                               rtol=1e-12)
+    np.testing.assert_allclose(
+        _escape_over(["s"] * 6), [0.0, unit, 3 * unit, 7 * unit, 15 * unit, 31 * unit], rtol=1e-12
+    )
 
 
 def test_the_escape_reaches_a_gap_in_logarithmic_ticks_and_halves_once_the_demand_is_seen() -> None:
@@ -200,14 +220,20 @@ def test_a_bound_below_the_action_holds_the_escape_and_the_limit_caps_it() -> No
 
 def test_the_escape_starts_at_its_configured_number_of_margin_steps() -> None:
     unit = 0.025 * 0.01
-    np.testing.assert_allclose(_escape_over(["s"] * 4, cfg=replace(ESCAPE, escape_start=4.0)),
-                               [0.0, 4 * unit, 12 * unit, 28 * unit], rtol=1e-12)
+    np.testing.assert_allclose(
+        _escape_over(["s"] * 4, cfg=replace(ESCAPE, escape_start=4.0)),
+        [0.0, 4 * unit, 12 * unit, 28 * unit],
+        rtol=1e-12,
+    )
 
 
 def test_each_step_of_the_search_is_the_configured_growth_times_the_last() -> None:
     unit = 0.025 * 0.01
-    np.testing.assert_allclose(_escape_over(["s"] * 5, cfg=replace(ESCAPE, escape_growth=4.0)),
-                               [0.0, unit, 5 * unit, 21 * unit, 85 * unit], rtol=1e-12)
+    np.testing.assert_allclose(
+        _escape_over(["s"] * 5, cfg=replace(ESCAPE, escape_growth=4.0)),
+        [0.0, unit, 5 * unit, 21 * unit, 85 * unit],
+        rtol=1e-12,
+    )
     with pytest.raises(ValueError, match="escape_growth"):
         CalibratorConfig(escape_growth=0.5)
 
@@ -219,12 +245,14 @@ def test_an_escape_limit_and_start_must_be_positive() -> None:
         CalibratorConfig(escape_start=0.0)
 
 
-
-@pytest.mark.parametrize("release, expected", [
-    ("halve", [0.2, 0.2, 0.2, 0.2]),  # escape_step's half of e_t, whatever the demand seen
-    ("hold", [0.2, 0.3, 0.4, 0.2]),  # not below min(e_t, y - mu'), the demand just seen
-    ("handover", [0.0, 0.3, 0.4, 0.2]),  # only that, at least 0
-])
+@pytest.mark.parametrize(
+    "release, expected",
+    [
+        ("halve", [0.2, 0.2, 0.2, 0.2]),  # escape_step's half of e_t, whatever the demand seen
+        ("hold", [0.2, 0.3, 0.4, 0.2]),  # not below min(e_t, y - mu'), the demand just seen
+        ("handover", [0.0, 0.3, 0.4, 0.2]),  # only that, at least 0
+    ],
+)
 def test_a_seen_demand_releases_the_escape_by_its_rule(release: str, expected: list[float]) -> None:
     cfg = CalibratorConfig(escape_release=release)
     previous, halved = np.full(4, 0.4), np.full(4, 0.2)

@@ -1,4 +1,5 @@
 """Tobit estimator of censored demand (picrl_core.censored_estimator) against scipy references."""
+
 from __future__ import annotations
 
 from dataclasses import replace
@@ -35,8 +36,13 @@ def negative_log_likelihood(params: np.ndarray, y: np.ndarray, c: np.ndarray) ->
 
 def scipy_tobit(y: np.ndarray, c: np.ndarray) -> np.ndarray:
     start = np.array([y.mean(), np.log(y.std())])
-    fit = minimize(negative_log_likelihood, start, args=(y, c), method="Nelder-Mead",
-                   options={"xatol": 1e-10, "fatol": 1e-13, "maxiter": 5000})
+    fit = minimize(
+        negative_log_likelihood,
+        start,
+        args=(y, c),
+        method="Nelder-Mead",
+        options={"xatol": 1e-10, "fatol": 1e-13, "maxiter": 5000},
+    )
     return fit.x
 
 
@@ -81,7 +87,10 @@ def test_uncertainty_is_the_standard_error_from_the_observed_information() -> No
     est = estimate_censored_demand(y, c, np.zeros(len(y), dtype=int), ESTIMATOR, REWARD)
     for i in range(len(y)):
         theta = np.array([est.mean[i], np.log(est.std[i])])
-        grad = lambda t: approx_fprime(t, negative_log_likelihood, 1e-6, y[i], c[i])  # noqa: E731
+
+        def grad(t: np.ndarray, yi: np.ndarray = y[i], ci: np.ndarray = c[i]) -> np.ndarray:
+            return approx_fprime(t, negative_log_likelihood, 1e-6, yi, ci)
+
         hessian = np.array([(grad(theta + e) - grad(theta - e)) / 2e-4 for e in np.eye(2) * 1e-4])
         reference = np.sqrt(np.linalg.inv(0.5 * (hessian + hessian.T))[0, 0])
         assert est.uncertainty[i] == pytest.approx(reference, rel=1e-3)
@@ -117,10 +126,10 @@ def test_rows_are_independent_and_deterministic() -> None:
     again = estimate_censored_demand(y, c, n, ESTIMATOR, REWARD)
     np.testing.assert_array_equal(batch.mean, again.mean)
     for i in (0, 5, len(y) - 1):
-        alone = estimate_censored_demand(y[i:i + 1], c[i:i + 1], n[i:i + 1], ESTIMATOR, REWARD)
-        np.testing.assert_allclose(alone.mean, batch.mean[i:i + 1], rtol=1e-12)
-        np.testing.assert_allclose(alone.std, batch.std[i:i + 1], rtol=1e-12)
-        np.testing.assert_allclose(alone.uncertainty, batch.uncertainty[i:i + 1], rtol=1e-12)
+        alone = estimate_censored_demand(y[i : i + 1], c[i : i + 1], n[i : i + 1], ESTIMATOR, REWARD)
+        np.testing.assert_allclose(alone.mean, batch.mean[i : i + 1], rtol=1e-12)
+        np.testing.assert_allclose(alone.std, batch.std[i : i + 1], rtol=1e-12)
+        np.testing.assert_allclose(alone.uncertainty, batch.uncertainty[i : i + 1], rtol=1e-12)
 
 
 def test_row_blocks_on_two_threads_give_the_bits_of_one_call() -> None:
@@ -151,17 +160,21 @@ def test_only_the_most_recent_window_is_used() -> None:
 
 
 def test_edge_cases_give_finite_documented_values() -> None:
-    y = np.array([
-        [0.5, 0.5, 0.5, 0.5, 0.5, 0.5],  # constant, uncensored: std at the floor
-        [0.3, 0.4, 0.2, 0.5, 0.1, 0.2],  # all censored: no MLE
-        [0.6, 0.2, 0.2, 0.2, 0.2, 0.2],  # one uncensored point above every threshold
-        [0.1, 0.9, 0.9, 0.9, 0.9, 0.9],  # one uncensored point below every threshold
-        [0.5, 0.5, 0.5, 0.5, 0.5, 0.5],  # nothing valid
-        [0.5, 0.4, np.nan, np.nan, 0.5, 0.5],  # window still filling (NaN where invalid)
-        [0.5, 0.4, 0.3, 0.2, 0.1, 0.6],  # a single censored point
-    ])
-    c = np.array([[0] * 6, [1] * 6, [0, 1, 1, 1, 1, 1], [0, 1, 1, 1, 1, 1], [0] * 6, [0, 1, 0, 0, 1, 0],
-                  [0, 0, 0, 0, 0, 1]], dtype=bool)
+    y = np.array(
+        [
+            [0.5, 0.5, 0.5, 0.5, 0.5, 0.5],  # constant, uncensored: std at the floor
+            [0.3, 0.4, 0.2, 0.5, 0.1, 0.2],  # all censored: no MLE
+            [0.6, 0.2, 0.2, 0.2, 0.2, 0.2],  # one uncensored point above every threshold
+            [0.1, 0.9, 0.9, 0.9, 0.9, 0.9],  # one uncensored point below every threshold
+            [0.5, 0.5, 0.5, 0.5, 0.5, 0.5],  # nothing valid
+            [0.5, 0.4, np.nan, np.nan, 0.5, 0.5],  # window still filling (NaN where invalid)
+            [0.5, 0.4, 0.3, 0.2, 0.1, 0.6],  # a single censored point
+        ]
+    )
+    c = np.array(
+        [[0] * 6, [1] * 6, [0, 1, 1, 1, 1, 1], [0, 1, 1, 1, 1, 1], [0] * 6, [0, 1, 0, 0, 1, 0], [0, 0, 0, 0, 0, 1]],
+        dtype=bool,
+    )
     valid = np.ones_like(c)
     valid[4] = False
     valid[5, 2:4] = False

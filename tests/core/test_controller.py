@@ -1,4 +1,5 @@
 """The vectorised PIC-RL controller and the closed-loop simulator (picrl_core.controller, .simulator)."""
+
 from __future__ import annotations
 
 import inspect
@@ -26,26 +27,37 @@ T = 80  # closed-loop ticks per test run
 
 def _segment(series: np.ndarray, window: int, start: int = 2000) -> tuple[np.ndarray, np.ndarray]:
     """Single-service ``(demand (T, 1), history (1, W))`` from the held-out end of the fixture series."""
-    return series[start:start + T, None], series[None, start - window:start]
+    return series[start : start + T, None], series[None, start - window : start]
 
 
 def _many(window: int, services: int = 5) -> tuple[np.ndarray, np.ndarray]:
     """``services`` different diurnal series: demand ``(T, N)`` and history ``(N, W)``."""
-    cols = [diurnal(window + T, period=48, base=0.35 + 0.05 * i, amplitude=0.2, noise=0.04, seed=100 + i)
-            for i in range(services)]
+    cols = [
+        diurnal(window + T, period=48, base=0.35 + 0.05 * i, amplitude=0.2, noise=0.04, seed=100 + i)
+        for i in range(services)
+    ]
     stacked = np.stack(cols, axis=1)
     return stacked[window:], stacked[:window].T.copy()
 
 
-def _run(predictor: GaussianLSTM, policy: PolicyNetwork, config: PicRLConfig, demand: np.ndarray,
-         history: np.ndarray, *, explore: bool = True, seed: int | None = None,
-         keys: np.ndarray | None = None) -> Trajectory:
+def _run(
+    predictor: GaussianLSTM,
+    policy: PolicyNetwork,
+    config: PicRLConfig,
+    demand: np.ndarray,
+    history: np.ndarray,
+    *,
+    explore: bool = True,
+    seed: int | None = None,
+    keys: np.ndarray | None = None,
+) -> Trajectory:
     controller = PicRLController(predictor, policy, config, explore=explore, seed=seed)
     return simulate(controller, demand, history, keys=keys)
 
 
-def test_action_formula_and_parameter_ranges(tiny_predictor: GaussianLSTM, tiny_policy: PolicyNetwork,
-                                             tiny_config: PicRLConfig, diurnal_series: np.ndarray) -> None:
+def test_action_formula_and_parameter_ranges(
+    tiny_predictor: GaussianLSTM, tiny_policy: PolicyNetwork, tiny_config: PicRLConfig, diurnal_series: np.ndarray
+) -> None:
     traj = _run(tiny_predictor, tiny_policy, tiny_config, *_segment(diurnal_series, tiny_config.predictor.window))
     expected = np.clip(traj.mu + traj.k * traj.sigma + traj.margin + traj.bias + traj.escape, 0.0, 1.0)
     np.testing.assert_allclose(traj.action, expected, rtol=0, atol=1e-12)
@@ -61,9 +73,15 @@ def test_action_formula_and_parameter_ranges(tiny_predictor: GaussianLSTM, tiny_
 
 
 @pytest.mark.parametrize("bias, eta, k", [(60.0, 3.0, 1.0), (-60.0, 0.5, -1.0)])
-def test_saturated_policy_hits_the_range_ends(tiny_predictor: GaussianLSTM, tiny_policy: PolicyNetwork,
-                                              tiny_config: PicRLConfig, diurnal_series: np.ndarray, bias: float,
-                                              eta: float, k: float) -> None:
+def test_saturated_policy_hits_the_range_ends(
+    tiny_predictor: GaussianLSTM,
+    tiny_policy: PolicyNetwork,
+    tiny_config: PicRLConfig,
+    diurnal_series: np.ndarray,
+    bias: float,
+    eta: float,
+    k: float,
+) -> None:
     with torch.no_grad():
         tiny_policy.body[-1].bias.fill_(bias)
     traj = _run(tiny_predictor, tiny_policy, tiny_config, *_segment(diurnal_series, tiny_config.predictor.window))
@@ -71,8 +89,9 @@ def test_saturated_policy_hits_the_range_ends(tiny_predictor: GaussianLSTM, tiny
     np.testing.assert_allclose(traj.k, risk_centre(tiny_config) + k, rtol=0, atol=1e-12)
 
 
-def test_actions_are_clipped_to_the_unit_interval(tiny_predictor: GaussianLSTM, tiny_policy: PolicyNetwork,
-                                                  tiny_config: PicRLConfig) -> None:
+def test_actions_are_clipped_to_the_unit_interval(
+    tiny_predictor: GaussianLSTM, tiny_policy: PolicyNetwork, tiny_config: PicRLConfig
+) -> None:
     controller = PicRLController(tiny_predictor, tiny_policy, tiny_config, explore=False)
     low = controller.initial_state(np.array([0, 1], np.uint64), np.zeros((2, 8)))
     high = low.take(slice(None))
@@ -86,10 +105,17 @@ def test_actions_are_clipped_to_the_unit_interval(tiny_predictor: GaussianLSTM, 
     assert np.all(raw > 1) and np.all(high.action == 1.0)
 
 
-def test_controller_cannot_see_demand(tiny_predictor: GaussianLSTM, tiny_policy: PolicyNetwork,
-                                      tiny_config: PicRLConfig, diurnal_series: np.ndarray) -> None:
-    assert set(inspect.signature(PicRLController.step).parameters) == {"self", "state", "y", "censored", "context",
-                                                                       "missing"}  # which y went unobserved: no demand
+def test_controller_cannot_see_demand(
+    tiny_predictor: GaussianLSTM, tiny_policy: PolicyNetwork, tiny_config: PicRLConfig, diurnal_series: np.ndarray
+) -> None:
+    assert set(inspect.signature(PicRLController.step).parameters) == {
+        "self",
+        "state",
+        "y",
+        "censored",
+        "context",
+        "missing",
+    }  # which y went unobserved: no demand
     demand, history = _segment(diurnal_series, tiny_config.predictor.window)
     first = _run(tiny_predictor, tiny_policy, tiny_config, demand, history)
     assert first.censored.sum() >= 5
@@ -102,9 +128,9 @@ def test_controller_cannot_see_demand(tiny_predictor: GaussianLSTM, tiny_policy:
     np.testing.assert_array_equal(second.reward, first.reward)
 
 
-def test_same_seed_same_actions_and_seeds_change_exploration(tiny_predictor: GaussianLSTM,
-                                                             tiny_policy: PolicyNetwork, tiny_config: PicRLConfig,
-                                                             diurnal_series: np.ndarray) -> None:
+def test_same_seed_same_actions_and_seeds_change_exploration(
+    tiny_predictor: GaussianLSTM, tiny_policy: PolicyNetwork, tiny_config: PicRLConfig, diurnal_series: np.ndarray
+) -> None:
     segment = _segment(diurnal_series, tiny_config.predictor.window)
     a = _run(tiny_predictor, tiny_policy, tiny_config, *segment, seed=3)
     b = _run(tiny_predictor, tiny_policy, tiny_config, *segment, seed=3)
@@ -117,31 +143,48 @@ def test_same_seed_same_actions_and_seeds_change_exploration(tiny_predictor: Gau
 
 
 @pytest.mark.parametrize("explore", [True, False])
-def test_batch_equals_single_service_runs(tiny_predictor: GaussianLSTM, tiny_policy: PolicyNetwork,
-                                          tiny_config: PicRLConfig, explore: bool) -> None:
+def test_batch_equals_single_service_runs(
+    tiny_predictor: GaussianLSTM, tiny_policy: PolicyNetwork, tiny_config: PicRLConfig, explore: bool
+) -> None:
     demand, history = _many(tiny_config.predictor.window)
-    batch = _run(tiny_predictor, tiny_policy, tiny_config, demand, history, explore=explore,
-                 keys=np.arange(5, dtype=np.uint64))
+    batch = _run(
+        tiny_predictor, tiny_policy, tiny_config, demand, history, explore=explore, keys=np.arange(5, dtype=np.uint64)
+    )
     for i in range(5):
-        single = _run(tiny_predictor, tiny_policy, tiny_config, demand[:, i:i + 1], history[i:i + 1],
-                      explore=explore, keys=np.array([i], dtype=np.uint64))
+        single = _run(
+            tiny_predictor,
+            tiny_policy,
+            tiny_config,
+            demand[:, i : i + 1],
+            history[i : i + 1],
+            explore=explore,
+            keys=np.array([i], dtype=np.uint64),
+        )
         for f in fields(Trajectory):
-            np.testing.assert_allclose(getattr(single, f.name), getattr(batch.column(i), f.name), rtol=0, atol=1e-6,
-                                       err_msg=f"{f.name} of service {i}")
+            np.testing.assert_allclose(
+                getattr(single, f.name),
+                getattr(batch.column(i), f.name),
+                rtol=0,
+                atol=1e-6,
+                err_msg=f"{f.name} of service {i}",
+            )
     assert not np.allclose(batch.action[:, 0], batch.action[:, 1])  # the services really differ
 
 
-def test_ablation_without_k_sigma_drops_the_buffer(tiny_predictor: GaussianLSTM, tiny_policy: PolicyNetwork,
-                                                   tiny_config: PicRLConfig, diurnal_series: np.ndarray) -> None:
+def test_ablation_without_k_sigma_drops_the_buffer(
+    tiny_predictor: GaussianLSTM, tiny_policy: PolicyNetwork, tiny_config: PicRLConfig, diurnal_series: np.ndarray
+) -> None:
     config = replace(tiny_config, ablation=replace(tiny_config.ablation, use_k_sigma=False))
     traj = _run(tiny_predictor, tiny_policy, config, *_segment(diurnal_series, config.predictor.window))
-    np.testing.assert_allclose(traj.action, np.clip(traj.mu + traj.margin + traj.bias + traj.escape, 0.0, 1.0), rtol=0,
-                               atol=1e-12)
+    np.testing.assert_allclose(
+        traj.action, np.clip(traj.mu + traj.margin + traj.bias + traj.escape, 0.0, 1.0), rtol=0, atol=1e-12
+    )
     assert np.mean(np.abs(traj.k * traj.sigma) > 1e-4) > 0.9  # the buffer it dropped was not zero anyway
 
 
-def test_ablation_without_uncertainty_pins_sigma(tiny_predictor: GaussianLSTM, tiny_policy: PolicyNetwork,
-                                                 tiny_config: PicRLConfig, diurnal_series: np.ndarray) -> None:
+def test_ablation_without_uncertainty_pins_sigma(
+    tiny_predictor: GaussianLSTM, tiny_policy: PolicyNetwork, tiny_config: PicRLConfig, diurnal_series: np.ndarray
+) -> None:
     config = replace(tiny_config, ablation=replace(tiny_config.ablation, use_uncertainty=False))
     traj = _run(tiny_predictor, tiny_policy, config, *_segment(diurnal_series, config.predictor.window))
     constant = float(tiny_predictor.head.residual_rms)  # the validation residuals' RMS, set in training
@@ -151,10 +194,9 @@ def test_ablation_without_uncertainty_pins_sigma(tiny_predictor: GaussianLSTM, t
     assert np.all(full.sigma > 10 * config.predictor.sigma_min) and np.ptp(full.sigma) > 0
 
 
-def test_transition_rewards_are_surrogate_when_censored_and_cost_otherwise(tiny_predictor: GaussianLSTM,
-                                                                           tiny_policy: PolicyNetwork,
-                                                                           tiny_config: PicRLConfig,
-                                                                           diurnal_series: np.ndarray) -> None:
+def test_transition_rewards_are_surrogate_when_censored_and_cost_otherwise(
+    tiny_predictor: GaussianLSTM, tiny_policy: PolicyNetwork, tiny_config: PicRLConfig, diurnal_series: np.ndarray
+) -> None:
     traj = _run(tiny_predictor, tiny_policy, tiny_config, *_segment(diurnal_series, tiny_config.predictor.window))
     c = traj.censored[:, 0]
     assert c.sum() >= 5 and np.any(c[1:] & c[:-1])  # includes censoring streaks longer than one
@@ -168,8 +210,8 @@ def test_transition_rewards_are_surrogate_when_censored_and_cost_otherwise(tiny_
 
 
 def test_imputed_window_holds_each_shortage_at_its_tobit_expectation_and_uncensored(
-        tiny_predictor: GaussianLSTM, tiny_policy: PolicyNetwork, tiny_config: PicRLConfig,
-        diurnal_series: np.ndarray) -> None:
+    tiny_predictor: GaussianLSTM, tiny_policy: PolicyNetwork, tiny_config: PicRLConfig, diurnal_series: np.ndarray
+) -> None:
     config = replace(tiny_config, estimator=replace(tiny_config.estimator, impute_window=True))
     demand, history = _segment(diurnal_series, config.predictor.window)
     controller = PicRLController(tiny_predictor, tiny_policy, config)
@@ -189,15 +231,23 @@ def test_imputed_window_holds_each_shortage_at_its_tobit_expectation_and_uncenso
 
 
 def test_a_temperature_that_skips_repeats_holds_on_a_repeated_demand_and_steps_elsewhere(
-        tiny_predictor: GaussianLSTM, tiny_policy: PolicyNetwork, tiny_config: PicRLConfig) -> None:
+    tiny_predictor: GaussianLSTM, tiny_policy: PolicyNetwork, tiny_config: PicRLConfig
+) -> None:
     """``calibrator.scale_skips_repeats``: a seen demand equal to the last one seen (the repeat mixture's atom) leaves
     the temperature as it was; a seen demand that moved takes the default's step; a shortage the repeat cannot
     explain (the last demand seen lies below the action) takes it too."""
     _, history = _many(tiny_config.predictor.window)
     keys = np.arange(5, dtype=np.uint64)
     cal = replace(tiny_config.calibrator, online_scale=True, scale_rate=0.25)
-    on, off = (PicRLController(tiny_predictor, tiny_policy, replace(tiny_config, calibrator=replace(
-        cal, scale_skips_repeats=skips)), explore=False) for skips in (True, False))
+    on, off = (
+        PicRLController(
+            tiny_predictor,
+            tiny_policy,
+            replace(tiny_config, calibrator=replace(cal, scale_skips_repeats=skips)),
+            explore=False,
+        )
+        for skips in (True, False)
+    )
     state = on.initial_state(keys, history)
     assert np.array_equal(state.temperature, off.initial_state(keys, history).temperature)
     y = state.last_seen + np.array([0.0, 0.0, 0.05, -0.05, 0.0])  # rows 0 and 1 repeat the last demand seen
@@ -215,15 +265,19 @@ def test_a_temperature_that_skips_repeats_holds_on_a_repeated_demand_and_steps_e
 
 
 def test_a_new_service_starts_at_the_validation_levels_or_at_the_papers_zero(
-        tiny_predictor: GaussianLSTM, tiny_policy: PolicyNetwork, tiny_config: PicRLConfig) -> None:
+    tiny_predictor: GaussianLSTM, tiny_policy: PolicyNetwork, tiny_config: PicRLConfig
+) -> None:
     _, history = _many(tiny_config.predictor.window)
     keys = np.arange(5, dtype=np.uint64)
-    levels = replace(tiny_config.calibrator, online_scale=True, start_from_validation=True, initial_margin=-0.6,
-                     initial_scale=0.8)
+    levels = replace(
+        tiny_config.calibrator, online_scale=True, start_from_validation=True, initial_margin=-0.6, initial_scale=0.8
+    )
     warm = PicRLController(tiny_predictor, tiny_policy, replace(tiny_config, calibrator=levels)).initial_state(
-        keys, history)
-    cold = PicRLController(tiny_predictor, tiny_policy, replace(tiny_config, calibrator=replace(
-        levels, start_from_validation=False))).initial_state(keys, history)
+        keys, history
+    )
+    cold = PicRLController(
+        tiny_predictor, tiny_policy, replace(tiny_config, calibrator=replace(levels, start_from_validation=False))
+    ).initial_state(keys, history)
     np.testing.assert_array_equal(cold.margin, 0.0)
     np.testing.assert_array_equal(cold.temperature, 1.0)
     np.testing.assert_array_equal(warm.temperature, 0.8)
@@ -234,7 +288,8 @@ def test_a_new_service_starts_at_the_validation_levels_or_at_the_papers_zero(
 
 @pytest.mark.parametrize("release", ["halve", "hold", "handover"])
 def test_a_seen_demand_releases_the_escape_at_the_new_forecast(
-        tiny_predictor: GaussianLSTM, tiny_policy: PolicyNetwork, tiny_config: PicRLConfig, release: str) -> None:
+    tiny_predictor: GaussianLSTM, tiny_policy: PolicyNetwork, tiny_config: PicRLConfig, release: str
+) -> None:
     """A jump far above a flat history starts a censoring streak, the escape searches, and on the first tick whose
     demand is seen the controller releases it by ``calibrator.escape_release`` at the forecast it then makes."""
     config = replace(tiny_config, calibrator=replace(tiny_config.calibrator, escape=True, escape_release=release))
@@ -263,8 +318,9 @@ def _states_equal(a: ControllerState, b: ControllerState) -> None:
         assert getattr(a, f.name).dtype == getattr(b, f.name).dtype, f.name
 
 
-def test_state_take_and_concat_round_trip(tiny_predictor: GaussianLSTM, tiny_policy: PolicyNetwork,
-                                          tiny_config: PicRLConfig) -> None:
+def test_state_take_and_concat_round_trip(
+    tiny_predictor: GaussianLSTM, tiny_policy: PolicyNetwork, tiny_config: PicRLConfig
+) -> None:
     demand, history = _many(tiny_config.predictor.window)
     controller = PicRLController(tiny_predictor, tiny_policy, tiny_config)
     state = controller.initial_state(np.arange(5, dtype=np.uint64), history)
@@ -285,8 +341,9 @@ def test_state_take_and_concat_round_trip(tiny_predictor: GaussianLSTM, tiny_pol
     np.testing.assert_allclose(alone.action, whole.action[order[:2]], rtol=0, atol=1e-6)
 
 
-def test_bad_shapes_raise_value_error(tiny_predictor: GaussianLSTM, tiny_policy: PolicyNetwork,
-                                      tiny_config: PicRLConfig) -> None:
+def test_bad_shapes_raise_value_error(
+    tiny_predictor: GaussianLSTM, tiny_policy: PolicyNetwork, tiny_config: PicRLConfig
+) -> None:
     controller = PicRLController(tiny_predictor, tiny_policy, tiny_config)
     keys = np.arange(2, dtype=np.uint64)
     with pytest.raises(ValueError, match="history must have shape"):
@@ -319,8 +376,9 @@ def test_bad_shapes_raise_value_error(tiny_predictor: GaussianLSTM, tiny_policy:
     np.testing.assert_array_equal(stepped.context[:, -1], np.ones((2, 2)))
 
 
-def test_estimator_threads_give_the_same_states_bit_for_bit(tiny_predictor: GaussianLSTM, tiny_policy: PolicyNetwork,
-                                                           tiny_config: PicRLConfig) -> None:
+def test_estimator_threads_give_the_same_states_bit_for_bit(
+    tiny_predictor: GaussianLSTM, tiny_policy: PolicyNetwork, tiny_config: PicRLConfig
+) -> None:
     """``online.estimator_threads`` splits the estimator over threads and runs it beside the predictor: the same
     states as one thread (enough services for both to happen)."""
     rng = np.random.default_rng(5)
@@ -354,18 +412,19 @@ def test_decisions_do_not_depend_on_batch_composition(tiny_config: PicRLConfig, 
     history = rng.uniform(0.2, 0.8, (n, 40))
     keys = np.arange(n, dtype=np.uint64)
     together = controller.initial_state(keys, history)
-    alone = [controller.initial_state(keys[i:i + 1], history[i:i + 1]) for i in range(n)]
+    alone = [controller.initial_state(keys[i : i + 1], history[i : i + 1]) for i in range(n)]
     for _ in range(12):
         demand = rng.uniform(0.0, 1.0, n)
         y, censored = np.minimum(demand, together.action), demand > together.action
         together, _ = controller.step(together, y, censored)
-        alone = [controller.step(s, y[i:i + 1], censored[i:i + 1])[0] for i, s in enumerate(alone)]
+        alone = [controller.step(s, y[i : i + 1], censored[i : i + 1])[0] for i, s in enumerate(alone)]
         joined = ControllerState.concat(alone)
         for name in ("action", "mu", "sigma", "eta", "k", "log_prob"):
             assert np.array_equal(getattr(joined, name), getattr(together, name)), name
 
 
-def test_inference_chunk_must_be_positive(tiny_predictor: GaussianLSTM, tiny_policy: PolicyNetwork,
-                                         tiny_config: PicRLConfig) -> None:
+def test_inference_chunk_must_be_positive(
+    tiny_predictor: GaussianLSTM, tiny_policy: PolicyNetwork, tiny_config: PicRLConfig
+) -> None:
     with pytest.raises(ValueError, match="inference chunk"):
         PicRLController(tiny_predictor, tiny_policy, tiny_config, chunk=0)

@@ -1,4 +1,5 @@
 """Asymmetric cost Eq. (1), regret Eq. (2) and episode metrics (picrl_core.costs)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -39,9 +40,15 @@ def test_episode_metrics_hand_values() -> None:
     assert m.over_mass == pytest.approx(0.2)
     assert m.action_variance == pytest.approx(0.126666666666666 / 3)
     assert m.steps == 3
-    assert m.to_dict() == {"mae": m.mae, "regret": m.regret, "shortage_rate": m.shortage_rate,
-                           "under_mass": m.under_mass, "over_mass": m.over_mass,
-                           "action_variance": m.action_variance, "steps": 3}
+    assert m.to_dict() == {
+        "mae": m.mae,
+        "regret": m.regret,
+        "shortage_rate": m.shortage_rate,
+        "under_mass": m.under_mass,
+        "over_mass": m.over_mass,
+        "action_variance": m.action_variance,
+        "steps": 3,
+    }
 
 
 def test_regret_is_the_cost_weighted_under_and_over_mass() -> None:
@@ -79,12 +86,15 @@ def test_cumulative_regret_accumulates_per_tick_cost() -> None:
     np.testing.assert_allclose(cumulative_regret([0.5, 0.7, 0.2], [0.6, 0.5, 0.2], COST), [0.2, 0.4, 0.4])
 
 
-@pytest.mark.parametrize("actions, demand", [
-    (np.zeros(3), np.zeros(4)),
-    (np.zeros(0), np.zeros(0)),
-    (np.zeros((2, 2, 2)), np.zeros((2, 2, 2))),
-    (np.zeros((0, 3)), np.zeros((0, 3))),
-])
+@pytest.mark.parametrize(
+    "actions, demand",
+    [
+        (np.zeros(3), np.zeros(4)),
+        (np.zeros(0), np.zeros(0)),
+        (np.zeros((2, 2, 2)), np.zeros((2, 2, 2))),
+        (np.zeros((0, 3)), np.zeros((0, 3))),
+    ],
+)
 def test_malformed_episodes_are_rejected(actions: np.ndarray, demand: np.ndarray) -> None:
     with pytest.raises(EpisodeShapeError):
         episode_metrics(actions, demand, COST)

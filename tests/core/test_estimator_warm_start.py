@@ -6,6 +6,7 @@ test, so they reach the same maximiser up to it: every estimate along a closed l
 trace matches the cold-start solver within ``TOLERANCE``, and so do the decisions of a whole closed
 loop run one way and the other.
 """
+
 from __future__ import annotations
 
 from dataclasses import replace
@@ -38,7 +39,7 @@ def _closed_loop(config: PicRLConfig, demand: np.ndarray, history: np.ndarray, c
     state = controller.initial_state(np.zeros(1, np.uint64), history[None], history_context)
     states = [state]
     for t in range(demand.shape[0]):
-        y, c = censor(demand[t:t + 1], state.action)
+        y, c = censor(demand[t : t + 1], state.action)
         state, _ = controller.step(state, y, c, None if context is None else context[t])
         states.append(state)
     return states
@@ -54,8 +55,8 @@ def test_warm_start_matches_the_cold_start_solver_on_bundled_traces(name: str) -
     channels = 0 if series.val_ctx is None else series.val_ctx.shape[1]
     config = replace(base, predictor=replace(base.predictor, context_channels=channels))
     window = config.predictor.window
-    demand, history = series.val[window:window + TICKS], series.val[:window]
-    context = None if series.val_ctx is None else series.val_ctx[window:window + TICKS][:, None, :]
+    demand, history = series.val[window : window + TICKS], series.val[:window]
+    context = None if series.val_ctx is None else series.val_ctx[window : window + TICKS][:, None, :]
     history_context = None if series.val_ctx is None else series.val_ctx[None, :window]
     warm = _closed_loop(config, demand, history, context, history_context)
     cold_config = replace(config, estimator=replace(config.estimator, warm_start=False))
@@ -65,10 +66,11 @@ def test_warm_start_matches_the_cold_start_solver_on_bundled_traces(name: str) -
     est = config.estimator
     worst, censored_windows = 0.0, 0
     for before, after in zip(warm[:-1], warm[1:]):
-        y, c = after.observations[:, -est.window:].astype(np.float64), after.censored[:, -est.window:]
+        y, c = after.observations[:, -est.window :].astype(np.float64), after.censored[:, -est.window :]
         solved = estimate_censored_demand(y, c, after.censor_streak, est, config.reward)
-        restarted = estimate_censored_demand(y, c, after.censor_streak, est, config.reward,
-                                             start=(before.est_mean, before.est_std))
+        restarted = estimate_censored_demand(
+            y, c, after.censor_streak, est, config.reward, start=(before.est_mean, before.est_std)
+        )
         censored_windows += int(c.any() and not c.all())
         for field in ("mean", "std", "uncertainty"):
             worst = max(worst, float(np.max(np.abs(getattr(restarted, field) - getattr(solved, field)))))

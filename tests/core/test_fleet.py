@@ -1,5 +1,6 @@
 """A fleet of services on one time grid (``--datasets pods``): split and scaled together, trained on
 windows and rollouts that never straddle two services, run as N services of one loop, scored per service."""
+
 from __future__ import annotations
 
 from dataclasses import replace
@@ -68,8 +69,9 @@ def test_rollout_chunks_of_a_fleet_stay_in_one_service(fleet: PreparedSeries) ->
         chunk_starts(fleet.train, 3, 8 * 30, 64, "Phase 2")
 
 
-def test_conformal_calibrates_each_service_on_its_own_residuals(fleet: PreparedSeries,
-                                                                tiny_config: PicRLConfig) -> None:
+def test_conformal_calibrates_each_service_on_its_own_residuals(
+    fleet: PreparedSeries, tiny_config: PicRLConfig
+) -> None:
     model = phase1_predictor(fleet, tiny_config)
     pooled = split_residuals(model, fleet.val, None, tiny_config, 40, services=3)
     assert pooled.shape == (3, 40)
@@ -82,10 +84,21 @@ def test_a_fleet_run_scores_the_mean_over_services(fleet: PreparedSeries, tiny_c
     """The oracle (a per-service rule) on the fleet equals the mean of its runs on each service alone."""
     run = run_on_test_split(REGISTRY["oracle"], fleet, tiny_config, 60.0)
     assert run.actions.shape == run.demand.shape == (80, 3)
-    alone = [run_on_test_split(REGISTRY["oracle"], replace(fleet, services=1, train=fleet.by_service("train")[j],
-                                                            val=fleet.by_service("val")[j],
-                                                            test=fleet.by_service("test")[j]), tiny_config, 60.0)
-             for j in range(3)]
+    alone = [
+        run_on_test_split(
+            REGISTRY["oracle"],
+            replace(
+                fleet,
+                services=1,
+                train=fleet.by_service("train")[j],
+                val=fleet.by_service("val")[j],
+                test=fleet.by_service("test")[j],
+            ),
+            tiny_config,
+            60.0,
+        )
+        for j in range(3)
+    ]
     for j, single in enumerate(alone):
         np.testing.assert_allclose(run.actions[:, j], single.actions)
     assert run.metrics.regret == pytest.approx(np.mean([s.metrics.regret for s in alone]))

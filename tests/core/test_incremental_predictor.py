@@ -1,4 +1,5 @@
 """The incremental predictor option: one LSTM cell step per tick on a carried (h, c)."""
+
 from __future__ import annotations
 
 import copy
@@ -28,8 +29,9 @@ def _incremental(config: PicRLConfig) -> PicRLConfig:
 
 @pytest.fixture(scope="module")
 def incremental_model(tiny_config: PicRLConfig, diurnal_series: np.ndarray) -> GaussianLSTM:
-    model, report = train_predictor(diurnal_series[:1600], diurnal_series[1600:2000],
-                                    _incremental(tiny_config).predictor, seed=0)
+    model, report = train_predictor(
+        diurnal_series[:1600], diurnal_series[1600:2000], _incremental(tiny_config).predictor, seed=0
+    )
     assert report.epochs_run >= 1 and np.isfinite(report.val_nll) and report.sigma_scale > 0
     return model
 
@@ -41,25 +43,27 @@ def test_kind_is_checked(tiny_config: PicRLConfig) -> None:
     assert memory_size(_incremental(tiny_config).predictor) == 2 * tiny_config.predictor.hidden
 
 
-def test_one_cell_step_per_tick_equals_reading_the_whole_sequence(incremental_model: GaussianLSTM,
-                                                                   diurnal_series: np.ndarray) -> None:
+def test_one_cell_step_per_tick_equals_reading_the_whole_sequence(
+    incremental_model: GaussianLSTM, diurnal_series: np.ndarray
+) -> None:
     window = incremental_model.cfg.window
     x = np.zeros((3, window + 20, 2), np.float32)
     for i in range(3):
-        x[i, :, 0] = diurnal_series[100 * i: 100 * i + window + 20]
+        x[i, :, 0] = diurnal_series[100 * i : 100 * i + window + 20]
     x[1, ::3, 1] = 1.0  # some censored flags
     mu, sigma, memory = start_memory(incremental_model, x[:, :window], chunk=4)
     for t in range(window, window + 20):
         mu, sigma, memory = advance_memory(incremental_model, x[:, t], memory, chunk=4)
-        full_mu, full_sigma, _ = start_memory(incremental_model, x[:, :t + 1], chunk=4)
+        full_mu, full_sigma, _ = start_memory(incremental_model, x[:, : t + 1], chunk=4)
         np.testing.assert_allclose(mu, full_mu, rtol=1e-5, atol=1e-6)
         np.testing.assert_allclose(sigma, full_sigma, rtol=1e-5, atol=1e-6)
 
 
-def test_forecasts_as_acted_read_the_model_as_the_controller_does(incremental_model: GaussianLSTM,
-                                                                   diurnal_series: np.ndarray) -> None:
+def test_forecasts_as_acted_read_the_model_as_the_controller_does(
+    incremental_model: GaussianLSTM, diurnal_series: np.ndarray
+) -> None:
     window, length = incremental_model.cfg.window, 60
-    series = diurnal_series[:2 * length]  # two services end to end
+    series = diurnal_series[: 2 * length]  # two services end to end
     mu, sigma, target = forecasts_as_acted(incremental_model, series, None, services=2)
     segments = series.reshape(2, length)
     np.testing.assert_array_equal(target, segments[:, window:].ravel())
@@ -73,30 +77,31 @@ def test_forecasts_as_acted_read_the_model_as_the_controller_does(incremental_mo
     starts = np.arange(length - window)
     x, _ = make_windows(segments[0], None, window, np.random.default_rng(0), 0.0, starts=starts)
     read, _ = predict_gaussian(windowed, x)  # each window from a zero state
-    np.testing.assert_allclose(forecasts_as_acted(windowed, series, None, services=2)[0][:starts.size], read,
-                               rtol=1e-5, atol=1e-6)
-    assert np.all(sigma > 0) and not np.allclose(read, mu[:starts.size])
+    np.testing.assert_allclose(
+        forecasts_as_acted(windowed, series, None, services=2)[0][: starts.size], read, rtol=1e-5, atol=1e-6
+    )
+    assert np.all(sigma > 0) and not np.allclose(read, mu[: starts.size])
 
 
-def test_a_service_decides_the_same_bits_alone_or_in_a_batch(tiny_config: PicRLConfig,
-                                                              incremental_model: GaussianLSTM,
-                                                              tiny_policy: PolicyNetwork,
-                                                              diurnal_series: np.ndarray) -> None:
+def test_a_service_decides_the_same_bits_alone_or_in_a_batch(
+    tiny_config: PicRLConfig, incremental_model: GaussianLSTM, tiny_policy: PolicyNetwork, diurnal_series: np.ndarray
+) -> None:
     config = _incremental(tiny_config)
     window = config.predictor.window
-    demand = np.stack([diurnal_series[2000 + 50 * j: 2000 + 50 * j + 60] for j in range(5)], axis=1)
-    history = np.stack([diurnal_series[2000 + 50 * j - window: 2000 + 50 * j] for j in range(5)])
+    demand = np.stack([diurnal_series[2000 + 50 * j : 2000 + 50 * j + 60] for j in range(5)], axis=1)
+    history = np.stack([diurnal_series[2000 + 50 * j - window : 2000 + 50 * j] for j in range(5)])
     controller = PicRLController(incremental_model, tiny_policy, config, chunk=4)
     together = simulate(controller, demand * 1.05, history, keys=np.arange(5, dtype=np.uint64))
     for j in (0, 3):
-        alone = simulate(controller, demand[:, j:j + 1] * 1.05, history[j:j + 1], keys=np.array([j], np.uint64))
+        alone = simulate(controller, demand[:, j : j + 1] * 1.05, history[j : j + 1], keys=np.array([j], np.uint64))
         assert np.array_equal(alone.action[:, 0], together.action[:, j])
         assert np.array_equal(alone.mu[:, 0], together.mu[:, j])
     assert together.censored.any()
 
 
-def test_state_rows_carry_the_memory(tiny_config: PicRLConfig, incremental_model: GaussianLSTM,
-                                     tiny_policy: PolicyNetwork, diurnal_series: np.ndarray) -> None:
+def test_state_rows_carry_the_memory(
+    tiny_config: PicRLConfig, incremental_model: GaussianLSTM, tiny_policy: PolicyNetwork, diurnal_series: np.ndarray
+) -> None:
     config = _incremental(tiny_config)
     window = config.predictor.window
     controller = PicRLController(incremental_model, tiny_policy, config, chunk=4)
@@ -111,8 +116,9 @@ def test_state_rows_carry_the_memory(tiny_config: PicRLConfig, incremental_model
     assert np.array_equal(a.memory, b.memory) and np.array_equal(a.action, b.action)
 
 
-def test_the_artifact_says_which_predictor_it_holds(tiny_config: PicRLConfig, incremental_model: GaussianLSTM,
-                                                    tmp_path: Path) -> None:
+def test_the_artifact_says_which_predictor_it_holds(
+    tiny_config: PicRLConfig, incremental_model: GaussianLSTM, tmp_path: Path
+) -> None:
     config = _incremental(tiny_config)
     artifact = ModelArtifact(config, incremental_model, PolicyNetwork(config.policy), ValueNetwork(config.policy))
     folder = save_artifact(artifact, tmp_path / "model")
@@ -123,8 +129,9 @@ def test_the_artifact_says_which_predictor_it_holds(tiny_config: PicRLConfig, in
         assert torch.equal(loaded.predictor.state_dict()[name], tensor), name
 
 
-def test_training_is_deterministic_and_reports_the_validation_stream(tiny_config: PicRLConfig,
-                                                                       diurnal_series: np.ndarray) -> None:
+def test_training_is_deterministic_and_reports_the_validation_stream(
+    tiny_config: PicRLConfig, diurnal_series: np.ndarray
+) -> None:
     cfg = replace(_incremental(tiny_config).predictor, epochs=2)
     first, report = train_predictor(diurnal_series[:1600], diurnal_series[1600:2000], cfg, seed=3)
     second, _ = train_predictor(diurnal_series[:1600], diurnal_series[1600:2000], cfg, seed=3)
@@ -139,5 +146,10 @@ def test_only_the_gaussian_lstm_can_be_carried(tiny_config: PicRLConfig, diurnal
         pass
 
     with pytest.raises(ValueError, match="cannot be carried"):
-        train_predictor(diurnal_series[:1600], diurnal_series[1600:2000], _incremental(tiny_config).predictor,
-                        seed=0, model_factory=Other)
+        train_predictor(
+            diurnal_series[:1600],
+            diurnal_series[1600:2000],
+            _incremental(tiny_config).predictor,
+            seed=0,
+            model_factory=Other,
+        )

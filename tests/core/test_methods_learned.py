@@ -1,4 +1,5 @@
 """The learned methods of the comparison (picrl_core.methods: pic_rl, predictors, cql, pensieve, learned)."""
+
 from __future__ import annotations
 
 import inspect
@@ -14,11 +15,17 @@ import torch.nn.functional as F
 from picrl_core.config import PicRLConfig, PredictorConfig
 from picrl_core.methods.base import Method, Provisioner, run_pic_loop
 from picrl_core.methods.cql import UNIFORM_RANGE, QNetwork, cql_log_sum_exp, pretrain_cql
-from picrl_core.methods.pensieve import PensieveProvisioner
 from picrl_core.methods.learned import METHODS
+from picrl_core.methods.pensieve import PensieveProvisioner
 from picrl_core.methods.pic_rl import ABLATIONS, PicRLProvisioner
-from picrl_core.methods.predictors import (AutoCorrelation, GaussianAutoformer, GaussianInformer, GaussianTFT,
-                                           ProbSparseAttention, SeriesDecomposition)
+from picrl_core.methods.predictors import (
+    AutoCorrelation,
+    GaussianAutoformer,
+    GaussianInformer,
+    GaussianTFT,
+    ProbSparseAttention,
+    SeriesDecomposition,
+)
 from picrl_core.pipeline import run_online, train_offline
 from picrl_core.policy import N_FEATURES
 from picrl_core.predictor.model import GaussianLSTM
@@ -80,8 +87,8 @@ def loop_inputs() -> tuple[np.ndarray, np.ndarray]:
 
 @pytest.mark.parametrize("method", METHODS, ids=[m.name for m in METHODS])
 def test_method_fits_acts_in_unit_interval_and_is_deterministic(
-        method: Method, series: PreparedSeries, tiny_config: PicRLConfig,
-        loop_inputs: tuple[np.ndarray, np.ndarray]) -> None:
+    method: Method, series: PreparedSeries, tiny_config: PicRLConfig, loop_inputs: tuple[np.ndarray, np.ndarray]
+) -> None:
     demand, history = loop_inputs
     spy = _Spy(method.fit(series, tiny_config))
     result = run_pic_loop(spy, demand, history)
@@ -102,18 +109,50 @@ def test_the_provisioner_interface_never_takes_demand() -> None:
     for cls in (Provisioner, PicRLProvisioner, PensieveProvisioner):
         for name in ("start", "act"):
             assert not any("demand" in p for p in inspect.signature(getattr(cls, name)).parameters)
-    assert {m.group for m in METHODS} == {"pic-rl", "phase-1", "phase-2", "phase-2+3", "ablation", "reference",
-                                          "multi-resource"}
-    assert [m.name for m in METHODS] == ["pic-rl", "pic-rl-fi", "pic-rl-per-resource", "tft", "informer", "autoformer",
-                                         "cql", "pensieve", "a1", "a2", "a3", "a4", "a5", "a6", "a7"]
+    assert {m.group for m in METHODS} == {
+        "pic-rl",
+        "phase-1",
+        "phase-2",
+        "phase-2+3",
+        "ablation",
+        "reference",
+        "multi-resource",
+    }
+    assert [m.name for m in METHODS] == [
+        "pic-rl",
+        "pic-rl-fi",
+        "pic-rl-per-resource",
+        "tft",
+        "informer",
+        "autoformer",
+        "cql",
+        "pensieve",
+        "a1",
+        "a2",
+        "a3",
+        "a4",
+        "a5",
+        "a6",
+        "a7",
+    ]
     # the method reads the coupled censoring flags of a multi-resource fleet; its per-resource variant does not
-    assert [m.name for m in METHODS if not m.coupled] == ["pic-rl-per-resource", "tft", "informer", "autoformer",
-                                                          "cql", "pensieve"]
+    assert [m.name for m in METHODS if not m.coupled] == [
+        "pic-rl-per-resource",
+        "tft",
+        "informer",
+        "autoformer",
+        "cql",
+        "pensieve",
+    ]
 
 
 def _flat(config: PicRLConfig) -> dict[tuple[str, str], Any]:
-    return {(section, name): value for section, values in config.to_dict().items() if isinstance(values, dict)
-            for name, value in values.items()}
+    return {
+        (section, name): value
+        for section, values in config.to_dict().items()
+        if isinstance(values, dict)
+        for name, value in values.items()
+    }
 
 
 def test_ablations_flip_exactly_their_switch(tiny_config: PicRLConfig) -> None:
@@ -135,8 +174,9 @@ def test_ablations_flip_exactly_their_switch(tiny_config: PicRLConfig) -> None:
         assert all(full[key] != value for key, value in expected[ablation.name].items())
 
 
-def test_pic_rl_provisioner_acts_as_run_online(series: PreparedSeries, tiny_config: PicRLConfig,
-                                               loop_inputs: tuple[np.ndarray, np.ndarray]) -> None:
+def test_pic_rl_provisioner_acts_as_run_online(
+    series: PreparedSeries, tiny_config: PicRLConfig, loop_inputs: tuple[np.ndarray, np.ndarray]
+) -> None:
     demand, history = loop_inputs
     config = replace(tiny_config, online=replace(tiny_config.online, n_update=4, batch_size=8))
     artifact = train_offline(series, config)
@@ -148,12 +188,14 @@ def test_pic_rl_provisioner_acts_as_run_online(series: PreparedSeries, tiny_conf
     assert provisioner.slow is not None and len(provisioner.slow.updates) >= 8
     # the loop gives no feedback after the last tick, so at most the final update is missing
     assert [u.to_dict() for u in provisioner.slow.updates] == [u.to_dict() for u in online.updates][
-        :len(provisioner.slow.updates)]
+        : len(provisioner.slow.updates)
+    ]
     assert len(online.updates) - len(provisioner.slow.updates) <= 1
     np.testing.assert_array_equal(run_pic_loop(provisioner, demand, history).actions, result.actions)  # fresh start
     frozen = run_pic_loop(PicRLProvisioner.from_artifact(artifact, slow_updates=False), demand, history)
-    np.testing.assert_array_equal(frozen.actions, run_online(artifact, demand, history, slow_updates=False)
-                                  .trajectory.action)
+    np.testing.assert_array_equal(
+        frozen.actions, run_online(artifact, demand, history, slow_updates=False).trajectory.action
+    )
     assert all(torch.equal(before[k], v) for k, v in artifact.policy.state_dict().items())
 
 
@@ -227,6 +269,7 @@ def test_series_decomposition_and_auto_correlation_match_their_definitions() -> 
 
 # --- Phase-2 substitution ----------------------------------------------------------------------------
 
+
 def test_cql_log_sum_exp_is_an_importance_sampling_estimate() -> None:
     """For Q = const over the uniform proposal's box, log int exp Q da = Q + log(box volume)."""
     q = QNetwork(8)
@@ -242,18 +285,19 @@ def test_cql_log_sum_exp_is_an_importance_sampling_estimate() -> None:
     torch.testing.assert_close(estimate, torch.full((5,), 0.25 + 2 * math.log(2 * UNIFORM_RANGE)))
 
 
-def test_cql_pretraining_reports_and_moves_the_policy(tiny_predictor: GaussianLSTM, tiny_config: PicRLConfig,
-                                                      diurnal_series: np.ndarray) -> None:
+def test_cql_pretraining_reports_and_moves_the_policy(
+    tiny_predictor: GaussianLSTM, tiny_config: PicRLConfig, diurnal_series: np.ndarray
+) -> None:
     policy, value, report = pretrain_cql(tiny_predictor, diurnal_series[:600], tiny_config)
     cfg = tiny_config.pretrain
     assert report.iterations == cfg.iterations and report.transitions == cfg.chunks * cfg.chunk_len
     assert report.mean_reward < 0
     for curve in (report.q_loss, report.cql_gap, report.actor_loss):
         assert len(curve) == cfg.iterations and all(math.isfinite(v) for v in curve)
-    initial, _, empty = pretrain_cql(tiny_predictor, diurnal_series[:600],
-                                     replace(tiny_config, pretrain=replace(cfg, iterations=0)))
+    initial, _, empty = pretrain_cql(
+        tiny_predictor, diurnal_series[:600], replace(tiny_config, pretrain=replace(cfg, iterations=0))
+    )
     assert empty.iterations == 0
-    moved = max(float((a - b).abs().max()) for a, b in zip(policy.state_dict().values(),
-                                                           initial.state_dict().values()))
+    moved = max(float((a - b).abs().max()) for a, b in zip(policy.state_dict().values(), initial.state_dict().values()))
     assert moved > 1e-5
     assert report.to_dict()["transitions"] == report.transitions

@@ -4,6 +4,7 @@ Every method: fits without reading the test split (except the oracle), acts in [
 deterministic under the seed, and reacts only to the censored feedback. Then one behavioural check per
 family that fails if the mechanism is wrong.
 """
+
 from __future__ import annotations
 
 from dataclasses import replace
@@ -19,8 +20,13 @@ from picrl_core.methods.base import Method, Provisioner, run_pic_loop
 from picrl_core.methods.censored_sgd import CensoredSGDProvisioner
 from picrl_core.methods.conformal import conformal_quantile, fit_conformal
 from picrl_core.methods.naive import fit_naive
-from picrl_core.methods.newsvendor import (KM_TAIL_STEP, GaussianNewsvendor, KaplanMeierNewsvendor, fit_tobit,
-                                           kaplan_meier_quantile)
+from picrl_core.methods.newsvendor import (
+    KM_TAIL_STEP,
+    GaussianNewsvendor,
+    KaplanMeierNewsvendor,
+    fit_tobit,
+    kaplan_meier_quantile,
+)
 from picrl_core.methods.operators import METHODS
 from picrl_core.methods.oracle import hindsight_buffer
 from picrl_core.methods.selection import CANDIDATES, select_on_validation
@@ -59,8 +65,23 @@ def two_services(series: PreparedSeries, window: int, oracle: bool) -> dict[str,
 
 
 def test_every_group_and_name_is_listed() -> None:
-    assert sorted(NAMES) == sorted(["conformal", "conformal-fi", "conformal-coupled", "thompson", "spo", "autopilot",
-                                    "vpa", "tobit", "kaplan-meier", "sgd", "sgd-residual", "naive", "oracle"])
+    assert sorted(NAMES) == sorted(
+        [
+            "conformal",
+            "conformal-fi",
+            "conformal-coupled",
+            "thompson",
+            "spo",
+            "autopilot",
+            "vpa",
+            "tobit",
+            "kaplan-meier",
+            "sgd",
+            "sgd-residual",
+            "naive",
+            "oracle",
+        ]
+    )
     groups = {m.name: m.group for m in METHODS}
     assert groups["conformal"] == "phase-3" and groups["thompson"] == "phase-2+3"
     assert groups["spo"] == groups["autopilot"] == "full" and groups["oracle"] == "bound"
@@ -73,7 +94,8 @@ def test_every_group_and_name_is_listed() -> None:
 
 @pytest.mark.parametrize("name", NAMES)
 def test_fit_is_seeded_never_reads_the_test_split_and_acts_in_unit_range(
-        name: str, series: PreparedSeries, tiny_config: PicRLConfig, fitted: dict[str, Provisioner]) -> None:
+    name: str, series: PreparedSeries, tiny_config: PicRLConfig, fitted: dict[str, Provisioner]
+) -> None:
     inputs = two_services(series, tiny_config.predictor.window, name == "oracle")
     first = run_pic_loop(fitted[name], **inputs)
     assert first.actions.shape == inputs["demand"].shape
@@ -85,8 +107,9 @@ def test_fit_is_seeded_never_reads_the_test_split_and_acts_in_unit_range(
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_actions_depend_on_the_censored_feedback_only(name: str, series: PreparedSeries, tiny_config: PicRLConfig,
-                                                      fitted: dict[str, Provisioner]) -> None:
+def test_actions_depend_on_the_censored_feedback_only(
+    name: str, series: PreparedSeries, tiny_config: PicRLConfig, fitted: dict[str, Provisioner]
+) -> None:
     inputs = two_services(series, tiny_config.predictor.window, name == "oracle")
     run = run_pic_loop(fitted[name], **inputs)
     assert run.censored.any()
@@ -99,6 +122,7 @@ def test_actions_depend_on_the_censored_feedback_only(name: str, series: Prepare
 
 
 # --- Kaplan-Meier and Tobit newsvendors, naive learner (Proposition 1) ---
+
 
 def test_kaplan_meier_quantile_is_the_empirical_quantile_without_censoring() -> None:
     y = np.random.default_rng(0).random((6, 32))
@@ -138,8 +162,9 @@ def test_tobit_recovers_a_censored_normal_where_the_naive_fit_does_not(tiny_conf
     assert np.all(a_naive < target - 0.045)  # mean and spread of min(d, 0.5) are both biased down
 
 
-def test_naive_learner_spirals_down_under_censoring_while_tobit_does_not(series: PreparedSeries,
-                                                                        tiny_config: PicRLConfig) -> None:
+def test_naive_learner_spirals_down_under_censoring_while_tobit_does_not(
+    series: PreparedSeries, tiny_config: PicRLConfig
+) -> None:
     config = replace(tiny_config, estimator=replace(tiny_config.estimator, window=32))
     demand = stationary_gaussian(1200, 0.5, 0.1, seed=2)[:, None]
     history = stationary_gaussian(32, 0.5, 0.1, seed=4)[None, :]
@@ -155,6 +180,7 @@ def test_naive_learner_spirals_down_under_censoring_while_tobit_does_not(series:
 
 
 # --- operators: VPA and Autopilot ---
+
 
 def test_vpa_bumps_the_limit_after_a_shortage() -> None:
     vpa = VPAProvisioner(half_life=100)
@@ -187,6 +213,7 @@ def test_autopilot_max_recommendation_covers_the_window_peak_with_margin_and_for
 
 # --- conformal, Thompson sampling, SPO+ ---
 
+
 def test_conformal_quantile_covers_exchangeable_residuals_and_censoring_raises_it() -> None:
     rng = np.random.default_rng(0)
     n, alpha = 199, 1.0 - RATIO
@@ -199,15 +226,16 @@ def test_conformal_quantile_covers_exchangeable_residuals_and_censoring_raises_i
     assert np.isinf(conformal_quantile(np.zeros((1, 5)), np.array([0.1]))).all()  # rank 6 > n = 5
 
 
-def test_conformal_shortage_rate_tracks_the_newsvendor_miscoverage(series: PreparedSeries,
-                                                                  tiny_config: PicRLConfig,
-                                                                  fitted: dict[str, Provisioner]) -> None:
+def test_conformal_shortage_rate_tracks_the_newsvendor_miscoverage(
+    series: PreparedSeries, tiny_config: PicRLConfig, fitted: dict[str, Provisioner]
+) -> None:
     run = run_pic_loop(fitted["conformal"], **evaluation_inputs(series, tiny_config.predictor.window))
     assert run.censored.mean() == pytest.approx(1.0 - RATIO, abs=0.05)
 
 
-def test_predictor_based_methods_reuse_a_given_phase1_predictor(series: PreparedSeries, tiny_config: PicRLConfig,
-                                                               tiny_predictor: GaussianLSTM) -> None:
+def test_predictor_based_methods_reuse_a_given_phase1_predictor(
+    series: PreparedSeries, tiny_config: PicRLConfig, tiny_predictor: GaussianLSTM
+) -> None:
     for fit in (fit_conformal, fit_thompson):
         provisioner = fit(series, tiny_config, predictor=tiny_predictor)
         assert provisioner.model is tiny_predictor
@@ -230,7 +258,8 @@ def test_gaussian_thompson_settles_on_the_better_arm() -> None:
 
 
 def test_spo_plus_bound_is_tight_and_training_targets_the_critical_fractile(
-        series: PreparedSeries, tiny_config: PicRLConfig, fitted: dict[str, Provisioner]) -> None:
+    series: PreparedSeries, tiny_config: PicRLConfig, fitted: dict[str, Provisioner]
+) -> None:
     cost = tiny_config.cost
     w = np.linspace(0.0, 1.0, 2001)
     rng = np.random.default_rng(1)
@@ -242,12 +271,13 @@ def test_spo_plus_bound_is_tight_and_training_targets_the_critical_fractile(
     # offline on the uncensored test split, the trained predictor is short about 1 - 2/3 of the time
     spo = fitted["spo"]
     window = tiny_config.predictor.window
-    actions = [spo.start(series.test[None, t - window:t], None)[0] for t in range(window, len(series.test))]
+    actions = [spo.start(series.test[None, t - window : t], None)[0] for t in range(window, len(series.test))]
     shortage = np.mean(series.test[window:] > np.array(actions))
     assert 0.2 < shortage < 0.45
 
 
 # --- the hindsight bound ---
+
 
 def test_hindsight_buffer_is_the_exact_minimiser() -> None:
     rng = np.random.default_rng(2)
@@ -272,12 +302,17 @@ def test_oracle_beats_every_method_on_a_random_walk(tiny_config: PicRLConfig) ->
         walk[t] = level
     walk_series = prepare_series(walk, "walk")
     inputs = evaluation_inputs(walk_series, tiny_config.predictor.window)
-    regret = {m.name: episode_metrics(run_pic_loop(m.fit(walk_series, tiny_config), **inputs).actions,
-                                      inputs["demand"], tiny_config.cost).regret for m in METHODS}
+    regret = {
+        m.name: episode_metrics(
+            run_pic_loop(m.fit(walk_series, tiny_config), **inputs).actions, inputs["demand"], tiny_config.cost
+        ).regret
+        for m in METHODS
+    }
     assert all(regret["oracle"] < value for name, value in regret.items() if name != "oracle"), regret
 
 
 # --- the censored SGD newsvendor, validation selection, full information ---
+
 
 def test_censored_sgd_steps_on_the_cost_subgradient_and_settles_at_the_critical_fractile() -> None:
     cost = PicRLConfig().cost
@@ -292,20 +327,30 @@ def test_censored_sgd_steps_on_the_cost_subgradient_and_settles_at_the_critical_
 
 
 def test_validation_selection_picks_the_lowest_validation_regret_and_never_reads_test(
-        series: PreparedSeries, tiny_config: PicRLConfig) -> None:
+    series: PreparedSeries, tiny_config: PicRLConfig
+) -> None:
     poisoned = replace(series, test=np.full_like(series.test, np.nan))
-    selection = select_on_validation((0.001, 0.01, 0.1), lambda step: CensoredSGDProvisioner(
-        step, tiny_config.cost, float(np.quantile(series.train, RATIO))), poisoned, tiny_config)
+    selection = select_on_validation(
+        (0.001, 0.01, 0.1),
+        lambda step: CensoredSGDProvisioner(step, tiny_config.cost, float(np.quantile(series.train, RATIO))),
+        poisoned,
+        tiny_config,
+    )
     assert np.isfinite(selection.validation_regret).all()  # a NaN would mean the test split was read
     assert selection.chosen == selection.candidates[int(np.argmin(selection.validation_regret))]
     assert len(set(selection.validation_regret)) == 3  # the steps make a difference
     with pytest.raises(ValueError, match="candidates"):
-        select_on_validation(tuple(range(CANDIDATES + 1)), lambda _: CensoredSGDProvisioner(
-            0.01, tiny_config.cost, 0.5), series, tiny_config)
+        select_on_validation(
+            tuple(range(CANDIDATES + 1)),
+            lambda _: CensoredSGDProvisioner(0.01, tiny_config.cost, 0.5),
+            series,
+            tiny_config,
+        )
 
 
 def test_full_information_loop_reveals_demand_and_records_shortages(
-        series: PreparedSeries, tiny_config: PicRLConfig, tiny_predictor: GaussianLSTM) -> None:
+    series: PreparedSeries, tiny_config: PicRLConfig, tiny_predictor: GaussianLSTM
+) -> None:
     conformal = fit_conformal(series, tiny_config, predictor=tiny_predictor)
     inputs = evaluation_inputs(series, tiny_config.predictor.window)
     run = run_pic_loop(conformal, **inputs, censoring=False)

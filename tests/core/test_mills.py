@@ -1,4 +1,5 @@
 """Inverse Mills ratio (picrl_core.mills) against scipy/mpmath, and Proposition 2 on the surrogate."""
+
 from __future__ import annotations
 
 import mpmath
@@ -126,8 +127,9 @@ def test_prop2_surrogate_reward_increases_with_the_action() -> None:
     r = surrogate_reward(a, mu, sigma, 3, COST, REWARD)
     assert np.all(np.diff(r) > 0)
     h = 1e-5 * sigma
-    fd = (surrogate_reward(a + h, mu, sigma, 3, COST, REWARD)
-          - surrogate_reward(a - h, mu, sigma, 3, COST, REWARD)) / (2 * h)
+    fd = (surrogate_reward(a + h, mu, sigma, 3, COST, REWARD) - surrogate_reward(a - h, mu, sigma, 3, COST, REWARD)) / (
+        2 * h
+    )
     assert np.all(fd > 0)
     # dr/da = c_under * Psi(n) * (1 - lambda'(z)) (proof of Proposition 2).
     analytic = COST.c_under * pessimism_factor(3, REWARD) * (1.0 - inverse_mills_ratio_derivative(z))
@@ -138,12 +140,17 @@ def test_prop2_gradient_scales_with_pessimism() -> None:
     mu, sigma, h = 0.5, 0.1, 1e-6
     a = np.array([0.3, 0.5, 0.62, 0.9])
     counts = np.arange(0, REWARD.n_max + 4)
-    grads = np.array([(surrogate_reward(a + h, mu, sigma, n, COST, REWARD)
-                       - surrogate_reward(a - h, mu, sigma, n, COST, REWARD)) / (2 * h) for n in counts])
+    grads = np.array(
+        [
+            (surrogate_reward(a + h, mu, sigma, n, COST, REWARD) - surrogate_reward(a - h, mu, sigma, n, COST, REWARD))
+            / (2 * h)
+            for n in counts
+        ]
+    )
     psi = pessimism_factor(counts, REWARD)
     np.testing.assert_allclose(grads / grads[0], np.broadcast_to(psi[:, None], grads.shape), rtol=1e-6)
     assert np.all(np.diff(grads[: REWARD.n_max + 1], axis=0) > 0)  # grows up to N_max, then stays
-    np.testing.assert_allclose(grads[REWARD.n_max:], np.broadcast_to(grads[REWARD.n_max], (4, a.size)))
+    np.testing.assert_allclose(grads[REWARD.n_max :], np.broadcast_to(grads[REWARD.n_max], (4, a.size)))
 
 
 def test_mean_above_is_the_truncated_normal_mean() -> None:

@@ -1,4 +1,5 @@
 """Counter-based exploration noise and service keys (picrl_core.noise)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -12,7 +13,7 @@ def test_draw_is_a_pure_function_of_seed_key_tick_dim() -> None:
     full = counter_normal(7, keys, ticks, 3)
     assert full.shape == (5, 3)
     for i in range(5):  # each row alone
-        np.testing.assert_array_equal(counter_normal(7, keys[i:i + 1], ticks[i:i + 1], 3)[0], full[i])
+        np.testing.assert_array_equal(counter_normal(7, keys[i : i + 1], ticks[i : i + 1], 3)[0], full[i])
     order = np.array([4, 2, 0, 3, 1])  # any order and any sub-batch
     np.testing.assert_array_equal(counter_normal(7, keys[order], ticks[order], 3), full[order])
     np.testing.assert_array_equal(counter_normal(7, keys[[1, 3]], ticks[[1, 3]], 3), full[[1, 3]])

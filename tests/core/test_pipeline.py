@@ -1,4 +1,5 @@
 """End to end: Phases 1-2 offline and Phase 3 online on a prepared synthetic series (picrl_core.pipeline)."""
+
 from __future__ import annotations
 
 import math
@@ -11,10 +12,16 @@ import torch
 from picrl_core.artifact import ModelArtifact
 from picrl_core.config import PicRLConfig
 from picrl_core.costs import episode_metrics
-from picrl_core.pipeline import (SCALE_RATES, OnlineRun, config_for,
-                                 evaluation_inputs, run_online,
-                                 select_scale_rate, train_offline,
-                                 validation_run)
+from picrl_core.pipeline import (
+    SCALE_RATES,
+    OnlineRun,
+    config_for,
+    evaluation_inputs,
+    run_online,
+    select_scale_rate,
+    train_offline,
+    validation_run,
+)
 from picrl_core.series import PreparedSeries, prepare_series
 from picrl_core.simulator import Trajectory
 from picrl_core.synthetic import diurnal
@@ -57,13 +64,18 @@ def _assert_finite(trajectory: Trajectory) -> None:
         assert np.all(np.isfinite(values.astype(np.float64))), f.name
 
 
-def test_train_offline_builds_a_complete_artifact(artifact: ModelArtifact, series: PreparedSeries,
-                                                  tiny_config: PicRLConfig) -> None:
+def test_train_offline_builds_a_complete_artifact(
+    artifact: ModelArtifact, series: PreparedSeries, tiny_config: PicRLConfig
+) -> None:
     rate = artifact.reports["phase3_scale_rate"]["chosen"]  # the online temperature's rate, chosen on validation
     start = artifact.reports["phase3_start"]  # a new service starts at that run's levels (start_from_validation)
     expected = config_for(series, tiny_config)
-    assert artifact.config == replace(expected, calibrator=replace(
-        expected.calibrator, scale_rate=rate, initial_margin=start["margin_in_sigma"], initial_scale=start["scale"]))
+    assert artifact.config == replace(
+        expected,
+        calibrator=replace(
+            expected.calibrator, scale_rate=rate, initial_margin=start["margin_in_sigma"], initial_scale=start["scale"]
+        ),
+    )
     assert artifact.config.predictor.context_channels == 0
     assert artifact.scaling["series"] == series.scaler.to_dict() and artifact.scaling["context"] == []
     assert artifact.reports["series"] == "synthetic-diurnal"
@@ -72,11 +84,16 @@ def test_train_offline_builds_a_complete_artifact(artifact: ModelArtifact, serie
     assert all(math.isfinite(v) for v in artifact.reports["phase2"]["value_loss"])
 
 
-def test_select_scale_rate_keeps_the_rate_of_lowest_validation_regret(artifact: ModelArtifact,
-                                                                      series: PreparedSeries) -> None:
+def test_select_scale_rate_keeps_the_rate_of_lowest_validation_regret(
+    artifact: ModelArtifact, series: PreparedSeries
+) -> None:
     poisoned = replace(series, test=np.full_like(series.test, np.nan))  # the test split is never read
-    online = replace(artifact, config=replace(artifact.config, calibrator=replace(
-        artifact.config.calibrator, online_scale=True, select_scale_rate=True)))
+    online = replace(
+        artifact,
+        config=replace(
+            artifact.config, calibrator=replace(artifact.config.calibrator, online_scale=True, select_scale_rate=True)
+        ),
+    )
     chosen_artifact, selection, run = select_scale_rate(online, poisoned)
     assert selection["rates"] == list(SCALE_RATES)
     assert selection["validation_regret"][SCALE_RATES.index(selection["chosen"])] == min(selection["validation_regret"])
@@ -85,8 +102,9 @@ def test_select_scale_rate_keeps_the_rate_of_lowest_validation_regret(artifact: 
     assert chosen_artifact.config.calibrator == replace(online.config.calibrator, scale_rate=selection["chosen"])
 
 
-def test_start_from_validation_keeps_the_levels_of_the_chosen_validation_run(series: PreparedSeries,
-                                                                             tiny_config: PicRLConfig) -> None:
+def test_start_from_validation_keeps_the_levels_of_the_chosen_validation_run(
+    series: PreparedSeries, tiny_config: PicRLConfig
+) -> None:
     poisoned = replace(series, test=np.full_like(series.test, np.nan))  # the test split is never read
     assert tiny_config.calibrator.start_from_validation  # the default
     warm = train_offline(poisoned, tiny_config)
@@ -104,8 +122,9 @@ def test_run_online_single_service(artifact: ModelArtifact, series: PreparedSeri
     config = _phase3(artifact.config)
     before = {k: v.clone() for k, v in artifact.policy.state_dict().items()}
     ticks: list[int] = []
-    run = run_online(artifact, **evaluation_inputs(series, config.predictor.window), config=config,
-                     progress=ticks.append)
+    run = run_online(
+        artifact, **evaluation_inputs(series, config.predictor.window), config=config, progress=ticks.append
+    )
     assert isinstance(run, OnlineRun)
     steps = len(series.test)
     assert run.trajectory.action.shape == (steps, 1)
@@ -127,8 +146,8 @@ def test_run_online_single_service(artifact: ModelArtifact, series: PreparedSeri
 def test_run_online_many_services_and_without_slow_updates(artifact: ModelArtifact, series: PreparedSeries) -> None:
     config = _phase3(artifact.config)
     window, services, steps = config.predictor.window, 3, 60
-    demand = np.stack([series.test[i * 20:i * 20 + steps] for i in range(services)], axis=1)
-    history = np.stack([series.val[-window - 5 * i:len(series.val) - 5 * i] for i in range(services)])
+    demand = np.stack([series.test[i * 20 : i * 20 + steps] for i in range(services)], axis=1)
+    history = np.stack([series.val[-window - 5 * i : len(series.val) - 5 * i] for i in range(services)])
     run = run_online(artifact, demand, history, config=config)
     _assert_finite(run.trajectory)
     assert run.metrics == episode_metrics(run.trajectory.action, demand, config.cost)

@@ -1,4 +1,5 @@
 """Phase 1 Gaussian LSTM predictor: windows, Eq. (3) loss, training, calibration and inference."""
+
 from __future__ import annotations
 
 import json

@@ -1,4 +1,5 @@
 """Phase 2 actor-critic pretraining and the Phase 3 slow loop (picrl_core.pretrain, picrl_core.online)."""
+
 from __future__ import annotations
 
 import math
@@ -36,6 +37,7 @@ def _max_change(a: torch.nn.Module, b: torch.nn.Module) -> float:
 
 # --- GAE -------------------------------------------------------------------------------------------
 
+
 def test_gae_matches_hand_computation() -> None:
     rewards = torch.tensor([1.0, 2.0, 3.0])
     values = torch.tensor([0.5, 1.0, 1.5])
@@ -45,13 +47,19 @@ def test_gae_matches_hand_computation() -> None:
     expected = torch.tensor([4.80272, 4.726, 3.3])
     torch.testing.assert_close(gae(rewards, values, next_values, 0.9, 0.8), expected)
     # lambda = 0: one-step TD errors; a batch axis is carried along unchanged
-    batch = gae(torch.stack([rewards, 2 * rewards], 1), torch.stack([values, values], 1),
-                torch.stack([next_values, next_values], 1), 0.9, 0.0)
+    batch = gae(
+        torch.stack([rewards, 2 * rewards], 1),
+        torch.stack([values, values], 1),
+        torch.stack([next_values, next_values], 1),
+        0.9,
+        0.0,
+    )
     torch.testing.assert_close(batch[:, 0], torch.tensor([1.4, 2.35, 3.3]))
     torch.testing.assert_close(batch[:, 1], torch.tensor([2.4, 4.35, 6.3]))
 
 
 # --- Phase 2 ---------------------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def pretrained(tiny_predictor: GaussianLSTM, tiny_config: PicRLConfig, diurnal_series: np.ndarray) -> Pretrained:
@@ -74,8 +82,9 @@ def test_pretrain_reports_every_iteration(pretrained: Pretrained, tiny_config: P
     assert report.to_dict()["iterations"] == n
 
 
-def test_pretrain_is_deterministic_and_learns(pretrained: Pretrained, tiny_predictor: GaussianLSTM,
-                                              tiny_config: PicRLConfig, diurnal_series: np.ndarray) -> None:
+def test_pretrain_is_deterministic_and_learns(
+    pretrained: Pretrained, tiny_predictor: GaussianLSTM, tiny_config: PicRLConfig, diurnal_series: np.ndarray
+) -> None:
     (policy, value, report), _ = pretrained
     again_policy, again_value, again_report = pretrain_policy(tiny_predictor, diurnal_series[:1600], tiny_config)
     _assert_same(policy, again_policy)
@@ -88,8 +97,9 @@ def test_pretrain_is_deterministic_and_learns(pretrained: Pretrained, tiny_predi
     assert empty.iterations == 0 and empty.value_loss == ()
 
 
-def test_ablation_a7_returns_the_seeded_initial_networks(tiny_predictor: GaussianLSTM, tiny_config: PicRLConfig,
-                                                         diurnal_series: np.ndarray) -> None:
+def test_ablation_a7_returns_the_seeded_initial_networks(
+    tiny_predictor: GaussianLSTM, tiny_config: PicRLConfig, diurnal_series: np.ndarray
+) -> None:
     config = replace(tiny_config, seed=5, ablation=replace(tiny_config.ablation, pretrain=False))
     policy, value, _ = pretrain_policy(tiny_predictor, diurnal_series[:1600], config)
     with torch.random.fork_rng(devices=[]):
@@ -99,13 +109,13 @@ def test_ablation_a7_returns_the_seeded_initial_networks(tiny_predictor: Gaussia
     _assert_same(value, fresh_value)
 
 
-def test_pretrain_rejects_a_too_short_training_split(tiny_predictor: GaussianLSTM,
-                                                     tiny_config: PicRLConfig) -> None:
+def test_pretrain_rejects_a_too_short_training_split(tiny_predictor: GaussianLSTM, tiny_config: PicRLConfig) -> None:
     with pytest.raises(ValueError, match="too short for Phase 2"):
         pretrain_policy(tiny_predictor, np.full(12, 0.5), tiny_config)
 
 
 # --- replay buffer ---------------------------------------------------------------------------------
+
 
 def _transition(rewards: np.ndarray, seed: int = 0, policy: PolicyNetwork | None = None) -> Transition:
     """Transitions with random states; rows are tagged by their reward. With a ``policy``, ``pre``
@@ -121,9 +131,15 @@ def _transition(rewards: np.ndarray, seed: int = 0, policy: PolicyNetwork | None
             sample = mean + std * torch.from_numpy(pre)
             log_prob = gaussian_log_prob(mean, std, sample).numpy()
         pre = sample.numpy()
-    return Transition(features=features, pre=pre, log_prob=log_prob, reward=np.asarray(rewards, np.float64),
-                      next_features=rng.normal(size=(n, N_FEATURES)).astype(np.float32),
-                      censored=np.zeros(n, bool), action=np.zeros(n))
+    return Transition(
+        features=features,
+        pre=pre,
+        log_prob=log_prob,
+        reward=np.asarray(rewards, np.float64),
+        next_features=rng.normal(size=(n, N_FEATURES)).astype(np.float32),
+        censored=np.zeros(n, bool),
+        action=np.zeros(n),
+    )
 
 
 def _held(buffer: ReplayBuffer) -> set[float]:
@@ -163,6 +179,7 @@ def test_replay_sample_shapes_and_row_consistency() -> None:
 
 # --- slow learner ----------------------------------------------------------------------------------
 
+
 def _learner_setup(config: PicRLConfig, seed: int = 0) -> tuple[SlowPolicyLearner, PolicyNetwork, ReplayBuffer]:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
@@ -170,7 +187,7 @@ def _learner_setup(config: PicRLConfig, seed: int = 0) -> tuple[SlowPolicyLearne
     buffer = ReplayBuffer(512, N_FEATURES)
     probe = _transition(np.zeros(512), seed=seed, policy=policy)
     # a clear learning signal: reward prefers pre-squash (eta, k) near (-1, 1.5)
-    buffer.add(replace(probe, reward=-(probe.pre[:, 0] + 1.0) ** 2 - (probe.pre[:, 1] - 1.5) ** 2))
+    buffer.add(replace(probe, reward=-((probe.pre[:, 0] + 1.0) ** 2) - (probe.pre[:, 1] - 1.5) ** 2))
     return SlowPolicyLearner(policy, value, config), policy, buffer
 
 

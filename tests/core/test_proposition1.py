@@ -4,6 +4,7 @@ A learner that fits demand from its own censored observations ``y = min(d, a)`` 
 below ``E[D]`` at every threshold, so starting at the unbiased point it drifts into the censoring
 trap; PIC-RL (surrogate-trained policy plus reactive calibrator) does not.
 """
+
 from __future__ import annotations
 
 from collections import deque
@@ -57,7 +58,7 @@ def test_mixture_target_is_below_the_mean_and_matches_monte_carlo(threshold: flo
     current = rng.normal(MEAN, STD, 4 * n)
     below = current[current <= threshold]  # the censored stream keeps only what lies under A_t
     n_current = round(rho * n)
-    mixture = np.concatenate([historical[:n - n_current], below[:n_current]])
+    mixture = np.concatenate([historical[: n - n_current], below[:n_current]])
     target = mixture_target(threshold, rho)
     assert target < MEAN
     assert mixture.mean() == pytest.approx(target, abs=1.5e-3)

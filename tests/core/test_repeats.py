@@ -1,4 +1,5 @@
 """The shortage's E-step under a forecast that repeats the last seen demand or is the Gaussian (picrl_core.repeats)."""
+
 from __future__ import annotations
 
 from dataclasses import replace
@@ -29,8 +30,9 @@ def test_the_e_step_weighs_the_repeat_by_its_posterior_given_the_shortage() -> N
     survival = 1.0 - tail.cdf(bound)
     weight = share / (share + (1.0 - share) * survival)
     expected = weight * seen + (1.0 - weight) * float(mean_above(mu, sigma, bound))
-    got = mean_above_or_repeat(np.array([mu]), np.array([sigma]), np.array([bound]), np.array([share]),
-                               np.array([seen]))
+    got = mean_above_or_repeat(
+        np.array([mu]), np.array([sigma]), np.array([bound]), np.array([share]), np.array([seen])
+    )
     assert got[0] == pytest.approx(expected, rel=1e-12)
     assert seen < got[0] < float(mean_above(mu, sigma, bound))  # between the plateau and the Gaussian's tail mean
     always = mean_above_or_repeat(np.array([mu]), np.array([sigma]), np.array([bound]), np.ones(1), np.array([seen]))
@@ -66,14 +68,15 @@ def test_the_cold_start_share_is_the_historys_share_of_repeated_pairs() -> None:
     np.testing.assert_array_equal(repeats_in(np.ones((2, 1))), [0.0, 0.0])  # one value: no pair
 
 
-def test_a_shortage_on_a_plateau_enters_the_window_at_the_plateau(tiny_predictor: GaussianLSTM,
-                                                                 tiny_policy: PolicyNetwork,
-                                                                 tiny_config: PicRLConfig) -> None:
+def test_a_shortage_on_a_plateau_enters_the_window_at_the_plateau(
+    tiny_predictor: GaussianLSTM, tiny_policy: PolicyNetwork, tiny_config: PicRLConfig
+) -> None:
     window = tiny_config.predictor.window
     history = np.full((1, 3 * window), 0.6)
     for repeat in (True, False):
-        config = replace(tiny_config, estimator=replace(tiny_config.estimator, impute_window=True,
-                                                        impute_repeat=repeat))
+        config = replace(
+            tiny_config, estimator=replace(tiny_config.estimator, impute_window=True, impute_repeat=repeat)
+        )
         controller = PicRLController(tiny_predictor, tiny_policy, config)
         state = controller.initial_state(np.zeros(1, np.uint64), history)
         assert state.repeat_share[0] == 1.0 and state.last_seen[0] == pytest.approx(0.6)
@@ -90,8 +93,9 @@ def test_a_repeat_rate_outside_0_1_is_refused() -> None:
             EstimatorConfig(repeat_rate=rate)
 
 
-def test_a_short_historys_padding_counts_as_no_repeat(tiny_predictor: GaussianLSTM, tiny_policy: PolicyNetwork,
-                                                     tiny_config: PicRLConfig) -> None:
+def test_a_short_historys_padding_counts_as_no_repeat(
+    tiny_predictor: GaussianLSTM, tiny_policy: PolicyNetwork, tiny_config: PicRLConfig
+) -> None:
     controller = PicRLController(tiny_predictor, tiny_policy, tiny_config)
     distinct = np.array([[0.1, 0.2, 0.3], [0.4, 0.4, 0.5]])  # padded on the left to the window by their first value
     state = controller.initial_state(np.arange(2, dtype=np.uint64), distinct)
@@ -100,9 +104,9 @@ def test_a_short_historys_padding_counts_as_no_repeat(tiny_predictor: GaussianLS
     assert controller.initial_state(np.zeros(1, np.uint64), np.array([[0.7]])).repeat_share[0] == 0.0
 
 
-def test_a_tick_nobody_saw_leaves_the_share_and_the_last_seen_demand(tiny_predictor: GaussianLSTM,
-                                                                      tiny_policy: PolicyNetwork,
-                                                                      tiny_config: PicRLConfig) -> None:
+def test_a_tick_nobody_saw_leaves_the_share_and_the_last_seen_demand(
+    tiny_predictor: GaussianLSTM, tiny_policy: PolicyNetwork, tiny_config: PicRLConfig
+) -> None:
     controller = PicRLController(tiny_predictor, tiny_policy, tiny_config)
     state = controller.initial_state(np.zeros(1, np.uint64), np.full((1, 3 * tiny_config.predictor.window), 0.6))
     state = replace(state, action=np.array([0.5]))
@@ -123,17 +127,24 @@ def _mixture_cdf(x: float, action: float, sigma: float, share: float, seen: floa
     return share * (x > seen if left else x >= seen) + (1.0 - share) * gaussian
 
 
-@pytest.mark.parametrize(("share", "seen"), [(0.9, 0.30), (0.2, 0.90), (0.2, 0.10), (0.5, 0.55), (0.3, 0.52),
-                                             (0.6, 0.05), (0.05, 0.51)])
+@pytest.mark.parametrize(
+    ("share", "seen"), [(0.9, 0.30), (0.2, 0.90), (0.2, 0.10), (0.5, 0.55), (0.3, 0.52), (0.6, 0.05), (0.05, 0.51)]
+)
 def test_the_action_on_repeats_is_the_mixtures_critical_fractile_quantile(share: float, seen: float) -> None:
     action, sigma = 0.5, 0.1
-    q = float(repeat_quantile(np.array([action]), np.array([sigma]), np.array([share]), np.array([seen]),
-                              np.array([True]), TAU)[0])
+    q = float(
+        repeat_quantile(
+            np.array([action]), np.array([sigma]), np.array([share]), np.array([seen]), np.array([True]), TAU
+        )[0]
+    )
     # the quantile's definition: F(q-) <= tau <= F(q), tau = 2/3
     assert _mixture_cdf(q, action, sigma, share, seen, left=True) <= 2.0 / 3.0 + 1e-9
     assert _mixture_cdf(q, action, sigma, share, seen) >= 2.0 / 3.0 - 1e-9
-    assert (q == seen) == (_mixture_cdf(seen, action, sigma, share, seen, left=True) < 2.0 / 3.0
-                           <= _mixture_cdf(seen, action, sigma, share, seen))
+    assert (q == seen) == (
+        _mixture_cdf(seen, action, sigma, share, seen, left=True)
+        < 2.0 / 3.0
+        <= _mixture_cdf(seen, action, sigma, share, seen)
+    )
 
 
 def test_without_repeats_or_after_an_unseen_tick_the_action_is_the_gaussians_bit_for_bit() -> None:
@@ -156,17 +167,20 @@ def test_the_interior_cold_start_share_leaves_out_pairs_at_the_ranges_bounds() -
     history = np.array([[0.0, 0.0, 0.0, 0.3, 0.3], [1.0, 1.0, 0.5, 0.6, 0.7], [0.0, 0.0, 0.0, 0.0, 0.0]])
     np.testing.assert_allclose(repeats_in(history), [0.75, 0.25, 1.0])
     np.testing.assert_allclose(repeats_in(history, interior=True), [1.0, 0.0, 0.0])  # 0 and 1 are clipped values
-    np.testing.assert_array_equal(inside_range(np.array([0.0, 1e-8, 0.5, 1.0 - 1e-8, 1.0])),
-                                  [False, False, True, False, False])
+    np.testing.assert_array_equal(
+        inside_range(np.array([0.0, 1e-8, 0.5, 1.0 - 1e-8, 1.0])), [False, False, True, False, False]
+    )
 
 
 def test_acting_on_repeats_holds_a_plateau_and_changes_nothing_on_a_series_that_never_repeats(
-        tiny_predictor: GaussianLSTM, tiny_policy: PolicyNetwork, tiny_config: PicRLConfig) -> None:
+    tiny_predictor: GaussianLSTM, tiny_policy: PolicyNetwork, tiny_config: PicRLConfig
+) -> None:
     on = replace(tiny_config, estimator=replace(tiny_config.estimator, act_on_repeat=True))
     off = replace(tiny_config, estimator=replace(tiny_config.estimator, act_on_repeat=False))
     window = tiny_config.predictor.window
     plateau = PicRLController(tiny_predictor, tiny_policy, on).initial_state(
-        np.zeros(1, np.uint64), np.full((1, 3 * window), 0.6))
+        np.zeros(1, np.uint64), np.full((1, 3 * window), 0.6)
+    )
     assert plateau.action[0] == pytest.approx(0.6, abs=1e-7)  # every pair repeated: the order is the plateau
     rng = np.random.default_rng(3)
     history, demand = rng.uniform(0.2, 0.8, (4, 3 * window)), rng.uniform(0.2, 0.8, (12, 4))
@@ -180,4 +194,3 @@ def test_acting_on_repeats_holds_a_plateau_and_changes_nothing_on_a_series_that_
             actions.append(state.action)
         runs.append(np.array(actions))
     np.testing.assert_array_equal(runs[0], runs[1])
-

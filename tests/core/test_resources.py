@@ -1,6 +1,7 @@
 """Multi-resource coupled censoring (picrl_core.resources): the observation rule against a direct
 per-entry reference, what the calibrator and conformal read from a lower bound below the capacity, the
 coupled loop and its metrics."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -8,9 +9,9 @@ import pytest
 
 from picrl_core.calibrator import feedback
 from picrl_core.config import CostConfig, PicRLConfig
+from picrl_core.methods import REGISTRY
 from picrl_core.methods.base import Provisioner
 from picrl_core.methods.coupled import resource_metrics, run_coupled_loop
-from picrl_core.methods import REGISTRY
 from picrl_core.methods.evaluation import run_on_test_split
 from picrl_core.policy import PolicyNetwork
 from picrl_core.predictor.model import GaussianLSTM
@@ -71,8 +72,9 @@ def test_a_memory_shortage_that_kills_the_pod_leaves_compute_unobserved_and_noth
     np.testing.assert_allclose(y[:, 0], [0.5, 0.0])  # killed: none of its compute load was served
     assert coupled[:, 0].all() and own[:, 0].tolist() == [True, False]  # a per-resource monitor reads compute 0 as idle
     np.testing.assert_allclose(y[:, 1], [0.5, 0.6])  # memory fits: as without kills
-    imputed, flags = impute_served_share(y, coupled, action, np.full((2, 2), 0.5), np.full((2, 2), 0.1),
-                                         killing(GPU_POD))
+    imputed, flags = impute_served_share(
+        y, coupled, action, np.full((2, 2), 0.5), np.full((2, 2), 0.1), killing(GPU_POD)
+    )
     np.testing.assert_array_equal(imputed, y)  # a killed tick served no share to lift by: a lower bound it stays
     np.testing.assert_array_equal(flags, coupled)
     with pytest.raises(ValueError, match="only a hard resource"):
@@ -80,8 +82,9 @@ def test_a_memory_shortage_that_kills_the_pod_leaves_compute_unobserved_and_noth
 
 
 def test_a_lower_bound_below_the_capacity_is_neither_short_nor_over() -> None:
-    short, over = feedback(np.array([0.4, 0.6, 0.5, 0.3]), np.array([0.6, 0.6, 0.6, 0.6]),
-                           np.array([True, True, False, False]))
+    short, over = feedback(
+        np.array([0.4, 0.6, 0.5, 0.3]), np.array([0.6, 0.6, 0.6, 0.6]), np.array([True, True, False, False])
+    )
     assert short.tolist() == [False, True, False, False]
     assert over.tolist() == [False, False, True, True]
 
@@ -167,16 +170,18 @@ def test_the_imputed_share_follows_the_tobit_expectation_of_the_hard_demand() ->
     """A vague forecast expects the memory demand further above the capacity, so it lifts more."""
     action = np.array([[0.4], [0.9]])
     y, flags = np.array([[0.4], [0.3]]), np.array([[True], [True]])
-    lifted = [impute_served_share(y, flags, action, np.array([[0.4], [0.3]]), np.array([[s], [0.1]]), GPU_POD)[0][1, 0]
-              for s in (0.01, 0.1)]
+    lifted = [
+        impute_served_share(y, flags, action, np.array([[0.4], [0.3]]), np.array([[s], [0.1]]), GPU_POD)[0][1, 0]
+        for s in (0.01, 0.1)
+    ]
     expected = 0.4 + 0.1 * np.sqrt(2 / np.pi)  # E[d | d > mu] = mu + sigma lambda(0)
     assert lifted[1] == pytest.approx(0.3 * expected / 0.4) and lifted[0] < lifted[1]
 
 
 @pytest.mark.parametrize("compute_capacity", [0.6, 0.0])
 def test_a_killed_ticks_compute_is_kept_as_the_forecast_and_teaches_nothing_else(
-        tiny_predictor: GaussianLSTM, tiny_policy: PolicyNetwork, tiny_config: PicRLConfig,
-        compute_capacity: float) -> None:
+    tiny_predictor: GaussianLSTM, tiny_policy: PolicyNetwork, tiny_config: PicRLConfig, compute_capacity: float
+) -> None:
     """``unobserved`` marks the soft rows of ticks a killing hard shortage took down; the controller's window keeps
     its pending forecast there (uncensored), its calibrator, streaks and temperature hold (even at a capacity of
     0, where the observed 0 reaches the capacity), and its reward is the forecast's expected cost."""
@@ -202,13 +207,19 @@ def test_a_killed_ticks_compute_is_kept_as_the_forecast_and_teaches_nothing_else
     if compute_capacity:  # below the capacity the coupled flag's bound, as observed
         assert plain.observations[2, -1] == 0.0 and plain.censored[2, -1]
     else:  # at a capacity of 0 the unseen 0 reads as a shortage, and the window would take its E-step above it
-        expected = mean_above_or_repeat(state.mu[2:3], state.sigma[2:3], np.zeros(1), state.repeat_share[2:3],
-                                        state.last_seen[2:3])
+        expected = mean_above_or_repeat(
+            state.mu[2:3], state.sigma[2:3], np.zeros(1), state.repeat_share[2:3], state.last_seen[2:3]
+        )
         assert plain.observations[2, -1] == np.float32(expected[0])
         assert not plain.censored[2, -1]
-    assert (kept.margin[2], kept.bias[2], kept.censor_streak[2], kept.temperature[2], kept.repeat_share[2],
-            kept.last_seen[2]) == (state.margin[2], state.bias[2], 2, state.temperature[2], state.repeat_share[2],
-                                   state.last_seen[2])
+    assert (
+        kept.margin[2],
+        kept.bias[2],
+        kept.censor_streak[2],
+        kept.temperature[2],
+        kept.repeat_share[2],
+        kept.last_seen[2],
+    ) == (state.margin[2], state.bias[2], 2, state.temperature[2], state.repeat_share[2], state.last_seen[2])
     assert transition.reward[2] == -expected_cost(compute_capacity, state.mu[2], state.sigma[2], tiny_config.cost)
     others = [0, 1, 3]
     assert np.array_equal(kept.observations[others], plain.observations[others])

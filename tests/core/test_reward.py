@@ -1,4 +1,5 @@
 """Pessimism factor, expected gap and step rewards, Eq. (9)-(10) (picrl_core.reward)."""
+
 from __future__ import annotations
 
 from dataclasses import replace
@@ -78,7 +79,8 @@ def test_surrogate_reward_hand_value() -> None:
     r = surrogate_reward(0.5, 0.5, 0.1, 3, COST, REWARD)
     assert r == pytest.approx(-2.0 * 0.1 * LAMBDA_0 * 2.5, rel=1e-14)
     assert surrogate_reward(0.5, 0.5, 0.1, 3, COST, replace(REWARD, use_pessimism=False)) == pytest.approx(
-        -2.0 * 0.1 * LAMBDA_0, rel=1e-14)
+        -2.0 * 0.1 * LAMBDA_0, rel=1e-14
+    )
 
 
 def test_step_reward_mixes_true_cost_and_surrogate() -> None:

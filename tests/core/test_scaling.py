@@ -1,4 +1,5 @@
 """Range growth rules and the carry-over of a controller state to a new range (picrl_core.scaling)."""
+
 from __future__ import annotations
 
 from dataclasses import fields
@@ -14,22 +15,38 @@ def _state(services: int = 3, window: int = 4, seed: int = 0) -> ControllerState
     rng = np.random.default_rng(seed)
     unit = lambda *shape: rng.random(shape)  # noqa: E731
     return ControllerState(
-        keys=np.arange(services, dtype=np.uint64), tick=np.full(services, 40, np.int64),
-        observations=unit(services, window).astype(np.float32), censored=unit(services, window) < 0.3,
-        context=np.zeros((services, window, 0), np.float32), margin=0.1 * unit(services) - 0.05,
-        bias=0.02 * unit(services), censor_streak=np.array([0, 4, 7])[:services],
-        over_streak=np.zeros(services, np.int64), action=unit(services), mu=unit(services), sigma=0.1 * unit(services),
-        eta=unit(services), k=unit(services), pre=unit(services, 2).astype(np.float32),
-        log_prob=unit(services).astype(np.float32), features=unit(services, 5).astype(np.float32),
-        est_mean=unit(services) + 0.5, est_std=0.1 * unit(services), memory=unit(services, 6).astype(np.float32),
-        temperature=unit(services), escape=0.05 * unit(services),
-        repeat_share=unit(services), last_seen=unit(services))
+        keys=np.arange(services, dtype=np.uint64),
+        tick=np.full(services, 40, np.int64),
+        observations=unit(services, window).astype(np.float32),
+        censored=unit(services, window) < 0.3,
+        context=np.zeros((services, window, 0), np.float32),
+        margin=0.1 * unit(services) - 0.05,
+        bias=0.02 * unit(services),
+        censor_streak=np.array([0, 4, 7])[:services],
+        over_streak=np.zeros(services, np.int64),
+        action=unit(services),
+        mu=unit(services),
+        sigma=0.1 * unit(services),
+        eta=unit(services),
+        k=unit(services),
+        pre=unit(services, 2).astype(np.float32),
+        log_prob=unit(services).astype(np.float32),
+        features=unit(services, 5).astype(np.float32),
+        est_mean=unit(services) + 0.5,
+        est_std=0.1 * unit(services),
+        memory=unit(services, 6).astype(np.float32),
+        temperature=unit(services),
+        escape=0.05 * unit(services),
+        repeat_share=unit(services),
+        last_seen=unit(services),
+    )
 
 
 def test_every_controller_state_field_says_how_it_moves_with_the_range() -> None:
     classified = [*LEVEL_FIELDS, *SPREAD_FIELDS, *UNIT_FREE_FIELDS]
     assert sorted(classified) == sorted(f.name for f in fields(ControllerState)) and len(set(classified)) == len(
-        classified), "a new ControllerState field needs a place in picrl_core/scaling.py"
+        classified
+    ), "a new ControllerState field needs a place in picrl_core/scaling.py"
 
 
 def test_a_state_carried_to_a_wider_range_keeps_its_native_values() -> None:
@@ -40,8 +57,9 @@ def test_a_state_carried_to_a_wider_range_keeps_its_native_values() -> None:
     for name in LEVEL_FIELDS:
         old, new = getattr(state, name), getattr(moved, name)
         column = (slice(None),) + (None,) * (old.ndim - 1)
-        np.testing.assert_allclose(from_unit(new, new_low[column], new_high[column]),
-                                   from_unit(old, low[column], high[column]), rtol=1e-6)
+        np.testing.assert_allclose(
+            from_unit(new, new_low[column], new_high[column]), from_unit(old, low[column], high[column]), rtol=1e-6
+        )
     for name in SPREAD_FIELDS:
         np.testing.assert_allclose(getattr(moved, name) * (new_high - new_low), getattr(state, name) * (high - low))
     for name in UNIT_FREE_FIELDS:

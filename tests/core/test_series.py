@@ -1,4 +1,5 @@
 """Validation, splitting, scaling and statistics of demand series (picrl_core.series)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -21,6 +22,7 @@ def ramp(n: int = 300) -> np.ndarray:
 
 
 # --- validate_series ---------------------------------------------------------------------------
+
 
 def test_clean_series_is_returned_unchanged_without_notes() -> None:
     x = ramp()
@@ -83,6 +85,7 @@ def test_unusable_series_error_is_a_value_error() -> None:
 
 # --- validate_context --------------------------------------------------------------------------
 
+
 def test_context_channels_are_filled_and_named_in_notes() -> None:
     ctx = np.column_stack([ramp(), np.cos(np.arange(300.0))])
     holey = ctx.copy()
@@ -102,6 +105,7 @@ def test_context_rejects_constant_channel_and_wrong_names() -> None:
 
 # --- chronological_split -----------------------------------------------------------------------
 
+
 def test_split_is_consecutive_and_covers_everything() -> None:
     train, val, test = chronological_split(1000)
     assert (train, val, test) == (slice(0, 600), slice(600, 800), slice(800, 1000))
@@ -120,6 +124,7 @@ def test_split_rejects_bad_fractions_and_tiny_series() -> None:
 
 
 # --- MinMaxScaler -----------------------------------------------------------------------------
+
 
 def test_scaler_maps_training_range_to_unit_interval_and_clips() -> None:
     scaler = MinMaxScaler.fit(np.array([2.0, 4.0, 6.0]))
@@ -144,6 +149,7 @@ def test_scaler_rejects_constant_training_part() -> None:
 
 # --- prepare_series ---------------------------------------------------------------------------
 
+
 def test_prepare_uses_training_statistics_only() -> None:
     # Rising series: val/test exceed the training maximum and must clip to 1.
     x = np.linspace(0.0, 10.0, 1000)
@@ -156,7 +162,8 @@ def test_prepare_uses_training_statistics_only() -> None:
     assert prepared.train_ctx is None and prepared.context_scalers == ()
     assert prepared.notes == (
         "100% of the validation part lies outside the training range [0, 5.996] and is clipped to [0, 1]",
-        "100% of the test part lies outside the training range [0, 5.996] and is clipped to [0, 1]")
+        "100% of the test part lies outside the training range [0, 5.996] and is clipped to [0, 1]",
+    )
 
 
 def test_prepare_scales_each_context_channel_on_train() -> None:
@@ -171,8 +178,7 @@ def test_prepare_scales_each_context_channel_on_train() -> None:
     np.testing.assert_allclose(prepared.train_ctx[:, 0], np.arange(300) / 299.0)
     assert np.all(prepared.val_ctx[:, 0] == 1.0)
     wave = ctx[:300, 1]
-    np.testing.assert_allclose(prepared.test_ctx[:, 1],
-                               np.clip((ctx[400:, 1] - wave.min()) / np.ptp(wave), 0, 1))
+    np.testing.assert_allclose(prepared.test_ctx[:, 1], np.clip((ctx[400:, 1] - wave.min()) / np.ptp(wave), 0, 1))
     assert prepared.notes == ("context 'idx': filled 1 gap (1 point) by linear interpolation",)
 
 
@@ -190,6 +196,7 @@ def test_prepare_rejects_constant_training_part() -> None:
 
 
 # --- describe_series --------------------------------------------------------------------------
+
 
 def test_describe_matches_direct_formulas() -> None:
     rng = np.random.default_rng(3)

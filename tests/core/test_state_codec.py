@@ -1,4 +1,5 @@
 """Controller states survive packing into fixed-size rows, byte for byte."""
+
 from __future__ import annotations
 
 from dataclasses import fields
@@ -18,8 +19,9 @@ def _state(config: PicRLConfig, services: int) -> ControllerState:
     torch.manual_seed(0)
     controller = PicRLController(GaussianLSTM(config.predictor), PolicyNetwork(config.policy), config)
     rng = np.random.default_rng(1)
-    state = controller.initial_state(np.arange(services, dtype=np.uint64), rng.uniform(0.2, 0.8, (services, 40)),
-                                     start_tick=5)
+    state = controller.initial_state(
+        np.arange(services, dtype=np.uint64), rng.uniform(0.2, 0.8, (services, 40)), start_tick=5
+    )
     y = np.minimum(rng.uniform(0, 1, services), state.action)
     return controller.step(state, y, y >= state.action)[0]
 
@@ -40,5 +42,5 @@ def test_one_row_can_be_unpacked_alone(tiny_config: PicRLConfig) -> None:
     state = _state(tiny_config, 3)
     codec = StateCodec.for_config(tiny_config)
     raw = codec.pack(state).tobytes()
-    second = codec.unpack(np.frombuffer(raw[codec.row_bytes:2 * codec.row_bytes], dtype=codec.dtype))
+    second = codec.unpack(np.frombuffer(raw[codec.row_bytes : 2 * codec.row_bytes], dtype=codec.dtype))
     assert second.action[0] == state.action[1] and second.tick[0] == state.tick[1]

@@ -1,7 +1,8 @@
 """Statistical properties and reproducibility of the synthetic generators (picrl_core.synthetic)."""
+
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import pytest

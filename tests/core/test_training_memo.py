@@ -1,5 +1,6 @@
 """Shared offline training (picrl_core.training_memo): identical phases train once inside a block,
 and sharing never changes a result."""
+
 from __future__ import annotations
 
 from dataclasses import replace
@@ -57,13 +58,17 @@ def _count_trainings(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
         return pretrain(*args, **kwargs)
 
     monkeypatch.setattr(pipeline, "train_predictor", counted_predictor)
-    monkeypatch.setattr(pipeline.train_offline, "__kwdefaults__",
-                        {**pipeline.train_offline.__kwdefaults__, "pretrainer": counted_pretrain})
+    monkeypatch.setattr(
+        pipeline.train_offline,
+        "__kwdefaults__",
+        {**pipeline.train_offline.__kwdefaults__, "pretrainer": counted_pretrain},
+    )
     return counts
 
 
 def test_methods_share_phases_and_get_the_results_they_get_alone(
-        series: PreparedSeries, tiny_config: PicRLConfig, monkeypatch: pytest.MonkeyPatch) -> None:
+    series: PreparedSeries, tiny_config: PicRLConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
     names = ["pic-rl", "a5", "a6", "conformal", "a2"]
     alone = {name: run_on_test_split(REGISTRY[name], series, tiny_config, 60.0) for name in names}
     counts = _count_trainings(monkeypatch)
@@ -74,8 +79,9 @@ def test_methods_share_phases_and_get_the_results_they_get_alone(
     assert counts == {"phase1": 2, "phase2": 2}
     for name in names:
         np.testing.assert_array_equal(shared[name].actions, alone[name].actions, err_msg=name)
-    assert not np.array_equal(shared["a5"].actions, shared["pic-rl"].actions) or \
-        not np.array_equal(shared["a6"].actions, shared["pic-rl"].actions)  # the online switches still act
+    assert not np.array_equal(shared["a5"].actions, shared["pic-rl"].actions) or not np.array_equal(
+        shared["a6"].actions, shared["pic-rl"].actions
+    )  # the online switches still act
 
 
 def test_run_on_test_split_scores_the_test_demand(series: PreparedSeries, tiny_config: PicRLConfig) -> None:

@@ -1,4 +1,5 @@
 """Fixtures of the stream tests: a tiny trained model (native units) saved as an artifact folder."""
+
 from __future__ import annotations
 
 from dataclasses import replace
@@ -8,14 +9,14 @@ import numpy as np
 import pytest
 
 from picrl.datasets import Trace
+from picrl.workloads import copies_of
 from picrl_core.artifact import ModelArtifact, save_artifact
 from picrl_core.config import PicRLConfig
 from picrl_core.pipeline import train_offline
-from picrl_core.series import prepare_series
 from picrl_core.resources import GPU_POD
+from picrl_core.series import prepare_series
 from picrl_core.synthetic import diurnal
 from producers.workload import Workload
-from picrl.workloads import copies_of
 
 WINDOW = 8
 
@@ -62,5 +63,11 @@ def two_resource_workload(trace: Trace, services: int, ticks: int, seed: int = 3
     memory from shifted copies of the trace, compute (in %) from other copies, so their peaks differ."""
     memory = copies_of(trace, services, ticks, start=900, seed=seed)
     compute = copies_of(trace, services, ticks, start=600, seed=seed + 5)
-    return Workload(tuple(f"pod-{j}" for j in range(services)), np.hstack([memory.demand, compute.demand * 1.5]),
-                    None, (), "GiB | %", GPU_POD)
+    return Workload(
+        tuple(f"pod-{j}" for j in range(services)),
+        np.hstack([memory.demand, compute.demand * 1.5]),
+        None,
+        (),
+        "GiB | %",
+        GPU_POD,
+    )

@@ -1,4 +1,5 @@
 """Under at_least_once a batch's events are acknowledged once its records are delivered, in batch order."""
+
 from __future__ import annotations
 
 import asyncio
@@ -19,14 +20,17 @@ class _Event:
 
 
 def test_a_batch_delivered_first_waits_for_the_batch_before_it(tiny_artifact: ModelArtifact) -> None:
-    worker = StreamWorker(WorkerSettings(bootstrap="127.0.0.1:9", app_id="ack-worker", guarantee="at_least_once"),
-                          tiny_artifact)
+    worker = StreamWorker(
+        WorkerSettings(bootstrap="127.0.0.1:9", app_id="ack-worker", guarantee="at_least_once"), tiny_artifact
+    )
 
     async def run() -> list[str]:
         acked: list[str] = []
         loop = asyncio.get_running_loop()
         first, second = loop.create_future(), loop.create_future()
-        a = asyncio.ensure_future(worker._acknowledge_delivered([_Event("a1", acked), _Event("a2", acked)], [first], None))
+        a = asyncio.ensure_future(
+            worker._acknowledge_delivered([_Event("a1", acked), _Event("a2", acked)], [first], None)
+        )
         b = asyncio.ensure_future(worker._acknowledge_delivered([_Event("b1", acked)], [second], a))
         second.set_result(None)  # the later batch is delivered first...
         await asyncio.sleep(0.01)

@@ -1,4 +1,5 @@
 """How the worker batches (issue 17): a lone event is decided at once, not held for a batch window."""
+
 from __future__ import annotations
 
 import asyncio
@@ -20,12 +21,18 @@ async def _lone_events(bootstrap: str, names: TopicNames, lone: int) -> list[tup
     """Warm one service up, then send ``lone`` events one at a time, each once the previous one's action is
     visible to a read_committed consumer; (decided - produced, visible - produced) seconds of each."""
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap)
-    consumer = AIOKafkaConsumer(names.actions, bootstrap_servers=bootstrap, isolation_level="read_committed",
-                                auto_offset_reset="earliest", enable_auto_commit=False)
+    consumer = AIOKafkaConsumer(
+        names.actions,
+        bootstrap_servers=bootstrap,
+        isolation_level="read_committed",
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+    )
     await producer.start()
     await consumer.start()
     seen: list[tuple[float, float]] = []
     try:
+
         async def send(tick: int) -> None:
             event = UsageEvent("svc", tick, 30.0 + tick % 5, False, 60.0, None, time.time())
             await producer.send_and_wait(names.usage, event.to_bytes(), key=b"svc")
@@ -37,7 +44,10 @@ async def _lone_events(bootstrap: str, names: TopicNames, lone: int) -> list[tup
                     for message in messages:
                         action = decode_action(message.value)
                         if action.tick == tick + 1:
-                            return action.decided_at - action.source_produced_at, time.time() - action.source_produced_at
+                            return (
+                                action.decided_at - action.source_produced_at,
+                                time.time() - action.source_produced_at,
+                            )
             raise TimeoutError(f"no action for tick {tick}")
 
         for tick in range(WINDOW):
@@ -52,15 +62,30 @@ async def _lone_events(bootstrap: str, names: TopicNames, lone: int) -> list[tup
     return seen
 
 
-def test_a_lone_event_is_decided_without_waiting_for_a_batch_window(kafka_bootstrap: str, tiny_model_dir: Path,
-                                                                    tmp_path: Path) -> None:
+def test_a_lone_event_is_decided_without_waiting_for_a_batch_window(
+    kafka_bootstrap: str, tiny_model_dir: Path, tmp_path: Path
+) -> None:
     prefix = unique("lone")
     names = TopicNames(prefix)
     asyncio.run(ensure_topics(kafka_bootstrap, topic_specs(prefix, 2)))
     log = tmp_path / "worker.log"
-    args = ["worker", "--model", str(tiny_model_dir), "--bootstrap", kafka_bootstrap, "--prefix", prefix,
-            "--partitions", "2", "--app-id", f"{prefix}-worker", "--batch-within", str(BATCH_WITHIN),
-            "--log-level", "warning"]
+    args = [
+        "worker",
+        "--model",
+        str(tiny_model_dir),
+        "--bootstrap",
+        kafka_bootstrap,
+        "--prefix",
+        prefix,
+        "--partitions",
+        "2",
+        "--app-id",
+        f"{prefix}-worker",
+        "--batch-within",
+        str(BATCH_WITHIN),
+        "--log-level",
+        "warning",
+    ]
     with picrl_process(args, log) as worker:
         seen = asyncio.run(_lone_events(kafka_bootstrap, names, 5))
         assert worker.poll() is None, f"the worker exited:\n{tail(log)}"

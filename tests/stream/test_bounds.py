@@ -6,6 +6,7 @@ Bounds (docs/guide/reliability.md): the replay buffer holds ``OnlineConfig.buffe
 them, and the last ``RECENT_DECISIONS`` actions of at most ``RECENT_SERVICES`` services; refused
 input is written to the dead-letter topic (retention 14 days / 64 MiB per partition) and not kept.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -35,9 +36,15 @@ KIB = 1 << 10
 
 def _transitions(n: int, rng: np.random.Generator) -> Transition:
     features = rng.normal(size=(n, N_FEATURES)).astype(np.float32)
-    return Transition(features=features, pre=rng.normal(size=(n, 2)).astype(np.float32),
-                      log_prob=rng.normal(size=n).astype(np.float32), reward=rng.normal(size=n),
-                      next_features=features, censored=rng.random(n) < 0.3, action=rng.random(n))
+    return Transition(
+        features=features,
+        pre=rng.normal(size=(n, 2)).astype(np.float32),
+        log_prob=rng.normal(size=n).astype(np.float32),
+        reward=rng.normal(size=n),
+        next_features=features,
+        censored=rng.random(n) < 0.3,
+        action=rng.random(n),
+    )
 
 
 def _traced_growth(feed, rounds: int) -> int:
@@ -66,7 +73,8 @@ def test_replay_buffer_fed_ten_times_its_size_keeps_its_size_and_memory() -> Non
 
 
 def test_recent_decisions_are_kept_for_a_bounded_number_of_services(
-        tiny_artifact: ModelArtifact, monkeypatch: pytest.MonkeyPatch) -> None:
+    tiny_artifact: ModelArtifact, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(worker_module, "RECENT_SERVICES", 100)
     worker = StreamWorker(WorkerSettings(bootstrap="127.0.0.1:9"), tiny_artifact)  # never started: no broker
     template = decode_action(_action_bytes())
@@ -86,10 +94,12 @@ def test_recent_decisions_are_kept_for_a_bounded_number_of_services(
 
 
 def _action_bytes() -> bytes:
-    return (b'{"schema": 1, "type": "action", "service": "s", "tick": 1, "capacity": 1.0, "capacity_norm": 0.5, '
-            b'"mu": 0.5, "sigma": 0.1, "k": 1.0, "eta": 1.0, "margin": 0.0, "bias": 0.0, "policy_version": 0, '
-            b'"censor_streak": 0, "advisory": false, "decided_at": 1.0, "source_produced_at": 0.0, '
-            b'"phase": "control", "k_sigma": 0.1, "clipped": "none"}')
+    return (
+        b'{"schema": 1, "type": "action", "service": "s", "tick": 1, "capacity": 1.0, "capacity_norm": 0.5, '
+        b'"mu": 0.5, "sigma": 0.1, "k": 1.0, "eta": 1.0, "margin": 0.0, "bias": 0.0, "policy_version": 0, '
+        b'"censor_streak": 0, "advisory": false, "decided_at": 1.0, "source_produced_at": 0.0, '
+        b'"phase": "control", "k_sigma": 0.1, "clipped": "none"}'
+    )
 
 
 def _rss_mib(pid: int) -> float:
@@ -100,18 +110,38 @@ def _rss_mib(pid: int) -> float:
 
 
 def test_a_worker_fed_ten_times_its_service_cap_holds_the_cap_and_stays_flat(
-        kafka_bootstrap: str, tiny_model_dir: Path, tmp_path: Path) -> None:
+    kafka_bootstrap: str, tiny_model_dir: Path, tmp_path: Path
+) -> None:
     cap, ticks = 20, WINDOW + 12
     prefix = unique("bounds")
     asyncio.run(ensure_topics(kafka_bootstrap, topic_specs(prefix, 2)))
     topics, port = TopicNames(prefix), free_port()
-    args = ["worker", "--model", str(tiny_model_dir), "--bootstrap", kafka_bootstrap, "--prefix", prefix,
-            "--partitions", "2", "--app-id", f"{prefix}-worker", "--log-level", "error", "--web-port", str(port),
-            "--max-services", str(cap)]
+    args = [
+        "worker",
+        "--model",
+        str(tiny_model_dir),
+        "--bootstrap",
+        kafka_bootstrap,
+        "--prefix",
+        prefix,
+        "--partitions",
+        "2",
+        "--app-id",
+        f"{prefix}-worker",
+        "--log-level",
+        "error",
+        "--web-port",
+        str(port),
+        "--max-services",
+        str(cap),
+    ]
 
     def usage(services: range) -> list[tuple[bytes, bytes]]:
-        return [(f"svc-{s}".encode(), usage_json(f"svc-{s}", t, 5.0 + (s + t) % 7, 20.0))
-                for t in range(ticks) for s in services]
+        return [
+            (f"svc-{s}".encode(), usage_json(f"svc-{s}", t, 5.0 + (s + t) % 7, 20.0))
+            for t in range(ticks)
+            for s in services
+        ]
 
     def scrape() -> str:
         return str(http_get(port, "/metrics/")[1])

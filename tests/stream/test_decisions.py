@@ -1,4 +1,5 @@
 """The worker's translation layer without Kafka: warm-up, decisions equal to the simulator's, refusals."""
+
 from __future__ import annotations
 
 from dataclasses import replace
@@ -50,14 +51,15 @@ class Loop:
         ticks, n = self.workload.demand.shape
         for t in range(ticks):
             batch = [self.event(t, j) for j in range(n)]
-            for part in ([[e] for e in batch] if self.single else [batch]):
+            for part in [[e] for e in batch] if self.single else [batch]:
                 self.feed(part)
         return self
 
     def normalised(self, field: str) -> np.ndarray:
         ticks, _ = self.workload.demand.shape
-        return np.array([[getattr(self.actions[s, t], field) for s in self.workload.services]
-                         for t in range(WINDOW, ticks)])
+        return np.array(
+            [[getattr(self.actions[s, t], field) for s in self.workload.services] for t in range(WINDOW, ticks)]
+        )
 
 
 @pytest.fixture()
@@ -66,8 +68,9 @@ def workload(native_trace: Trace) -> Workload:
 
 
 @pytest.mark.parametrize("one_event_per_batch", [False, True])
-def test_decisions_equal_the_simulator_whatever_the_batching(tiny_artifact: ModelArtifact, workload: Workload,
-                                                             one_event_per_batch: bool) -> None:
+def test_decisions_equal_the_simulator_whatever_the_batching(
+    tiny_artifact: ModelArtifact, workload: Workload, one_event_per_batch: bool
+) -> None:
     loop = Loop(DecisionEngine(tiny_artifact, EngineSettings(headroom=0.5)), workload, one_event_per_batch).run()
     reference = reference_run(tiny_artifact, workload.demand, workload.services, headroom=0.5).trajectory
     assert np.array_equal(loop.normalised("capacity_norm"), reference.action)
@@ -81,8 +84,9 @@ def test_decisions_equal_the_simulator_whatever_the_batching(tiny_artifact: Mode
             tr = rewards[service, t]
             assert tr.reward == reference.reward[t - WINDOW, j]
             cfg = tiny_artifact.config
-            assert tr.reward == step_reward(tr.action, tr.observed, tr.censored, tr.mu, tr.sigma, tr.censor_streak,
-                                            cfg.cost, cfg.reward)
+            assert tr.reward == step_reward(
+                tr.action, tr.observed, tr.censored, tr.mu, tr.sigma, tr.censor_streak, cfg.cost, cfg.reward
+            )
 
 
 def test_warmup_holds_the_capacity_and_raises_it_after_a_shortage(tiny_artifact: ModelArtifact) -> None:
@@ -102,8 +106,9 @@ def test_warmup_holds_the_capacity_and_raises_it_after_a_shortage(tiny_artifact:
 
 def _warm(engine: DecisionEngine, service: str = "svc") -> dict[str, bytes | None]:
     rows: dict[str, bytes | None] = {}
-    outcome = engine.process([Incoming(UsageEvent(service, t, 4.0 + t % 3, False, 10.0), 0, t) for t in range(WINDOW)],
-                             {service: None})
+    outcome = engine.process(
+        [Incoming(UsageEvent(service, t, 4.0 + t % 3, False, 10.0), 0, t) for t in range(WINDOW)], {service: None}
+    )
     rows.update(outcome.rows)
     assert outcome.actions[-1].phase == "control" and outcome.actions[-1].tick == WINDOW
     return rows
@@ -119,8 +124,9 @@ def test_duplicates_are_refused_and_redeliveries_skipped(tiny_artifact: ModelArt
     assert duplicate.rows["svc"] == rows["svc"]  # nothing changed
 
 
-def test_far_future_tick_and_wrong_context_are_refused(tiny_artifact: ModelArtifact,
-                                                       tiny_context_artifact: ModelArtifact) -> None:
+def test_far_future_tick_and_wrong_context_are_refused(
+    tiny_artifact: ModelArtifact, tiny_context_artifact: ModelArtifact
+) -> None:
     engine = DecisionEngine(tiny_artifact, EngineSettings(max_tick_gap=10))
     rows = _warm(engine)
     far = engine.process([Incoming(UsageEvent("svc", WINDOW + 11, 5.0, False, 10.0), 0, 50)], rows)
@@ -130,8 +136,9 @@ def test_far_future_tick_and_wrong_context_are_refused(tiny_artifact: ModelArtif
     with_context = DecisionEngine(tiny_context_artifact)
     missing = with_context.process([Incoming(UsageEvent("svc", 0, 5.0, False, 10.0), 0, 0)], {"svc": None})
     assert [r.reason for r in missing.refused] == ["missing_context"]
-    fine = with_context.process([Incoming(UsageEvent("svc", 0, 5.0, False, 10.0, {"duty_pct": 40.0}), 0, 1)],
-                                {"svc": None})
+    fine = with_context.process(
+        [Incoming(UsageEvent("svc", 0, 5.0, False, 10.0, {"duty_pct": 40.0}), 0, 1)], {"svc": None}
+    )
     assert not fine.refused
 
 
@@ -158,8 +165,9 @@ def test_a_capacity_applied_by_the_scheduler_replaces_the_decided_one(tiny_artif
 def test_context_services_match_the_simulator(tiny_context_artifact: ModelArtifact, native_trace: Trace) -> None:
     workload = copies_of(native_trace, 3, WINDOW + 20, start=900, seed=4)
     loop = Loop(DecisionEngine(tiny_context_artifact), workload).run()
-    reference = reference_run(tiny_context_artifact, workload.demand, workload.services, 0.5,
-                              workload.context).trajectory
+    reference = reference_run(
+        tiny_context_artifact, workload.demand, workload.services, 0.5, workload.context
+    ).trajectory
     assert np.array_equal(loop.normalised("capacity_norm"), reference.action)
 
 
@@ -202,8 +210,9 @@ def _tripling(native_trace: Trace, services: int = 3) -> Workload:
     return tripled(copies_of(native_trace, services, WINDOW + 100, start=900, seed=3), WINDOW)
 
 
-def test_an_outgrown_range_grows_in_the_stream_as_in_the_simulator(tiny_artifact: ModelArtifact,
-                                                                   native_trace: Trace) -> None:
+def test_an_outgrown_range_grows_in_the_stream_as_in_the_simulator(
+    tiny_artifact: ModelArtifact, native_trace: Trace
+) -> None:
     workload = _tripling(native_trace)
     engine = DecisionEngine(tiny_artifact, EngineSettings(headroom=0.5, range_growth=2.0, grow_after=3))
     changes = []
@@ -216,8 +225,9 @@ def test_an_outgrown_range_grows_in_the_stream_as_in_the_simulator(tiny_artifact
 
     engine.process = process  # type: ignore[method-assign]
     loop = Loop(engine, workload).run()
-    reference = reference_run(tiny_artifact, workload.demand, workload.services, headroom=0.5, range_growth=2.0,
-                              grow_after=3)
+    reference = reference_run(
+        tiny_artifact, workload.demand, workload.services, headroom=0.5, range_growth=2.0, grow_after=3
+    )
     assert np.array_equal(loop.normalised("capacity_norm"), reference.trajectory.action)  # bit for bit
     assert np.array_equal(loop.normalised("capacity"), reference.capacity)
     first_high = reference.high[0]
@@ -232,8 +242,9 @@ def test_an_outgrown_range_grows_in_the_stream_as_in_the_simulator(tiny_artifact
     assert (fixed.normalised("capacity") <= first_high * (1 + 1e-9)).all()  # without growth: pinned for ever
 
 
-def test_an_operator_sets_a_range_that_the_state_follows_and_that_never_grows(tiny_artifact: ModelArtifact,
-                                                                              native_trace: Trace) -> None:
+def test_an_operator_sets_a_range_that_the_state_follows_and_that_never_grows(
+    tiny_artifact: ModelArtifact, native_trace: Trace
+) -> None:
     workload = _tripling(native_trace, services=1)
     service = workload.services[0]
     engine = DecisionEngine(tiny_artifact, EngineSettings(overrides={service: ServiceOverride(low=0.0, high=90.0)}))
@@ -247,9 +258,15 @@ def test_an_operator_sets_a_range_that_the_state_follows_and_that_never_grows(ti
     before = engine.decode_row(loop.rows[service])[0]
     outcome = later.process([event], {service: loop.rows[service]})  # the operator widened it: a restart applies it
     (change,) = outcome.ranges
-    assert (change.reason, change.low, change.high, change.new_low, change.new_high) == ("operator", 0.0, 90.0, 0.0,
-                                                                                         300.0)
+    assert (change.reason, change.low, change.high, change.new_low, change.new_high) == (
+        "operator",
+        0.0,
+        90.0,
+        0.0,
+        300.0,
+    )
     after = later.decode_row(outcome.rows[service])[0]
     assert (after["low"], after["high"]) == (0.0, 300.0)
-    np.testing.assert_allclose(after["core"]["observations"][:-1] * 300.0, before["core"]["observations"][1:] * 90.0,
-                               rtol=1e-5)  # the same native history, one tick later
+    np.testing.assert_allclose(
+        after["core"]["observations"][:-1] * 300.0, before["core"]["observations"][1:] * 90.0, rtol=1e-5
+    )  # the same native history, one tick later

@@ -2,6 +2,7 @@
 one controller call, reads the coupled flags (a memory shortage censors compute too), and its decisions equal
 the embedded loop's bit for bit whatever the batching; records that do not carry the model's resources are
 refused with a reason and the tick is not lost."""
+
 from __future__ import annotations
 
 from dataclasses import replace
@@ -44,15 +45,17 @@ class CoupledLoop:
         batch = []
         for j, service in enumerate(self.services):
             self.offset += 1
-            resources = {name: ResourceUsage(float(y[r, j]), float(self.capacity[t, r, j]), bool(own[r, j]))
-                         for r, name in enumerate(NAMES)}
+            resources = {
+                name: ResourceUsage(float(y[r, j]), float(self.capacity[t, r, j]), bool(own[r, j]))
+                for r, name in enumerate(NAMES)
+            }
             batch.append(Incoming(ResourceUsageEvent(service, t, resources), 0, self.offset))
         return batch
 
     def run(self) -> CoupledLoop:
         for t in range(self.demand.shape[0]):
             batch = self.events(t)
-            for part in ([[e] for e in batch] if self.single else [batch]):
+            for part in [[e] for e in batch] if self.single else [batch]:
                 outcome = self.engine.process(part, {i.service: self.rows.get(i.service) for i in part})
                 assert not outcome.refused
                 self.rows.update(outcome.rows)
@@ -60,21 +63,26 @@ class CoupledLoop:
                     assert isinstance(action, ResourceAction) and decode_action(action.to_bytes()) == action
                     self.actions[action.service, action.tick] = action
                     for r, name in enumerate(NAMES):
-                        self.capacity[action.tick, r, self.services.index(action.service)] = \
-                            action.resources[name].capacity
+                        self.capacity[action.tick, r, self.services.index(action.service)] = action.resources[
+                            name
+                        ].capacity
                 self.transitions += outcome.transitions
         return self
 
     def normalised(self, field: str) -> np.ndarray:
         """``(T - W, R * N)``: the field of every resource's decision, resource-major."""
-        return np.array([[getattr(self.actions[s, t].resources[name], field) for name in NAMES for s in self.services]
-                         for t in range(WINDOW, self.demand.shape[0])])
+        return np.array(
+            [
+                [getattr(self.actions[s, t].resources[name], field) for name in NAMES for s in self.services]
+                for t in range(WINDOW, self.demand.shape[0])
+            ]
+        )
 
 
 @pytest.mark.parametrize("one_event_per_batch, kills", [(False, False), (True, False), (False, True)])
-def test_coupled_decisions_equal_the_embedded_loop_whatever_the_batching(tiny_artifact: ModelArtifact,
-                                                                         native_trace: Trace, one_event_per_batch: bool,
-                                                                         kills: bool) -> None:
+def test_coupled_decisions_equal_the_embedded_loop_whatever_the_batching(
+    tiny_artifact: ModelArtifact, native_trace: Trace, one_event_per_batch: bool, kills: bool
+) -> None:
     """``kills``: a memory shortage kills the pod (``--hard-shortage pod``), so compute is observed at 0."""
     workload = two_resource_workload(native_trace, 3, WINDOW + 40)
     if kills:
@@ -96,14 +104,18 @@ def test_coupled_decisions_equal_the_embedded_loop_whatever_the_batching(tiny_ar
     assert engine.decode_row(loop.rows[services[0]]).shape == (len(NAMES),)
 
 
-def test_a_memory_shortage_moves_the_compute_decisions_and_nothing_moves_memory(tiny_artifact: ModelArtifact,
-                                                                                native_trace: Trace) -> None:
+def test_a_memory_shortage_moves_the_compute_decisions_and_nothing_moves_memory(
+    tiny_artifact: ModelArtifact, native_trace: Trace
+) -> None:
     """Against one learner per resource (each row reading its own flag), the coupled worker's memory decisions
     are the same and its compute decisions differ, from the first tick after a memory shortage on."""
     workload = two_resource_workload(native_trace, 3, WINDOW + 40)
     services = workload.services
-    coupled = CoupledLoop(DecisionEngine(tiny_artifact, EngineSettings(headroom=0.5, resources=GPU_POD)),
-                          workload).run().normalised("capacity_norm")
+    coupled = (
+        CoupledLoop(DecisionEngine(tiny_artifact, EngineSettings(headroom=0.5, resources=GPU_POD)), workload)
+        .run()
+        .normalised("capacity_norm")
+    )
     alone = coupled_reference_run(tiny_artifact, workload, headroom=0.5, coupled=False)
     memory, compute = slice(None, len(services)), slice(len(services), None)
     assert np.array_equal(coupled[:, memory], alone.trajectory.action[:, memory])
@@ -128,16 +140,21 @@ def test_records_without_the_models_resources_are_refused_with_a_reason(tiny_art
     ]
     outcome = engine.process(batch, {})
     reasons = {r.incoming.service[:10]: r.reason for r in outcome.refused}
-    assert reasons == {"single": "missing_resource", "partial": "missing_resource", "extra": "unknown_resource",
-                       "x" * 10: "resource_id_too_long"}
+    assert reasons == {
+        "single": "missing_resource",
+        "partial": "missing_resource",
+        "extra": "unknown_resource",
+        "x" * 10: "resource_id_too_long",
+    }
     assert set(reasons.values()) <= REFUSAL_REASONS
     assert all(r.incoming is batch[i] for r, i in zip(outcome.refused, range(4)))  # the record as it came
     assert [a.service for a in outcome.actions] == ["good"] and outcome.actions[0].phase == "warmup"
     assert set(outcome.rows) == {"good"} and len(outcome.rows["good"]) == engine.row_bytes
 
 
-def test_a_bad_value_is_answered_with_one_hold_for_every_resource(tiny_artifact: ModelArtifact,
-                                                                   native_trace: Trace) -> None:
+def test_a_bad_value_is_answered_with_one_hold_for_every_resource(
+    tiny_artifact: ModelArtifact, native_trace: Trace
+) -> None:
     workload = two_resource_workload(native_trace, 1, WINDOW + 2)
     services = workload.services
     loop = CoupledLoop(DecisionEngine(tiny_artifact, EngineSettings(headroom=0.5, resources=GPU_POD)), workload).run()
@@ -145,13 +162,15 @@ def test_a_bad_value_is_answered_with_one_hold_for_every_resource(tiny_artifact:
     outcome = loop.engine.process([BadValue(services[0], WINDOW + 2, 0, 10_000)], {services[0]: loop.rows[services[0]]})
     (hold,) = outcome.actions
     assert isinstance(hold, ResourceAction) and hold.phase == "hold" and hold.tick == WINDOW + 3
-    assert {name: d.capacity for name, d in hold.resources.items()} == \
-        {name: d.capacity for name, d in decided.resources.items()}
+    assert {name: d.capacity for name, d in hold.resources.items()} == {
+        name: d.capacity for name, d in decided.resources.items()
+    }
     assert not outcome.transitions
 
 
-def test_the_service_cap_counts_pods_and_overrides_are_keyed_by_resource_row(tiny_artifact: ModelArtifact,
-                                                                            native_trace: Trace) -> None:
+def test_the_service_cap_counts_pods_and_overrides_are_keyed_by_resource_row(
+    tiny_artifact: ModelArtifact, native_trace: Trace
+) -> None:
     """``max_services`` caps pods, not rows; an operator's override of ``<pod>/gpu_compute`` bounds that resource
     only; a redelivered record is skipped once, not once per resource."""
     full = {"gpu_mem": (10.0, 20.0, False), "gpu_compute": (30.0, 50.0, False)}
@@ -165,12 +184,14 @@ def test_the_service_cap_counts_pods_and_overrides_are_keyed_by_resource_row(tin
 
     workload = two_resource_workload(native_trace, 1, WINDOW + 6)
     cap = 0.5 * float(workload.demand[:, 1].min())
-    frozen = EngineSettings(headroom=0.5, resources=GPU_POD,
-                            overrides={"pod-0/gpu_compute": ServiceOverride(max_capacity=cap)})
+    frozen = EngineSettings(
+        headroom=0.5, resources=GPU_POD, overrides={"pod-0/gpu_compute": ServiceOverride(max_capacity=cap)}
+    )
     loop = CoupledLoop(DecisionEngine(tiny_artifact, frozen), workload).run()
     decided = [loop.actions["pod-0", t] for t in range(WINDOW, workload.ticks)]
-    assert all(a.resources["gpu_compute"].capacity == cap and a.resources["gpu_compute"].clipped == "override"
-               for a in decided)
+    assert all(
+        a.resources["gpu_compute"].capacity == cap and a.resources["gpu_compute"].clipped == "override" for a in decided
+    )
     assert all(a.resources["gpu_mem"].clipped != "override" for a in decided)
 
 

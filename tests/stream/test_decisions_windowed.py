@@ -1,6 +1,7 @@
 """The stream with the paper's windowed predictor (``predictor.kind = "windowed"``, the paper preset's): its
 decisions equal the simulator's bit for bit whatever the batching, with context and with range growth, as the
 default incremental one's."""
+
 from __future__ import annotations
 
 from dataclasses import replace
@@ -32,9 +33,9 @@ def windowed_artifact(native_trace: Trace) -> ModelArtifact:
 
 
 @pytest.mark.parametrize("one_event_per_batch", [False, True])
-def test_windowed_decisions_equal_the_simulator_whatever_the_batching(windowed_artifact: ModelArtifact,
-                                                                         native_trace: Trace,
-                                                                         one_event_per_batch: bool) -> None:
+def test_windowed_decisions_equal_the_simulator_whatever_the_batching(
+    windowed_artifact: ModelArtifact, native_trace: Trace, one_event_per_batch: bool
+) -> None:
     workload = copies_of(native_trace, 4, WINDOW + 40, start=900, seed=3)
     engine = DecisionEngine(windowed_artifact, EngineSettings(headroom=0.5))
     loop = Loop(engine, workload, one_event_per_batch).run()
@@ -54,6 +55,7 @@ def test_windowed_context_services_and_range_growth_match_the_simulator(native_t
     grown = tripled(copies_of(native_trace, 3, WINDOW + 60, start=900, seed=3), WINDOW)
     settings = EngineSettings(headroom=0.5, range_growth=2.0, grow_after=3)
     loop = Loop(DecisionEngine(artifact, settings), grown).run()
-    reference = reference_run(artifact, grown.demand, grown.services, headroom=0.5, context=grown.context,
-                              range_growth=2.0, grow_after=3).trajectory
+    reference = reference_run(
+        artifact, grown.demand, grown.services, headroom=0.5, context=grown.context, range_growth=2.0, grow_after=3
+    ).trajectory
     assert np.array_equal(loop.normalised("capacity_norm"), reference.action)

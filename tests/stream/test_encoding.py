@@ -1,4 +1,5 @@
 """The encoder's and the decoder's fast paths (issue 17): the same bytes, records and refusals as the full checks."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -15,14 +16,45 @@ def _round_trip(record: Action | TransitionRecord) -> bytes:
     return orjson.dumps(type(record).from_dict(record._payload())._payload())
 
 
-ACTION = Action("svc-1", 5, 1.5, 0.3, 0.2, 0.1, 1.2, 0.4, 0.01, -0.02, 3, 0, False, 1.7e9, 1.7e9 - 0.01,
-                phase="control", k_sigma=0.12, clipped="low")
+ACTION = Action(
+    "svc-1",
+    5,
+    1.5,
+    0.3,
+    0.2,
+    0.1,
+    1.2,
+    0.4,
+    0.01,
+    -0.02,
+    3,
+    0,
+    False,
+    1.7e9,
+    1.7e9 - 0.01,
+    phase="control",
+    k_sigma=0.12,
+    clipped="low",
+)
 
 
 def _transition(rng: np.random.Generator, dtype: type = np.float32) -> TransitionRecord:
-    return TransitionRecord("svc-1", 4, (rng.normal(size=12) * 1e3).astype(dtype), rng.normal(size=2).astype(dtype),
-                            -1.3, 0.5, rng.normal(size=12).astype(dtype), True, 0.4, 2, observed=0.3, mu=0.2,
-                            sigma=0.1, censor_streak=1)
+    return TransitionRecord(
+        "svc-1",
+        4,
+        (rng.normal(size=12) * 1e3).astype(dtype),
+        rng.normal(size=2).astype(dtype),
+        -1.3,
+        0.5,
+        rng.normal(size=12).astype(dtype),
+        True,
+        0.4,
+        2,
+        observed=0.3,
+        mu=0.2,
+        sigma=0.1,
+        censor_streak=1,
+    )
 
 
 def test_fast_encoding_writes_the_bytes_of_the_round_trip() -> None:
@@ -38,11 +70,18 @@ def test_fast_encoding_writes_the_bytes_of_the_round_trip() -> None:
     assert as_tuples.to_bytes() == _round_trip(as_tuples)
 
 
-@pytest.mark.parametrize("change, reason", [
-    ({"mu": float("nan")}, "non_finite"), ({"capacity": float("inf")}, "non_finite"),
-    ({"sigma": -1.0}, "out_of_range"), ({"tick": 3.0}, "wrong_type"), ({"tick": 2**53 + 1}, "bad_tick"),
-    ({"phase": "later"}, "wrong_type"), ({"service": "bad\x00id"}, "bad_service_id"),
-])
+@pytest.mark.parametrize(
+    "change, reason",
+    [
+        ({"mu": float("nan")}, "non_finite"),
+        ({"capacity": float("inf")}, "non_finite"),
+        ({"sigma": -1.0}, "out_of_range"),
+        ({"tick": 3.0}, "wrong_type"),
+        ({"tick": 2**53 + 1}, "bad_tick"),
+        ({"phase": "later"}, "wrong_type"),
+        ({"service": "bad\x00id"}, "bad_service_id"),
+    ],
+)
 def test_fast_encoding_refuses_what_a_reader_would(change: dict, reason: str) -> None:
     with pytest.raises(DecodeError) as refused:
         dataclasses.replace(ACTION, **change).to_bytes()
@@ -71,15 +110,29 @@ def test_fast_decoding_gives_the_full_checks_record_or_refusal(monkeypatch: pyte
     """Decoding takes a plain value as it is when its field's fast check accepts it; every value, valid or not,
     decodes to the same record (or the same refusal) as with the full check of every field."""
     rng = np.random.default_rng(2)
-    valid = {"service": ["svc-1", "svc-\u00e9"], "tick": [0, 5], "usage": [0.0, 0.25], "censored": [False],
-             "capacity": [0.5, 1], "context": [None, {"duty": 0.4}], "produced_at": [0.0, 1.7e9, 7]}
-    invalid = {"service": ["", "bad\x00id", 7, "x" * 300], "tick": [-1, 2**53 + 1, 3.0, True, "5"],
-               "usage": [0.5, 1, -0.1, 2e18, "0.5", None, False], "censored": [True, 0, "false"],
-               "capacity": [0.25, -1.0, 1e19, None], "context": [{"duty": "x"}, [1.0]], "produced_at": [-5.0, None]}
+    valid = {
+        "service": ["svc-1", "svc-\u00e9"],
+        "tick": [0, 5],
+        "usage": [0.0, 0.25],
+        "censored": [False],
+        "capacity": [0.5, 1],
+        "context": [None, {"duty": 0.4}],
+        "produced_at": [0.0, 1.7e9, 7],
+    }
+    invalid = {
+        "service": ["", "bad\x00id", 7, "x" * 300],
+        "tick": [-1, 2**53 + 1, 3.0, True, "5"],
+        "usage": [0.5, 1, -0.1, 2e18, "0.5", None, False],
+        "censored": [True, 0, "false"],
+        "capacity": [0.25, -1.0, 1e19, None],
+        "context": [{"duty": "x"}, [1.0]],
+        "produced_at": [-5.0, None],
+    }
 
     def pick(name: str) -> object:
         options = invalid[name] if rng.random() < 0.1 else valid[name]
         return options[rng.integers(len(options))]
+
     payloads = [{name: pick(name) for name in valid} for _ in range(400)]
     for payload in payloads[::7]:
         payload.pop(list(valid)[rng.integers(len(valid))])  # missing fields, required or optional

@@ -1,4 +1,5 @@
 """After a rebalance the worker's long-lived objects are out of Python's full garbage collections."""
+
 from __future__ import annotations
 
 import asyncio

@@ -1,5 +1,6 @@
 """Nothing a usage message holds raises past the worker's intake: random bytes and well-formed but
 wrong records all end up decided or dead-lettered with a known reason (property-based)."""
+
 from __future__ import annotations
 
 import json
@@ -22,10 +23,12 @@ JUNK = st.one_of(st.none(), st.booleans(), NUMBERS, st.text(max_size=5), st.list
 def usage_like(draw: st.DrawFn) -> bytes:
     """A usage record whose fields are drawn from plausible and wrong values alike."""
     obj: dict[str, Any] = {
-        "schema": draw(st.sampled_from([SCHEMA_VERSION, SCHEMA_VERSION, 3, "1"])), "type": "usage",
+        "schema": draw(st.sampled_from([SCHEMA_VERSION, SCHEMA_VERSION, 3, "1"])),
+        "type": "usage",
         "service": draw(st.sampled_from(["a", "b", "c", ""]) | st.text(max_size=3)),
         "tick": draw(st.integers(-2, 40) | st.sampled_from([2**53, 2**53 + 1, 10**6])),
-        "usage": draw(NUMBERS | st.floats(0, 50)), "censored": draw(st.booleans() | JUNK),
+        "usage": draw(NUMBERS | st.floats(0, 50)),
+        "censored": draw(st.booleans() | JUNK),
         "capacity": draw(NUMBERS | st.floats(0, 50)),
     }
     if draw(st.booleans()):
@@ -40,8 +43,9 @@ MESSAGES = st.lists(st.one_of(st.binary(max_size=64), usage_like()), min_size=1,
 
 @settings(max_examples=150, deadline=None, database=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(batches=st.lists(MESSAGES, min_size=1, max_size=4))
-def test_random_input_is_decided_or_dead_lettered_never_raised(tiny_artifact: ModelArtifact,
-                                                                batches: list[list[bytes]]) -> None:
+def test_random_input_is_decided_or_dead_lettered_never_raised(
+    tiny_artifact: ModelArtifact, batches: list[list[bytes]]
+) -> None:
     engine = DecisionEngine(tiny_artifact, EngineSettings(max_services=2, max_tick_gap=50))
     rows: dict[str, bytes] = {}
     offset = 0
@@ -51,8 +55,9 @@ def test_random_input_is_decided_or_dead_lettered_never_raised(tiny_artifact: Mo
             raws.append(Raw("t.usage", 0, offset, None, value))
             offset += 1
         incoming, letters = decode_batch(raws, now=1.0)
-        outcome, refused = decide(engine, incoming, {i.service: rows.get(i.service) for i in incoming},
-                                  len(rows), "t.usage", now=1.0)
+        outcome, refused = decide(
+            engine, incoming, {i.service: rows.get(i.service) for i in incoming}, len(rows), "t.usage", now=1.0
+        )
         rows.update(outcome.rows)
         letters += refused
         assert {letter.record.reason for letter in letters} <= REASONS
@@ -73,8 +78,9 @@ def test_random_input_is_decided_or_dead_lettered_never_raised(tiny_artifact: Mo
 def _feed(engine: DecisionEngine, rows: dict[str, bytes], values: list[bytes], first_offset: int) -> tuple[list, list]:
     raws = [Raw("t.usage", 0, first_offset + n, b"svc", value) for n, value in enumerate(values)]
     incoming, letters = decode_batch(raws, now=1.0)
-    outcome, refused = decide(engine, incoming, {i.service: rows.get(i.service) for i in incoming}, len(rows),
-                              "t.usage", now=1.0)
+    outcome, refused = decide(
+        engine, incoming, {i.service: rows.get(i.service) for i in incoming}, len(rows), "t.usage", now=1.0
+    )
     rows.update(outcome.rows)
     return outcome.actions, letters + refused
 
@@ -86,8 +92,17 @@ def test_a_record_refused_for_its_value_is_answered_with_a_hold(tiny_artifact: M
     actions, _ = _feed(engine, rows, warm, 0)
     decided = actions[-1]
     assert decided.phase == "control" and decided.tick == window
-    bad = json.dumps({"schema": 1, "type": "usage", "service": "svc", "tick": window, "usage": 0.5 * decided.capacity,
-                      "censored": True, "capacity": decided.capacity}).encode()  # censored, usage far below capacity
+    bad = json.dumps(
+        {
+            "schema": 1,
+            "type": "usage",
+            "service": "svc",
+            "tick": window,
+            "usage": 0.5 * decided.capacity,
+            "censored": True,
+            "capacity": decided.capacity,
+        }
+    ).encode()  # censored, usage far below capacity
     (hold,), (letter,) = _feed(engine, rows, [bad], window)
     assert letter.record.reason == "censored_usage_mismatch" and (letter.service, letter.tick) == ("svc", window)
     assert hold.phase == "hold" and hold.tick == window + 1 and hold.capacity == decided.capacity
@@ -106,9 +121,11 @@ def test_a_record_refused_for_its_value_is_answered_with_a_hold(tiny_artifact: M
 
 def test_identity_refusals_and_unknown_services_get_no_hold(tiny_artifact: ModelArtifact) -> None:
     engine, rows = DecisionEngine(tiny_artifact), {}
-    unknown = json.dumps({"schema": 1, "type": "usage", "service": "new", "tick": 0, "usage": -1.0,
-                          "censored": False, "capacity": 3.0}).encode()
-    no_tick = json.dumps({"schema": 1, "type": "usage", "service": "svc", "tick": -4, "usage": 1.0,
-                          "censored": False, "capacity": 3.0}).encode()
+    unknown = json.dumps(
+        {"schema": 1, "type": "usage", "service": "new", "tick": 0, "usage": -1.0, "censored": False, "capacity": 3.0}
+    ).encode()
+    no_tick = json.dumps(
+        {"schema": 1, "type": "usage", "service": "svc", "tick": -4, "usage": 1.0, "censored": False, "capacity": 3.0}
+    ).encode()
     actions, letters = _feed(engine, rows, [unknown, no_tick], 0)
     assert actions == [] and [(letter.service, letter.tick) for letter in letters] == [("new", 0), (None, None)]

@@ -1,4 +1,5 @@
 """The censoring-streak gauges cover every service a worker holds, not only the last batch's."""
+
 from __future__ import annotations
 
 from prometheus_client import generate_latest
@@ -14,7 +15,10 @@ def test_streak_gauges_keep_services_absent_from_the_last_batches() -> None:
     for batch in range(5):
         metrics.streaks.update("fine", 1, 0)
         metrics.streaks.update("short-now", 1, batch)
-    scrape = lambda: generate_latest(metrics.registry).decode()
+
+    def scrape() -> str:
+        return generate_latest(metrics.registry).decode()
+
     assert metric(scrape(), "picrl_censor_streak_max") == 21
     assert metric(scrape(), "picrl_services_in_censor_streak") == 2  # long-short (21) and short-now (4)
     metrics.streaks.update("long-short", 0, 0)  # provisioned enough again

@@ -1,6 +1,7 @@
 """What a platform team sees of a running worker: settings with sources, recommend mode and overrides,
 Prometheus metrics scraped during a run from the web server that is on by default, `picrl explain`, one log
 format per process, expected start-up states at info, and a clear end when Kafka does not answer."""
+
 from __future__ import annotations
 
 import asyncio
@@ -17,24 +18,31 @@ from pathlib import Path
 import pytest
 
 from picrl.cli import main
-from picrl.datasets import Trace
 from picrl.commands import explain
 from picrl.commands.bus import RETRIED_STATES, RetriedStates
 from picrl.commands.worker import WEB_PORT, web_port
+from picrl.datasets import Trace
 from picrl.settings import Settings, SettingsError, load_settings
-from producers.closed_loop import ClosedLoopEnvironment, TickSummary
 from picrl.workloads import copies_of
+from producers.closed_loop import ClosedLoopEnvironment, TickSummary
 from stream.topics import TopicNames, ensure_topics, topic_specs
 from tests.stream.conftest import WINDOW
 from tests.support.kafka import unique
 from tests.support.processes import picrl_process, spawn, stop, tail
 
 
-
 def test_settings_come_from_file_then_environment_then_flags(tmp_path: Path) -> None:
     file = tmp_path / "settings.json"
-    file.write_text(json.dumps({"partitions": 4, "mode": "recommend", "prefix": "from-file",
-                                "services": {"db": {"min_capacity": 2, "max_capacity": 8}}}))
+    file.write_text(
+        json.dumps(
+            {
+                "partitions": 4,
+                "mode": "recommend",
+                "prefix": "from-file",
+                "services": {"db": {"min_capacity": 2, "max_capacity": 8}},
+            }
+        )
+    )
     settings = load_settings(file, {"prefix": "from-flag"}, {"PICRL_PARTITIONS": "6", "PICRL_HEADROOM": "0.25"})
     assert settings["partitions"] == 6 and settings.sources["partitions"] == "env PICRL_PARTITIONS"
     assert settings["mode"] == "recommend" and settings.sources["mode"] == f"file {file}"
@@ -43,9 +51,12 @@ def test_settings_come_from_file_then_environment_then_flags(tmp_path: Path) -> 
     assert settings.services["db"].max_capacity == 8.0
     worker = settings.worker("host:9092")
     assert worker.engine.advisory and worker.partitions == 6 and "db" in worker.engine.overrides
-    for bad, message in [({"partitions": 0}, "setting partitions = 0"), ({"mode": "auto"}, "setting mode = 'auto'"),
-                         ({"partitons": 3}, r"unknown setting\(s\) partitons"),
-                         ({"services": {"db": {"max": 1}}}, "setting services.db")]:
+    for bad, message in [
+        ({"partitions": 0}, "setting partitions = 0"),
+        ({"mode": "auto"}, "setting mode = 'auto'"),
+        ({"partitons": 3}, r"unknown setting\(s\) partitons"),
+        ({"services": {"db": {"max": 1}}}, "setting services.db"),
+    ]:
         file.write_text(json.dumps(bad))
         with pytest.raises(SettingsError, match=message):
             load_settings(file, environ={})
@@ -59,8 +70,9 @@ def test_settings_come_from_file_then_environment_then_flags(tmp_path: Path) -> 
         load_settings(None, environ={"PICRL_HARD_SHORTAGE": "pod"}).worker("h:9092")
 
 
-def test_config_show_prints_values_and_sources(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                               monkeypatch: pytest.MonkeyPatch) -> None:
+def test_config_show_prints_values_and_sources(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("PICRL_MAX_KL", "0.2")
     assert main(["config", "show"]) == 0
     lines = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()}
@@ -76,17 +88,30 @@ def _scrape(port: int) -> str:
         return response.read().decode()
 
 
-def test_a_running_worker_is_observable_and_explainable(kafka_bootstrap: str, tiny_model_dir: Path,
-                                                        native_trace: Trace, tmp_path: Path,
-                                                        capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_running_worker_is_observable_and_explainable(
+    kafka_bootstrap: str, tiny_model_dir: Path, native_trace: Trace, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     prefix = unique("ops")
     asyncio.run(ensure_topics(kafka_bootstrap, topic_specs(prefix, 2)))
     workload = copies_of(native_trace, 3, WINDOW + 25, start=900, seed=2)
     frozen = workload.services[2]
     settings = tmp_path / "settings.json"
     settings.write_text(json.dumps({"mode": "recommend", "services": {frozen: {"freeze": 30.0}}}))
-    args = ["worker", "--model", str(tiny_model_dir), "--bootstrap", kafka_bootstrap, "--prefix", prefix,
-            "--partitions", "2", "--app-id", f"{prefix}-worker", "--settings", str(settings)]  # web server: default
+    args = [
+        "worker",
+        "--model",
+        str(tiny_model_dir),
+        "--bootstrap",
+        kafka_bootstrap,
+        "--prefix",
+        prefix,
+        "--partitions",
+        "2",
+        "--app-id",
+        f"{prefix}-worker",
+        "--settings",
+        str(settings),
+    ]  # web server: default
     scrapes: list[str] = []
 
     def on_tick(summary: TickSummary) -> None:
@@ -107,12 +132,21 @@ def test_a_running_worker_is_observable_and_explainable(kafka_bootstrap: str, ti
     assert "(advisory)" in explained  # recommend mode
     assert (record.capacity[1:, 2] == 30.0).all()  # frozen by the operator
     first, last = scrapes
-    metric = lambda text, name: float(next(l.split()[-1] for l in text.splitlines() if l.startswith(name + " ")))
+
+    def metric(text: str, name: str) -> float:
+        return float(next(line.split()[-1] for line in text.splitlines() if line.startswith(name + " ")))
+
     assert metric(last, "picrl_events_total") > metric(first, "picrl_events_total") > 0
-    for name in ("picrl_censored_events_total", "picrl_decision_latency_seconds_count", "picrl_policy_version",
-                 "picrl_policy_age_seconds", "picrl_services", "picrl_censor_streak_max"):
+    for name in (
+        "picrl_censored_events_total",
+        "picrl_decision_latency_seconds_count",
+        "picrl_policy_version",
+        "picrl_policy_age_seconds",
+        "picrl_services",
+        "picrl_censor_streak_max",
+    ):
         assert any(line.startswith(name) for line in last.splitlines()), name
-    assert 'picrl_actions_total{phase="control"}' in last and 'picrl_consumer_lag{partition=' in last
+    assert 'picrl_actions_total{phase="control"}' in last and "picrl_consumer_lag{partition=" in last
     logs = [json.loads(line) for line in (tmp_path / "worker.log").read_text().splitlines() if line.startswith("{")]
     assert logs and all({"time", "level", "logger", "message"} <= set(entry) for entry in logs)
     assert not [e for e in logs if e["level"] != "info" and any(text in e["message"] for text in RETRIED_STATES)]
@@ -149,14 +183,26 @@ def test_retried_start_up_states_are_logged_at_info() -> None:
     def record(name: str, level: int, message: str) -> logging.LogRecord:
         return logging.LogRecord(name, level, __file__, 1, message, None, None)
 
-    expected = [record("aiokafka.consumer.group_coordinator", logging.ERROR,
-                       "Group Coordinator Request failed: [Error 15] GroupCoordinatorNotAvailableError"),
-                record("aiokafka.consumer.group_coordinator", logging.WARNING,
-                       "Marking the coordinator dead (node 1)for group g."),
-                record("aiokafka.producer.sender", logging.WARNING, "Got error produce response on topic-partition "
-                       "TopicPartition(topic='t', partition=0), retrying. Error: NotEnoughReplicasError")]
-    other = [record("aiokafka.producer.sender", logging.ERROR, "Unexpected error during InitProducerIdRequest: X"),
-             record("picrl.worker", logging.WARNING, "NotEnoughReplicasError seen by picrl itself")]
+    expected = [
+        record(
+            "aiokafka.consumer.group_coordinator",
+            logging.ERROR,
+            "Group Coordinator Request failed: [Error 15] GroupCoordinatorNotAvailableError",
+        ),
+        record(
+            "aiokafka.consumer.group_coordinator", logging.WARNING, "Marking the coordinator dead (node 1)for group g."
+        ),
+        record(
+            "aiokafka.producer.sender",
+            logging.WARNING,
+            "Got error produce response on topic-partition "
+            "TopicPartition(topic='t', partition=0), retrying. Error: NotEnoughReplicasError",
+        ),
+    ]
+    other = [
+        record("aiokafka.producer.sender", logging.ERROR, "Unexpected error during InitProducerIdRequest: X"),
+        record("picrl.worker", logging.WARNING, "NotEnoughReplicasError seen by picrl itself"),
+    ]
     retried = RetriedStates()
     root = logging.getLogger()
     previous = root.level
@@ -165,14 +211,20 @@ def test_retried_start_up_states_are_logged_at_info() -> None:
         assert all(retried.filter(r) and r.levelname == "INFO" for r in expected)
         assert all(retried.filter(r) and r.levelno > logging.INFO for r in other)
         root.setLevel(logging.WARNING)  # --log-level warning: the demoted lines are left out
-        assert not retried.filter(record("aiokafka.consumer.group_coordinator", logging.WARNING,
-                                         "Marking the coordinator dead (node 1)for group g."))
+        assert not retried.filter(
+            record(
+                "aiokafka.consumer.group_coordinator",
+                logging.WARNING,
+                "Marking the coordinator dead (node 1)for group g.",
+            )
+        )
     finally:
         root.setLevel(previous)
 
 
-def test_an_unreachable_bootstrap_ends_with_one_clear_line(tiny_model_dir: Path, tmp_path: Path,
-                                                           capsys: pytest.CaptureFixture[str]) -> None:
+def test_an_unreachable_bootstrap_ends_with_one_clear_line(
+    tiny_model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """`--bootstrap 127.0.0.1:1`: the worker and the trainer wait --bootstrap-timeout seconds, log one error line
     (in their one log format) and exit 2; `picrl produce` does the same with a CLI error line."""
     common = ["--model", str(tiny_model_dir), "--bootstrap", "127.0.0.1:1", "--bootstrap-timeout", "5"]
@@ -193,15 +245,36 @@ def test_an_unreachable_bootstrap_ends_with_one_clear_line(tiny_model_dir: Path,
         assert len(errors) == 1 and len(entries) <= 3, tail(log)
         assert "Kafka at 127.0.0.1:1 did not answer within 5 s" in errors[0]["message"]
         waited = [e for e in entries if "waiting up to 5 s" in e["message"]]
-        seconds = (datetime.fromisoformat(errors[0]["time"]) - datetime.fromisoformat(waited[0]["time"]))
+        seconds = datetime.fromisoformat(errors[0]["time"]) - datetime.fromisoformat(waited[0]["time"])
         assert 4.5 <= seconds.total_seconds() < 7, f"{name} waited {seconds}"
     began = time.monotonic()
-    assert main(["produce", "replay", "--dataset", "genai-mem", "--services", "1", "--ticks", "2", "--rate", "10",
-                 "--bootstrap", "127.0.0.1:1", "--bootstrap-timeout", "5"]) == 2
+    assert (
+        main(
+            [
+                "produce",
+                "replay",
+                "--dataset",
+                "genai-mem",
+                "--services",
+                "1",
+                "--ticks",
+                "2",
+                "--rate",
+                "10",
+                "--bootstrap",
+                "127.0.0.1:1",
+                "--bootstrap-timeout",
+                "5",
+            ]
+        )
+        == 2
+    )
     assert 4.5 <= time.monotonic() - began < 15
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == ["picrl produce: error: Kafka at 127.0.0.1:1 did not answer within 5 s: check --bootstrap and that "
-                   "the brokers run (--bootstrap-timeout sets the wait)"]
+    assert err == [
+        "picrl produce: error: Kafka at 127.0.0.1:1 did not answer within 5 s: check --bootstrap and that "
+        "the brokers run (--bootstrap-timeout sets the wait)"
+    ]
 
 
 def test_the_configuration_reference_lists_every_setting() -> None:

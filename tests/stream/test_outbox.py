@@ -1,5 +1,6 @@
 """A decision batch's records join the record batch still waiting for aiokafka's sender instead of waiting for
 it to be taken (issue 17: that wait held every partition's sends and the next commit)."""
+
 from __future__ import annotations
 
 import asyncio
@@ -32,17 +33,19 @@ def test_records_join_the_waiting_batch_in_order_and_what_does_not_fit_is_left()
 
         delivery, left = _join_waiting(producer, "actions", 3, _records(100, size=100))
         assert delivery is not None and 0 < len(left) < 100
-        assert left == _records(100, size=100)[100 - len(left):]  # the first ones joined, the rest keep their order
+        assert left == _records(100, size=100)[100 - len(left) :]  # the first ones joined, the rest keep their order
         delivery.cancel()
 
         # once full, a batch is closed, as is one the sender built and put back for a retry: it takes nothing
         waiting._build()
         assert _join_waiting(producer, "actions", 3, _records(2)) == (None, _records(2))
+
     asyncio.run(run())
 
 
-def test_consecutive_outboxes_reach_their_partition_complete_and_in_order(kafka_bootstrap: str,
-                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+def test_consecutive_outboxes_reach_their_partition_complete_and_in_order(
+    kafka_bootstrap: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     topic = unique("outbox")
     sent = [[(b"key", f"{batch}-{i}".encode()) for i in range(50)] for batch in range(6)]
     joined: list[int] = []
@@ -51,6 +54,7 @@ def test_consecutive_outboxes_reach_their_partition_complete_and_in_order(kafka_
         delivery, left = _join_waiting(*args)
         joined.append(len(args[3]) - len(left) if delivery is not None else 0)
         return delivery, left
+
     monkeypatch.setattr(outbox_module, "_join_waiting", counting)
 
     async def run() -> list[bytes]:

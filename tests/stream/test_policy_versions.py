@@ -1,6 +1,7 @@
 """Policy versions get unique numbers and a rollback holds while a trainer runs: the trainer and
 `picrl policy rollback` publish one at a time (stream.policy_writer), and the trainer continues
 training from a rollback instead of publishing over it."""
+
 from __future__ import annotations
 
 import asyncio
@@ -26,9 +27,18 @@ def _transitions(first_tick: int, n: int, rng: np.random.Generator) -> list[tupl
     records = []
     for tick in range(first_tick, first_tick + n):
         features = rng.normal(size=N_FEATURES).astype(np.float32)
-        record = TransitionRecord(f"svc-{tick % 3}", tick, features, rng.normal(size=2).astype(np.float32),
-                                  float(rng.normal()), float(rng.normal()), features, bool(rng.random() < 0.3),
-                                  float(rng.random()), 0)
+        record = TransitionRecord(
+            f"svc-{tick % 3}",
+            tick,
+            features,
+            rng.normal(size=2).astype(np.float32),
+            float(rng.normal()),
+            float(rng.normal()),
+            features,
+            bool(rng.random() < 0.3),
+            float(rng.random()),
+            0,
+        )
         records.append((record.service.encode(), record.to_bytes()))
     return records
 
@@ -45,12 +55,26 @@ def _wait_for(bootstrap: str, topics: TopicNames, predicate, timeout: float = 12
 
 
 def test_rollbacks_racing_a_running_trainer_keep_numbers_unique_and_hold(
-        kafka_bootstrap: str, tiny_model_dir: Path, tmp_path: Path) -> None:
+    kafka_bootstrap: str, tiny_model_dir: Path, tmp_path: Path
+) -> None:
     prefix = unique("versions")
     asyncio.run(ensure_topics(kafka_bootstrap, topic_specs(prefix, 2)))
     topics, rng = TopicNames(prefix), np.random.default_rng(0)
-    args = ["trainer", "--model", str(tiny_model_dir), "--bootstrap", kafka_bootstrap, "--prefix", prefix,
-            "--partitions", "2", "--update-every", "8", "--log-format", "text"]
+    args = [
+        "trainer",
+        "--model",
+        str(tiny_model_dir),
+        "--bootstrap",
+        kafka_bootstrap,
+        "--prefix",
+        prefix,
+        "--partitions",
+        "2",
+        "--update-every",
+        "8",
+        "--log-format",
+        "text",
+    ]
     log = tmp_path / "trainer.log"
     feeding = threading.Event()
 
@@ -69,11 +93,14 @@ def test_rollbacks_racing_a_running_trainer_keep_numbers_unique_and_hold(
         feeder.start()
         try:
             for _ in range(3):
-                assert main(["policy", "rollback", "--to", "1", "--bootstrap", kafka_bootstrap, "--prefix", prefix]) == 0
+                assert (
+                    main(["policy", "rollback", "--to", "1", "--bootstrap", kafka_bootstrap, "--prefix", prefix]) == 0
+                )
                 time.sleep(0.3)
             last_rollback = max(v.version for v in _versions(kafka_bootstrap, topics) if v.rollback_of == 1)
-            after = _wait_for(kafka_bootstrap, topics,
-                              lambda vs: any(v.parent == last_rollback and v.rollback_of is None for v in vs))
+            after = _wait_for(
+                kafka_bootstrap, topics, lambda vs: any(v.parent == last_rollback and v.rollback_of is None for v in vs)
+            )
         finally:
             feeding.set()
             feeder.join(30)
@@ -93,8 +120,9 @@ def test_rollbacks_racing_a_running_trainer_keep_numbers_unique_and_hold(
     assert "Traceback" not in text, tail(log)
 
 
-def test_concurrent_writers_get_distinct_numbers(kafka_bootstrap: str, tiny_artifact: ModelArtifact,
-                                                 caplog: pytest.LogCaptureFixture) -> None:
+def test_concurrent_writers_get_distinct_numbers(
+    kafka_bootstrap: str, tiny_artifact: ModelArtifact, caplog: pytest.LogCaptureFixture
+) -> None:
     prefix = unique("writers")
     asyncio.run(ensure_topics(kafka_bootstrap, topic_specs(prefix, 1)))
     topic, weights = TopicNames(prefix).policy, policy_to_bytes(tiny_artifact.policy)
@@ -106,6 +134,7 @@ def test_concurrent_writers_get_distinct_numbers(kafka_bootstrap: str, tiny_arti
     async def writers() -> list[PolicyVersion | None]:
         async def writer() -> list[PolicyVersion | None]:
             return [await publish_next(kafka_bootstrap, topic, "default", build, attempts=20) for _ in range(3)]
+
         return [record for records in await asyncio.gather(*[writer() for _ in range(4)]) for record in records]
 
     published = asyncio.run(writers())
@@ -116,13 +145,16 @@ def test_concurrent_writers_get_distinct_numbers(kafka_bootstrap: str, tiny_arti
 
 
 def test_policy_list_marks_the_version_in_force_and_those_the_workers_refuse(
-        kafka_bootstrap: str, tiny_artifact: ModelArtifact, capsys: pytest.CaptureFixture[str]) -> None:
+    kafka_bootstrap: str, tiny_artifact: ModelArtifact, capsys: pytest.CaptureFixture[str]
+) -> None:
     prefix = unique("list")
     asyncio.run(ensure_topics(kafka_bootstrap, topic_specs(prefix, 1)))
     weights = policy_to_bytes(tiny_artifact.policy)
-    versions = [PolicyVersion("default", 0, None, 0.0, 0.0, time.time(), weights),
-                PolicyVersion("default", 1, 0, 0.01, 0.5, time.time(), weights, parent_score=0.5),
-                PolicyVersion("default", 2, 1, 5.0, 0.5, time.time(), weights, parent_score=0.5)]  # KL too large
+    versions = [
+        PolicyVersion("default", 0, None, 0.0, 0.0, time.time(), weights),
+        PolicyVersion("default", 1, 0, 0.01, 0.5, time.time(), weights, parent_score=0.5),
+        PolicyVersion("default", 2, 1, 5.0, 0.5, time.time(), weights, parent_score=0.5),
+    ]  # KL too large
     produce(kafka_bootstrap, TopicNames(prefix).policy, [(v.key, v.to_bytes()) for v in versions])
     assert main(["policy", "list", "--bootstrap", kafka_bootstrap, "--prefix", prefix]) == 0
     lines = capsys.readouterr().out.splitlines()

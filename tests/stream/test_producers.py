@@ -1,4 +1,5 @@
 """The producers on the real broker: open-loop replay telemetry, and the workloads they play."""
+
 from __future__ import annotations
 
 import asyncio
@@ -10,11 +11,11 @@ import pytest
 from picrl.cli import main
 from picrl.datasets import Trace, load_dataset, load_pod_fleet
 from picrl.reports.closed_loop import write_report
+from picrl.workloads import copies_of, fleet_of, resource_fleet_of
 from picrl_core.config import CostConfig
 from picrl_core.methods.coupled import resource_metrics
 from picrl_core.resources import GPU_POD, killing, observe
 from producers.closed_loop import ClosedLoopRecord
-from picrl.workloads import copies_of, fleet_of, resource_fleet_of
 from stream.records import decode_usage
 from stream.topics import TopicNames, ensure_topics, topic_specs
 from tests.support.kafka import consume, unique
@@ -44,7 +45,7 @@ def test_the_two_resource_fleet_gives_each_pod_its_memory_and_its_compute() -> N
     pods = trace.values.shape[1] // 2
     assert workload.resources == GPU_POD and workload.demand.shape == (50, 6)
     np.testing.assert_array_equal(workload.demand[:, :3], trace.values[10:60, :3])  # memory block
-    np.testing.assert_array_equal(workload.demand[:, 3:], trace.values[10:60, pods:pods + 3])  # compute block
+    np.testing.assert_array_equal(workload.demand[:, 3:], trace.values[10:60, pods : pods + 3])  # compute block
     with pytest.raises(ValueError, match=f"exceeds the {pods} services"):
         resource_fleet_of(trace, pods + 1, 50)
     with pytest.raises(ValueError, match="several resources"):
@@ -65,8 +66,9 @@ def test_a_two_resource_report_scores_each_resource_and_draws_a_pods_resources(t
     summary = write_report(record, tmp_path, "two resources")
     low, span = workload.demand.min(axis=0), np.ptp(workload.demand, axis=0)
     span = np.where(span > 0, span, 1.0)
-    total, extra = resource_metrics(((capacity - low) / span)[8:], ((workload.demand - low) / span)[8:], GPU_POD,
-                                    CostConfig())
+    total, extra = resource_metrics(
+        ((capacity - low) / span)[8:], ((workload.demand - low) / span)[8:], GPU_POD, CostConfig()
+    )
     assert summary["resources"]["total_regret"] == pytest.approx(total.regret)
     assert summary["resources"]["regret_gpu_compute"] == pytest.approx(extra["regret_gpu_compute"])
     assert summary["resources"]["hard"] == ["gpu_mem"]
@@ -79,8 +81,26 @@ def test_replay_sends_every_tick_of_every_service_at_the_asked_rate(kafka_bootst
     prefix = unique("replay")
     asyncio.run(ensure_topics(kafka_bootstrap, topic_specs(prefix, 2)))
     started = time.monotonic()
-    code = main(["produce", "replay", "--dataset", "genai-mem", "--services", "3", "--ticks", "20", "--rate", "200",
-                 "--capacity-headroom", "0.8", "--bootstrap", kafka_bootstrap, "--prefix", prefix])
+    code = main(
+        [
+            "produce",
+            "replay",
+            "--dataset",
+            "genai-mem",
+            "--services",
+            "3",
+            "--ticks",
+            "20",
+            "--rate",
+            "200",
+            "--capacity-headroom",
+            "0.8",
+            "--bootstrap",
+            kafka_bootstrap,
+            "--prefix",
+            prefix,
+        ]
+    )
     seconds = time.monotonic() - started
     assert code == 0
     events = [decode_usage(m.value) for m in asyncio.run(consume(kafka_bootstrap, TopicNames(prefix).usage, 60))]
@@ -103,7 +123,9 @@ def test_the_closed_loop_producer_plays_the_test_split_of_the_two_resource_pods(
     from picrl.commands.produce import workload_from_args
     from picrl.settings import SettingsError
 
-    args = Namespace(resources=("gpu_mem", "gpu_compute"), services=2, ticks=None, part="test", hard_shortage="requests")
+    args = Namespace(
+        resources=("gpu_mem", "gpu_compute"), services=2, ticks=None, part="test", hard_shortage="requests"
+    )
     workload = workload_from_args(args)
     trace = load_dataset("pods-2r")
     length = trace.values.shape[0]
@@ -111,7 +133,8 @@ def test_the_closed_loop_producer_plays_the_test_split_of_the_two_resource_pods(
     killed = workload_from_args(Namespace(**{**vars(args), "hard_shortage": "pod"}))  # --hard-shortage pod: pods-2r-oom
     assert killed.resources == killing(GPU_POD) and np.array_equal(killed.demand, workload.demand)
     with pytest.raises(SettingsError, match="decided together"):
-        workload_from_args(Namespace(resources=("gpu_mem",), services=2, ticks=None, part="test",
-                                     hard_shortage="requests"))
+        workload_from_args(
+            Namespace(resources=("gpu_mem",), services=2, ticks=None, part="test", hard_shortage="requests")
+        )
     with pytest.raises(SettingsError, match="needs --resources"):
         workload_from_args(Namespace(resources=None, services=2, ticks=None, part="test", hard_shortage="pod"))

@@ -1,5 +1,6 @@
 """Wire records: exact round trips, every refusal reason by a crafted input, and fuzzing that the
 decoders raise nothing but DecodeError whatever the bytes."""
+
 from __future__ import annotations
 
 import base64
@@ -45,30 +46,61 @@ WEIGHTS = b"\x08\x00\x00\x00\x00\x00\x00\x00{}      \x00\xff"  # any bytes: the 
 
 USAGE = UsageEvent("web-frontend", 12, 3.25, False, 4.0, {"duty_cycle": 0.4}, 1_700_000_000.5)
 CENSORED = UsageEvent("db/primary", 0, 8.0, True, 8.0)
-ACTION = Action("web-frontend", 13, 5.5, 0.55, 0.42, 0.07, 1.8, 1.2, 0.03, -0.01, 4, 2, False,
-                1_700_000_001.0, 1_700_000_000.5)
-TRANSITION = TransitionRecord("web-frontend", 12, (0.1, 0.2, -0.3), (0.25, -1.5), -1.37, -0.8,
-                              (0.2, -0.3, 0.4), True, 0.6, 4)
+ACTION = Action(
+    "web-frontend", 13, 5.5, 0.55, 0.42, 0.07, 1.8, 1.2, 0.03, -0.01, 4, 2, False, 1_700_000_001.0, 1_700_000_000.5
+)
+TRANSITION = TransitionRecord(
+    "web-frontend", 12, (0.1, 0.2, -0.3), (0.25, -1.5), -1.37, -0.8, (0.2, -0.3, 0.4), True, 0.6, 4
+)
 POLICY = PolicyVersion("default", 5, 4, 0.012, 0.91, 1_700_000_002.0, WEIGHTS)
 ROOT_POLICY = PolicyVersion("default", 0, None, 0.0, 0.5, 1_700_000_000.0, b"", accepted_by_trainer=False)
-LETTER = DeadLetter("negative_usage", "usage: expected a number >= 0, got -1", "picrl.usage", 3, 1234,
-                    b'{"usage": -1}\xff', 1_700_000_003.0)
+LETTER = DeadLetter(
+    "negative_usage",
+    "usage: expected a number >= 0, got -1",
+    "picrl.usage",
+    3,
+    1234,
+    b'{"usage": -1}\xff',
+    1_700_000_003.0,
+)
 
-POD = ResourceUsageEvent("pod-7", 40, {"gpu_mem": ResourceUsage(12.0, 12.0, True),
-                                       "gpu_compute": ResourceUsage(31.5, 80.0, False)}, {"duty_cycle": 0.4}, 1.5)
-POD_ACTION = ResourceAction("pod-7", 41, {"gpu_mem": ResourceDecision(13.5, 0.61, 0.52, 0.04, 0.43, 0.1, 0.02, 0.0, 1),
-                                          "gpu_compute": ResourceDecision(40.0, 0.4, 0.35, 0.05, 0.43, 0.1, 0.0, 0.0,
-                                                                          0, 0.02, "low")},
-                            3, False, 1_700_000_001.0, 1_700_000_000.5, "control")
+POD = ResourceUsageEvent(
+    "pod-7",
+    40,
+    {"gpu_mem": ResourceUsage(12.0, 12.0, True), "gpu_compute": ResourceUsage(31.5, 80.0, False)},
+    {"duty_cycle": 0.4},
+    1.5,
+)
+POD_ACTION = ResourceAction(
+    "pod-7",
+    41,
+    {
+        "gpu_mem": ResourceDecision(13.5, 0.61, 0.52, 0.04, 0.43, 0.1, 0.02, 0.0, 1),
+        "gpu_compute": ResourceDecision(40.0, 0.4, 0.35, 0.05, 0.43, 0.1, 0.0, 0.0, 0, 0.02, "low"),
+    },
+    3,
+    False,
+    1_700_000_001.0,
+    1_700_000_000.5,
+    "control",
+)
 
 DECODERS: list[tuple[Any, Callable[[bytes], Any]]] = [
-    (USAGE, decode_usage), (CENSORED, decode_usage), (ACTION, decode_action), (TRANSITION, decode_transition),
-    (POLICY, decode_policy), (ROOT_POLICY, decode_policy), (LETTER, decode_dead_letter), (POD, decode_usage),
+    (USAGE, decode_usage),
+    (CENSORED, decode_usage),
+    (ACTION, decode_action),
+    (TRANSITION, decode_transition),
+    (POLICY, decode_policy),
+    (ROOT_POLICY, decode_policy),
+    (LETTER, decode_dead_letter),
+    (POD, decode_usage),
     (POD_ACTION, decode_action),
 ]
 DECODER_OF = {type(record): decode for record, decode in DECODERS}
-DEFAULTS = {cls: {field.name: field.default for field in dataclasses.fields(cls) if field.default is not MISSING}
-            for cls in DECODER_OF}
+DEFAULTS = {
+    cls: {field.name: field.default for field in dataclasses.fields(cls) if field.default is not MISSING}
+    for cls in DECODER_OF
+}
 DROP = object()
 
 
@@ -113,7 +145,12 @@ def test_wire_format_is_plain_json_with_schema_type_and_base64() -> None:
     assert json.loads(LETTER.to_bytes())["raw"] == base64.b64encode(LETTER.raw).decode()
     assert json.loads(TRANSITION.to_bytes())["pre"] == [0.25, -1.5]
     assert {json.loads(record.to_bytes())["type"] for record, _ in DECODERS} == {
-        "usage", "action", "transition", "policy", "deadletter"}
+        "usage",
+        "action",
+        "transition",
+        "policy",
+        "deadletter",
+    }
 
 
 def test_fields_with_defaults_may_be_absent() -> None:
@@ -129,13 +166,38 @@ def test_integers_are_accepted_for_floats_and_become_floats() -> None:
 
 
 def test_numpy_values_from_the_controller_encode_to_plain_json() -> None:
-    action = Action("s", np.int64(7), np.float32(2.5), np.float64(0.25), np.float32(0.1), np.float32(0.02),
-                    np.float32(1.5), np.float32(1.0), 0.0, 0.0, np.int64(1), np.int64(0), np.bool_(True), 1.0, 1.0)
+    action = Action(
+        "s",
+        np.int64(7),
+        np.float32(2.5),
+        np.float64(0.25),
+        np.float32(0.1),
+        np.float32(0.02),
+        np.float32(1.5),
+        np.float32(1.0),
+        0.0,
+        0.0,
+        np.int64(1),
+        np.int64(0),
+        np.bool_(True),
+        1.0,
+        1.0,
+    )
     decoded = decode_action(action.to_bytes())
     assert decoded.tick == 7 and type(decoded.tick) is int
     assert decoded.mu == float(np.float32(0.1)) and decoded.advisory is True
-    transition = TransitionRecord("s", 1, np.array([0.5, 1.5], np.float32), np.array([0.1, 0.2]), -1.0, 0.5,
-                                  np.array([1.5, 2.5], np.float32), False, 1.0, 0)
+    transition = TransitionRecord(
+        "s",
+        1,
+        np.array([0.5, 1.5], np.float32),
+        np.array([0.1, 0.2]),
+        -1.0,
+        0.5,
+        np.array([1.5, 2.5], np.float32),
+        False,
+        1.0,
+        0,
+    )
     assert decode_transition(transition.to_bytes()).features == (0.5, 1.5)
 
 
@@ -152,19 +214,23 @@ def test_censored_usage_within_one_percent_of_capacity_is_accepted(usage: float,
     assert decode_usage(wire(CENSORED, usage=usage, capacity=capacity)).censored is True  # rounded, sampled under
 
 
-@pytest.mark.parametrize(("raw", "identity"), [
-    (wire(CENSORED, usage=4.0), ("db/primary", 0)),  # refused for its value
-    (wire(USAGE, usage=-1.0), ("web-frontend", 12)),
-    (wire(USAGE, capacity="lots"), ("web-frontend", 12)),
-    (wire(USAGE, service=""), None),  # refused for its identity
-    (wire(USAGE, tick=-1), None),
-    (wire(USAGE, schema=3), None),
-    (wire(ACTION), None),
-    (b"{not json", None),
-    (b"[1, 2]", None),
-])
+@pytest.mark.parametrize(
+    ("raw", "identity"),
+    [
+        (wire(CENSORED, usage=4.0), ("db/primary", 0)),  # refused for its value
+        (wire(USAGE, usage=-1.0), ("web-frontend", 12)),
+        (wire(USAGE, capacity="lots"), ("web-frontend", 12)),
+        (wire(USAGE, service=""), None),  # refused for its identity
+        (wire(USAGE, tick=-1), None),
+        (wire(USAGE, schema=3), None),
+        (wire(ACTION), None),
+        (b"{not json", None),
+        (b"[1, 2]", None),
+    ],
+)
 def test_usage_identity_is_read_only_from_usage_records_with_a_valid_service_and_tick(
-        raw: bytes, identity: tuple[str, int] | None) -> None:
+    raw: bytes, identity: tuple[str, int] | None
+) -> None:
     assert usage_identity(raw) == identity
 
 
@@ -200,8 +266,12 @@ REASON_CASES: list[tuple[str, Callable[[], Any], str, str]] = [
     ("not_utf8", lambda: decode_usage(b"\xff\xfe{}"), "malformed_json", "value"),
     ("truncated", lambda: decode_usage(USAGE.to_bytes()[:-3]), "malformed_json", "value"),
     ("nan_literal", lambda: decode_usage(wire(USAGE, usage=math.nan)), "malformed_json", "value"),
-    ("overflow_literal", lambda: decode_action(wire(ACTION, mu=1e308).replace(b"1e+308", b"1e400")),
-     "malformed_json", "value"),
+    (
+        "overflow_literal",
+        lambda: decode_action(wire(ACTION, mu=1e308).replace(b"1e+308", b"1e400")),
+        "malformed_json",
+        "value",
+    ),
     ("tombstone", lambda: decode_policy(None), "malformed_json", "value"),  # type: ignore[arg-type]
     ("array", lambda: decode_usage(b"[1, 2]"), "not_an_object", "value"),
     ("null", lambda: decode_policy(b"null"), "not_an_object", "value"),
@@ -228,8 +298,12 @@ REASON_CASES: list[tuple[str, Callable[[], Any], str, str]] = [
     ("context_str", lambda: decode_usage(wire(USAGE, context={"duty": "0.4"})), "wrong_type", "context"),
     ("pre_length", lambda: decode_transition(wire(TRANSITION, pre=[1.0])), "wrong_type", "pre"),
     ("features_str", lambda: decode_transition(wire(TRANSITION, features="0.1,0.2")), "wrong_type", "features"),
-    ("feature_bool", lambda: decode_transition(wire(TRANSITION, features=[0.1, True, 0.2])), "wrong_type",
-     "features[1]"),
+    (
+        "feature_bool",
+        lambda: decode_transition(wire(TRANSITION, features=[0.1, True, 0.2])),
+        "wrong_type",
+        "features[1]",
+    ),
     ("weights_list", lambda: decode_policy(wire(POLICY, weights=[1, 2])), "wrong_type", "weights"),
     ("advisory_str", lambda: decode_action(wire(ACTION, advisory="false")), "wrong_type", "advisory"),
     ("from_dict_nan", lambda: UsageEvent.from_dict(payload(USAGE, usage=math.nan)), "non_finite", "usage"),
@@ -248,8 +322,7 @@ REASON_CASES: list[tuple[str, Callable[[], Any], str, str]] = [
     ("usage_huge", lambda: decode_usage(wire(CENSORED, usage=1e19, capacity=1e19)), "out_of_range", "usage"),
     ("phase_unknown", lambda: decode_action(wire(ACTION, phase="boost")), "wrong_type", "phase"),
     ("service_empty", lambda: decode_usage(wire(USAGE, service="")), "bad_service_id", "service"),
-    ("service_long", lambda: decode_usage(wire(USAGE, service="s" * (MAX_ID_LENGTH + 1))), "bad_service_id",
-     "service"),
+    ("service_long", lambda: decode_usage(wire(USAGE, service="s" * (MAX_ID_LENGTH + 1))), "bad_service_id", "service"),
     ("service_newline", lambda: decode_action(wire(ACTION, service="web\nfrontend")), "bad_service_id", "service"),
     ("service_nul", lambda: decode_usage(wire(USAGE, service="web\x00")), "bad_service_id", "service"),
     ("service_bidi", lambda: decode_usage(wire(USAGE, service="web\u202e")), "bad_service_id", "service"),
@@ -258,40 +331,71 @@ REASON_CASES: list[tuple[str, Callable[[], Any], str, str]] = [
     ("raw_unpadded", lambda: decode_dead_letter(wire(LETTER, raw="QQ")), "bad_base64", "raw"),
     ("parent_same", lambda: decode_policy(wire(POLICY, parent=5)), "bad_parent", "parent"),
     ("parent_newer", lambda: decode_policy(wire(POLICY, parent=9)), "bad_parent", "parent"),
-    ("next_features_short", lambda: decode_transition(wire(TRANSITION, next_features=[0.1])), "length_mismatch",
-     "next_features"),
+    (
+        "next_features_short",
+        lambda: decode_transition(wire(TRANSITION, next_features=[0.1])),
+        "length_mismatch",
+        "next_features",
+    ),
     ("above_capacity", lambda: decode_usage(wire(USAGE, usage=4.0 * (1 + 1e-8))), "usage_above_capacity", "usage"),
     ("censored_below", lambda: decode_usage(wire(CENSORED, usage=4.0)), "censored_usage_mismatch", "usage"),
-    ("censored_above", lambda: decode_usage(wire(CENSORED, usage=8.0 * 1.02)), "censored_usage_mismatch",
-     "usage"),
-    ("resource_upper", lambda: decode_usage(wire(POD, resources={"GPU": {"usage": 1.0, "capacity": 2.0,
-                                                                        "censored": False}})),
-     "bad_resource_name", "resources key"),
-    ("resource_long", lambda: decode_usage(wire(POD, resources={"m" * 33: {"usage": 1.0, "capacity": 2.0,
-                                                                          "censored": False}})),
-     "bad_resource_name", "resources key"),
+    ("censored_above", lambda: decode_usage(wire(CENSORED, usage=8.0 * 1.02)), "censored_usage_mismatch", "usage"),
+    (
+        "resource_upper",
+        lambda: decode_usage(wire(POD, resources={"GPU": {"usage": 1.0, "capacity": 2.0, "censored": False}})),
+        "bad_resource_name",
+        "resources key",
+    ),
+    (
+        "resource_long",
+        lambda: decode_usage(wire(POD, resources={"m" * 33: {"usage": 1.0, "capacity": 2.0, "censored": False}})),
+        "bad_resource_name",
+        "resources key",
+    ),
     ("resources_empty", lambda: decode_usage(wire(POD, resources={})), "wrong_type", "resources"),
     ("resource_list", lambda: decode_usage(wire(POD, resources=[1.0])), "wrong_type", "resources"),
-    ("resource_extra", lambda: decode_usage(wire(POD, resources={"gpu_mem": {"usage": 1.0, "capacity": 2.0,
-                                                                            "censored": False, "limit": 3.0}})),
-     "unknown_field", "'limit'"),
-    ("resource_no_flag", lambda: decode_usage(wire(POD, resources={"gpu_mem": {"usage": 1.0, "capacity": 2.0}})),
-     "missing_field", "censored"),
-    ("resource_negative", lambda: decode_usage(wire(POD, resources={"gpu_mem": {"usage": -1.0, "capacity": 2.0,
-                                                                               "censored": False}})),
-     "negative_usage", "resources['gpu_mem'].usage"),
-    ("resource_above", lambda: decode_usage(wire(POD, resources={"gpu_mem": {"usage": 3.0, "capacity": 2.0,
-                                                                            "censored": False}})),
-     "usage_above_capacity", "resources['gpu_mem'].usage"),
+    (
+        "resource_extra",
+        lambda: decode_usage(
+            wire(POD, resources={"gpu_mem": {"usage": 1.0, "capacity": 2.0, "censored": False, "limit": 3.0}})
+        ),
+        "unknown_field",
+        "'limit'",
+    ),
+    (
+        "resource_no_flag",
+        lambda: decode_usage(wire(POD, resources={"gpu_mem": {"usage": 1.0, "capacity": 2.0}})),
+        "missing_field",
+        "censored",
+    ),
+    (
+        "resource_negative",
+        lambda: decode_usage(wire(POD, resources={"gpu_mem": {"usage": -1.0, "capacity": 2.0, "censored": False}})),
+        "negative_usage",
+        "resources['gpu_mem'].usage",
+    ),
+    (
+        "resource_above",
+        lambda: decode_usage(wire(POD, resources={"gpu_mem": {"usage": 3.0, "capacity": 2.0, "censored": False}})),
+        "usage_above_capacity",
+        "resources['gpu_mem'].usage",
+    ),
     ("resources_on_schema_1", lambda: decode_usage(wire(POD, schema=1)), "unknown_field", "resources"),
     ("usage_on_schema_2", lambda: decode_usage(wire(USAGE, schema=2)), "unknown_field", "usage"),
-    ("action_resource_clip", lambda: decode_action(wire(POD_ACTION, resources={"gpu_mem": {
-        **payload(POD_ACTION)["resources"]["gpu_mem"], "clipped": "maybe"}})), "wrong_type", "clipped"),
+    (
+        "action_resource_clip",
+        lambda: decode_action(
+            wire(POD_ACTION, resources={"gpu_mem": {**payload(POD_ACTION)["resources"]["gpu_mem"], "clipped": "maybe"}})
+        ),
+        "wrong_type",
+        "clipped",
+    ),
 ]
 
 
-@pytest.mark.parametrize(("case", "reason", "field"), [case[1:] for case in REASON_CASES],
-                         ids=[case[0] for case in REASON_CASES])
+@pytest.mark.parametrize(
+    ("case", "reason", "field"), [case[1:] for case in REASON_CASES], ids=[case[0] for case in REASON_CASES]
+)
 def test_each_reason_is_raised_with_its_code_and_the_field(case: Callable[[], Any], reason: str, field: str) -> None:
     with pytest.raises(DecodeError) as caught:
         case()
@@ -308,7 +412,8 @@ FIXED_JUNK = [None, True, 0, -1, 1.5, -0.5, 2**64, 2**63, "", "x", "nan", [], [1
 
 @pytest.mark.parametrize(("record", "decode"), DECODERS, ids=_id)
 def test_every_field_with_every_junk_value_decodes_or_raises_decode_error(
-        record: Any, decode: Callable[[bytes], Any]) -> None:
+    record: Any, decode: Callable[[bytes], Any]
+) -> None:
     for key in orjson.loads(record.to_bytes()):
         for junk in FIXED_JUNK:
             try:
@@ -328,8 +433,15 @@ JSONISH = st.recursive(
     lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4),
     max_leaves=12,
 )
-JUNK = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=12),
-                 st.lists(JSONISH, max_size=3), st.dictionaries(st.text(max_size=8), JSONISH, max_size=3))
+JUNK = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.floats(),
+    st.text(max_size=12),
+    st.lists(JSONISH, max_size=3),
+    st.dictionaries(st.text(max_size=8), JSONISH, max_size=3),
+)
 SERVICE_IDS = st.text(st.characters(exclude_categories=("Cc", "Cf", "Cs")), min_size=1, max_size=MAX_ID_LENGTH)
 AMOUNTS = st.floats(min_value=0.0, allow_infinity=False)
 FINITE = st.floats(allow_nan=False, allow_infinity=False)
@@ -343,10 +455,10 @@ def usage_events(draw: st.DrawFn) -> UsageEvent:
     capacity = draw(QUANTITIES)
     censored = draw(st.booleans())
     usage = capacity if censored else draw(st.floats(min_value=0.0, max_value=capacity))
-    context = draw(st.none() | st.dictionaries(st.text(st.characters(exclude_categories=("Cs",))), FINITE,
-                                               max_size=3))
-    return UsageEvent(draw(SERVICE_IDS), draw(st.integers(0, MAX_TICK - 1)), usage, censored, capacity, context,
-                      draw(AMOUNTS))
+    context = draw(st.none() | st.dictionaries(st.text(st.characters(exclude_categories=("Cs",))), FINITE, max_size=3))
+    return UsageEvent(
+        draw(SERVICE_IDS), draw(st.integers(0, MAX_TICK - 1)), usage, censored, capacity, context, draw(AMOUNTS)
+    )
 
 
 @st.composite
@@ -392,7 +504,8 @@ def test_arbitrary_json_values_raise_decode_error_only(obj: Any, decode: Callabl
 @FUZZ
 @given(case=near_valid())
 def test_near_valid_objects_decode_to_a_valid_record_or_raise_decode_error(
-        case: tuple[Any, dict[str, Any], bool]) -> None:
+    case: tuple[Any, dict[str, Any], bool],
+) -> None:
     record, obj, intact = case
     cls, decode = type(record), DECODER_OF[type(record)]
     outcomes = []

@@ -1,5 +1,6 @@
 """Reliability against the real broker: crashes, rebalances, broker restarts, bad input, trainer outages and
 policy guardrails. Workers and trainers run as the processes users run; every loop is bounded."""
+
 from __future__ import annotations
 
 import asyncio
@@ -20,27 +21,40 @@ from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
 from picrl.datasets import Trace
 from picrl.kafka import LocalKafka
+from picrl.workloads import copies_of
 from picrl_core.artifact import ModelArtifact, policy_to_bytes
 from picrl_core.policy import PolicyNetwork
 from producers.closed_loop import ClosedLoopEnvironment, ClosedLoopRecord, NoActionError, TickSummary
 from producers.workload import Workload
-from picrl.workloads import copies_of
 from stream.decisions import DecisionEngine, Incoming
 from stream.records import PolicyVersion, UsageEvent, decode_action, decode_dead_letter
 from stream.topics import TopicNames, committed_offsets, end_offsets, ensure_topics, latest_values, topic_specs
 from tests.stream.conftest import WINDOW, two_resource_workload
-from tests.support.kafka import committed_everything, consume, produce, unique, usage_json, wait_until
 from tests.support.chaos import BROKER, FREEZE, Chaos, audit
+from tests.support.kafka import committed_everything, consume, produce, unique, usage_json, wait_until
 from tests.support.processes import picrl_process, spawn, stop, tail
 from tests.support.web import free_port, http_get, metric
 
 PARTITIONS = 2
 
 
-
 def _worker_args(model: Path, bootstrap: str, prefix: str, *extra: str, partitions: int = PARTITIONS) -> list[str]:
-    return ["worker", "--model", str(model), "--bootstrap", bootstrap, "--prefix", prefix, "--partitions",
-            str(partitions), "--app-id", f"{prefix}-worker", "--log-level", "warning", *extra]
+    return [
+        "worker",
+        "--model",
+        str(model),
+        "--bootstrap",
+        bootstrap,
+        "--prefix",
+        prefix,
+        "--partitions",
+        str(partitions),
+        "--app-id",
+        f"{prefix}-worker",
+        "--log-level",
+        "warning",
+        *extra,
+    ]
 
 
 def _topics(bootstrap: str, name: str, partitions: int = PARTITIONS) -> str:
@@ -54,8 +68,9 @@ def _play(bootstrap: str, prefix: str, workload: Workload, on_tick=None, timeout
     return asyncio.run(env.run())
 
 
-def _assert_exactly_once_and_equal(record: ClosedLoopRecord, bootstrap: str, prefix: str,
-                                   artifact: ModelArtifact) -> int:
+def _assert_exactly_once_and_equal(
+    record: ClosedLoopRecord, bootstrap: str, prefix: str, artifact: ModelArtifact
+) -> int:
     result = audit(record, bootstrap, prefix, artifact, WINDOW)
     assert not result.missing, f"missing actions: {result.missing[:5]}"
     assert not result.repeated, f"repeated actions: {result.repeated[:5]}"
@@ -69,8 +84,8 @@ def workload(native_trace: Trace) -> Workload:
 
 
 def test_sigkilled_worker_restarts_from_the_changelog_without_losing_or_repeating_decisions(
-        kafka_bootstrap: str, tiny_model_dir: Path, tiny_artifact: ModelArtifact, workload: Workload,
-        tmp_path: Path) -> None:
+    kafka_bootstrap: str, tiny_model_dir: Path, tiny_artifact: ModelArtifact, workload: Workload, tmp_path: Path
+) -> None:
     prefix = _topics(kafka_bootstrap, "crash")
     args = _worker_args(tiny_model_dir, kafka_bootstrap, prefix)
     log = tmp_path / "worker.log"
@@ -93,28 +108,40 @@ def test_sigkilled_worker_restarts_from_the_changelog_without_losing_or_repeatin
     assert workers[0].returncode == -signal.SIGKILL
     recovery = tick_seen[kill_at + 1] - tick_seen[kill_at]
     checked = _assert_exactly_once_and_equal(record, kafka_bootstrap, prefix, tiny_artifact)
-    print(f"\nrecovery after SIGKILL: {recovery:.1f} s (restart, changelog recovery, first decision); "
-          f"{checked} actions checked, 0 missing, 0 repeated")
+    print(
+        f"\nrecovery after SIGKILL: {recovery:.1f} s (restart, changelog recovery, first decision); "
+        f"{checked} actions checked, 0 missing, 0 repeated"
+    )
     assert record.duplicate_actions == 0
 
 
 def test_two_resources_survive_a_killed_worker_exactly_once_and_bad_records_are_refused_with_a_reason(
-        kafka_bootstrap: str, tiny_model_dir: Path, tiny_artifact: ModelArtifact, native_trace: Trace,
-        tmp_path: Path) -> None:
+    kafka_bootstrap: str, tiny_model_dir: Path, tiny_artifact: ModelArtifact, native_trace: Trace, tmp_path: Path
+) -> None:
     """Pods provisioned GPU memory and GPU compute (schema-2 records, ``--resources``): one of two workers is
     SIGKILLed mid-run, the other takes its partitions over from the changelog, and every (pod, tick) gets one
     action whose capacities equal the coupled embedded loop's; records without the model's resources are
     dead-lettered with their reason."""
     prefix = _topics(kafka_bootstrap, "resources")
     topics = TopicNames(prefix)
-    args = _worker_args(tiny_model_dir, kafka_bootstrap, prefix, "--resources", "gpu_mem,gpu_compute",
-                        "--session-timeout", "6")
+    args = _worker_args(
+        tiny_model_dir, kafka_bootstrap, prefix, "--resources", "gpu_mem,gpu_compute", "--session-timeout", "6"
+    )
     workers = [spawn(args, tmp_path / f"worker{i}.log") for i in range(2)]
     workload = two_resource_workload(native_trace, 4, WINDOW + 16)
     reading = {"usage": 1.0, "capacity": 2.0, "censored": False}
-    bad = {"missing_resource": usage_json("single", 0, 1.0, 2.0),
-           "unknown_resource": json.dumps({"schema": 2, "type": "usage", "service": "extra", "tick": 0, "resources": {
-               "gpu_mem": reading, "gpu_compute": reading, "gpu_net": reading}}).encode()}
+    bad = {
+        "missing_resource": usage_json("single", 0, 1.0, 2.0),
+        "unknown_resource": json.dumps(
+            {
+                "schema": 2,
+                "type": "usage",
+                "service": "extra",
+                "tick": 0,
+                "resources": {"gpu_mem": reading, "gpu_compute": reading, "gpu_net": reading},
+            }
+        ).encode(),
+    }
 
     def on_tick(summary: TickSummary) -> None:
         if summary.tick == WINDOW + 6:
@@ -124,8 +151,10 @@ def test_two_resources_survive_a_killed_worker_exactly_once_and_bad_records_are_
     produce(kafka_bootstrap, topics.usage, [(b"bad", value) for value in bad.values()])
     try:
         record = _play(kafka_bootstrap, prefix, workload, on_tick)
-        letters = [decode_dead_letter(m.value)
-                   for m in asyncio.run(consume(kafka_bootstrap, topics.deadletter, len(bad), timeout=30))]
+        letters = [
+            decode_dead_letter(m.value)
+            for m in asyncio.run(consume(kafka_bootstrap, topics.deadletter, len(bad), timeout=30))
+        ]
     finally:
         for worker in workers:
             stop(worker)
@@ -133,53 +162,70 @@ def test_two_resources_survive_a_killed_worker_exactly_once_and_bad_records_are_
     checked = _assert_exactly_once_and_equal(record, kafka_bootstrap, prefix, tiny_artifact)
     assert checked == len(workload.services) * workload.ticks  # one action per pod and tick, both resources in it
     assert sorted(letter.reason for letter in letters) == sorted(bad)
-    assert record.censored[:, :len(workload.services)].any()  # memory ran short: the coupling was exercised
+    assert record.censored[:, : len(workload.services)].any()  # memory ran short: the coupling was exercised
 
 
 def test_a_stopped_worker_hands_its_partitions_and_state_to_the_other(
-        kafka_bootstrap: str, tiny_model_dir: Path, tiny_artifact: ModelArtifact, workload: Workload,
-        tmp_path: Path) -> None:
+    kafka_bootstrap: str, tiny_model_dir: Path, tiny_artifact: ModelArtifact, workload: Workload, tmp_path: Path
+) -> None:
     prefix = _topics(kafka_bootstrap, "rebalance")
     ports = [free_port(), free_port()]
-    workers = [spawn(_worker_args(tiny_model_dir, kafka_bootstrap, prefix, "--web-port", str(port)),
-                      tmp_path / f"worker{i}.log") for i, port in enumerate(ports)]
+    workers = [
+        spawn(
+            _worker_args(tiny_model_dir, kafka_bootstrap, prefix, "--web-port", str(port)), tmp_path / f"worker{i}.log"
+        )
+        for i, port in enumerate(ports)
+    ]
     partitions: dict[str, list] = {}
 
     def on_tick(summary: TickSummary) -> None:
         if summary.tick == WINDOW + 10:
-            partitions["before"] = [http_get(ports[0], "/healthz/")[1]["partitions"],
-                                    http_get(ports[1], "/healthz/")[1]["partitions"]]
+            partitions["before"] = [
+                http_get(ports[0], "/healthz/")[1]["partitions"],
+                http_get(ports[1], "/healthz/")[1]["partitions"],
+            ]
             stop(workers[1])
 
     try:
         # Both in the group before the loop starts: with commits every 50 ms the first WINDOW + 10 ticks can be
         # decided before the later of two workers importing torch at once has joined.
-        assert asyncio.run(wait_until(lambda: all(http_get(port, "/healthz/")[1]["partitions"] for port in ports),
-                                      timeout=120, interval=0.5)), "the two workers did not both get partitions"
+        assert asyncio.run(
+            wait_until(
+                lambda: all(http_get(port, "/healthz/")[1]["partitions"] for port in ports), timeout=120, interval=0.5
+            )
+        ), "the two workers did not both get partitions"
         record = _play(kafka_bootstrap, prefix, workload, on_tick)
         partitions["after"] = http_get(ports[0], "/healthz/")[1]["partitions"]
     finally:
         for worker in workers:
             stop(worker)
     before = partitions["before"]
-    assert sorted(before[0] + before[1]) == list(range(PARTITIONS)) and before[0] and before[1], \
+    assert sorted(before[0] + before[1]) == list(range(PARTITIONS)) and before[0] and before[1], (
         f"both workers should have shared the partitions: {before}"
+    )
     assert partitions["after"] == list(range(PARTITIONS))
     _assert_exactly_once_and_equal(record, kafka_bootstrap, prefix, tiny_artifact)
-
 
 
 def _open_loop_usage(workload: Workload, capacity: float, ticks: range) -> list[Incoming]:
     """The usage events of ``ticks`` under a fixed capacity (shortages where demand exceeds it), tick by tick."""
     n = len(workload.services)
-    return [Incoming(UsageEvent(s, t, float(min(workload.demand[t, j], capacity)),
-                                bool(workload.demand[t, j] > capacity), capacity), 0, t * n + j)
-            for t in ticks for j, s in enumerate(workload.services)]
+    return [
+        Incoming(
+            UsageEvent(
+                s, t, float(min(workload.demand[t, j], capacity)), bool(workload.demand[t, j] > capacity), capacity
+            ),
+            0,
+            t * n + j,
+        )
+        for t in ticks
+        for j, s in enumerate(workload.services)
+    ]
 
 
 def test_a_worker_taking_over_a_backlog_decides_every_event_once(
-        kafka_bootstrap: str, tiny_model_dir: Path, tiny_artifact: ModelArtifact, native_trace: Trace,
-        tmp_path: Path) -> None:
+    kafka_bootstrap: str, tiny_model_dir: Path, tiny_artifact: ModelArtifact, native_trace: Trace, tmp_path: Path
+) -> None:
     """Worker A decides a first stretch and stops; events pile up; worker B (same app id) restores the table
     from the changelog and takes the backlog. Two Faust defects broke this before the worker worked around
     them (6 of 7 runs failed): records fetched while B seeked to the committed offsets were dropped
@@ -190,14 +236,16 @@ def test_a_worker_taking_over_a_backlog_decides_every_event_once(
     topics = TopicNames(prefix)
     workload = copies_of(native_trace, services, ticks, start=900, seed=17)
     events = _open_loop_usage(workload, capacity, range(ticks))
-    messages = [(e.event.service.encode(), usage_json(e.event.service, e.event.tick, e.event.usage, capacity,
-                                                      e.event.censored)) for e in events]
+    messages = [
+        (e.event.service.encode(), usage_json(e.event.service, e.event.tick, e.event.usage, capacity, e.event.censored))
+        for e in events
+    ]
     args = _worker_args(tiny_model_dir, kafka_bootstrap, prefix, partitions=partitions)
     group = f"{prefix}-worker"
-    produce(kafka_bootstrap, topics.usage, messages[:first * services])
+    produce(kafka_bootstrap, topics.usage, messages[: first * services])
     with picrl_process(args, tmp_path / "a.log") as worker:
         committed_everything(kafka_bootstrap, group, topics.usage, partitions, worker, tmp_path / "a.log")
-    produce(kafka_bootstrap, topics.usage, messages[first * services:])
+    produce(kafka_bootstrap, topics.usage, messages[first * services :])
     started = time.monotonic()
     with picrl_process(args, tmp_path / "b.log") as worker:
         committed_everything(kafka_bootstrap, group, topics.usage, partitions, worker, tmp_path / "b.log")
@@ -206,42 +254,55 @@ def test_a_worker_taking_over_a_backlog_decides_every_event_once(
     engine, rows = DecisionEngine(tiny_artifact), dict.fromkeys(workload.services)
     expected: dict[tuple[str, int], float] = {}
     for t in range(ticks):
-        outcome = engine.process(events[t * services:(t + 1) * services], rows)
+        outcome = engine.process(events[t * services : (t + 1) * services], rows)
         rows.update(outcome.rows)
         expected.update({(a.service, a.tick): a.capacity for a in outcome.actions})
-    stream = [decode_action(m.value) for m in asyncio.run(consume(kafka_bootstrap, topics.actions, len(expected) + 50,
-                                                                 timeout=30))]
+    stream = [
+        decode_action(m.value)
+        for m in asyncio.run(consume(kafka_bootstrap, topics.actions, len(expected) + 50, timeout=30))
+    ]
     counts = collections.Counter((a.service, a.tick) for a in stream)
     missing = sorted(set(expected) - set(counts))
     assert not missing, f"{len(missing)} decisions lost, e.g. {missing[:5]}"
     assert max(counts.values()) == 1, f"repeated: {[k for k, n in counts.items() if n > 1][:5]}"
-    differ = sorted((a.service, a.tick, expected[a.service, a.tick], a.capacity) for a in stream
-                    if a.capacity != expected[a.service, a.tick])
-    assert not differ, f"{len(differ)} decisions differ from an uninterrupted run, e.g. (service, tick, expected, got) {differ[:5]}"
-    print(f"\ntake-over of a {len(messages) - first * services}-event backlog on {partitions} partitions: "
-          f"{took:.1f} s to commit it all; {len(stream)} actions checked, 0 lost, 0 repeated")
+    differ = sorted(
+        (a.service, a.tick, expected[a.service, a.tick], a.capacity)
+        for a in stream
+        if a.capacity != expected[a.service, a.tick]
+    )
+    assert not differ, (
+        f"{len(differ)} decisions differ from an uninterrupted run, e.g. (service, tick, expected, got) {differ[:5]}"
+    )
+    print(
+        f"\ntake-over of a {len(messages) - first * services}-event backlog on {partitions} partitions: "
+        f"{took:.1f} s to commit it all; {len(stream)} actions checked, 0 lost, 0 repeated"
+    )
 
 
 def test_a_closed_loop_that_gave_up_resumes_where_the_actions_topic_shows_it_stopped(
-        kafka_bootstrap: str, tiny_model_dir: Path, tiny_artifact: ModelArtifact, workload: Workload,
-        tmp_path: Path) -> None:
+    kafka_bootstrap: str, tiny_model_dir: Path, tiny_artifact: ModelArtifact, workload: Workload, tmp_path: Path
+) -> None:
     """The only worker stops at tick 20, the loop gives up waiting for tick 21 and says where it stopped; once a
     worker is back, a resumed run (start_tick=None) rebuilds the ticks already played from the actions topic
     and finishes: every (service, tick) decided once, equal to the uninterrupted reference."""
     prefix = _topics(kafka_bootstrap, "resume")
     args = _worker_args(tiny_model_dir, kafka_bootstrap, prefix)
     with picrl_process(args, tmp_path / "a.log") as worker:
+
         def stop_worker(summary: TickSummary) -> None:
             if summary.tick == WINDOW + 12:
                 stop(worker)
-        env = ClosedLoopEnvironment(kafka_bootstrap, TopicNames(prefix), workload, action_timeout=8,
-                                    on_tick=stop_worker)
+
+        env = ClosedLoopEnvironment(
+            kafka_bootstrap, TopicNames(prefix), workload, action_timeout=8, on_tick=stop_worker
+        )
         with pytest.raises(NoActionError) as gave_up:
             asyncio.run(env.run())
     assert gave_up.value.tick in (WINDOW + 13, WINDOW + 14), gave_up.value
     with picrl_process(args, tmp_path / "b.log"):
-        resumed = ClosedLoopEnvironment(kafka_bootstrap, TopicNames(prefix), workload, action_timeout=120,
-                                        start_tick=None)
+        resumed = ClosedLoopEnvironment(
+            kafka_bootstrap, TopicNames(prefix), workload, action_timeout=120, start_tick=None
+        )
         record = asyncio.run(resumed.run())
     _assert_exactly_once_and_equal(record, kafka_bootstrap, prefix, tiny_artifact)
     assert record.duplicate_actions == 0
@@ -262,7 +323,8 @@ async def _truncate(bootstrap: str, topic: str, partition: int, before: int) -> 
 
 
 def test_a_worker_that_cannot_restore_a_partitions_rows_holds_it_until_they_are_back(
-        kafka_bootstrap: str, tiny_model_dir: Path, native_trace: Trace, tmp_path: Path) -> None:
+    kafka_bootstrap: str, tiny_model_dir: Path, native_trace: Trace, tmp_path: Path
+) -> None:
     """Worker A decides a first stretch and stops; the changelog of partition 0 is then emptied (as retention
     or an operator could; Faust's recovery also skipped whole partitions before stream/transport.py, issue
     #158), so worker B restores no row for partition 0's services. B must hold partition 0 (say so in its log
@@ -274,19 +336,22 @@ def test_a_worker_that_cannot_restore_a_partitions_rows_holds_it_until_they_are_
     topics, group = TopicNames(prefix), f"{prefix}-worker"
     workload = copies_of(native_trace, services, ticks, start=900, seed=3)
     events = _open_loop_usage(workload, 50.0, range(ticks))
-    messages = [(e.event.service.encode(), usage_json(e.event.service, e.event.tick, e.event.usage, 50.0,
-                                                      e.event.censored)) for e in events]
+    messages = [
+        (e.event.service.encode(), usage_json(e.event.service, e.event.tick, e.event.usage, 50.0, e.event.censored))
+        for e in events
+    ]
     args = _worker_args(tiny_model_dir, kafka_bootstrap, prefix, partitions=partitions)
-    produce(kafka_bootstrap, topics.usage, messages[:first * services])
+    produce(kafka_bootstrap, topics.usage, messages[: first * services])
     with picrl_process(args, tmp_path / "a.log") as worker:
         committed_everything(kafka_bootstrap, group, topics.usage, partitions, worker, tmp_path / "a.log")
     changelog = f"{group}-service-state-changelog"
     rows = asyncio.run(latest_values(kafka_bootstrap, changelog, 0))
     asyncio.run(_truncate(kafka_bootstrap, changelog, 0, asyncio.run(end_offsets(kafka_bootstrap, changelog, 2))[0]))
-    produce(kafka_bootstrap, topics.usage, messages[first * services:])
+    produce(kafka_bootstrap, topics.usage, messages[first * services :])
     usage_end = asyncio.run(end_offsets(kafka_bootstrap, topics.usage, partitions))
     port = free_port()
     with picrl_process(args + ["--web-port", str(port), "--stall-timeout", "4"], tmp_path / "b.log") as worker:
+
         def missing() -> float | None:
             return metric(str(http_get(port, "/metrics")[1]), "picrl_partition_state_missing", partition="0")
 
@@ -302,8 +367,11 @@ def test_a_worker_that_cannot_restore_a_partitions_rows_holds_it_until_they_are_
         wait_for(lambda: missing() == 1 and committed().get(1) == usage_end[1])
         time.sleep(3)  # B has everything it needs for partition 0 too: it must still decide nothing there
         held = committed()
-        late = {m.partition for m in asyncio.run(consume(kafka_bootstrap, topics.actions, services * ticks, timeout=10))
-                if decode_action(m.value).tick > first}
+        late = {
+            m.partition
+            for m in asyncio.run(consume(kafka_bootstrap, topics.actions, services * ticks, timeout=10))
+            if decode_action(m.value).tick > first
+        }
         asyncio.run(_write(kafka_bootstrap, changelog, 0, rows))  # an operator restores the changelog
         wait_for(lambda: missing() == 0 and committed().get(0) == usage_end[0])
         assert worker.poll() is None, tail(tmp_path / "b.log")
@@ -311,8 +379,10 @@ def test_a_worker_that_cannot_restore_a_partitions_rows_holds_it_until_they_are_
     assert late == {1}, f"actions after the restore failure on partitions {late}: only partition 1 may have them"
     log = (tmp_path / "b.log").read_text()
     assert "the state of usage partition 0 was not restored" in log and "reach the group's committed offsets now" in log
-    actions = [decode_action(m.value) for m in asyncio.run(consume(kafka_bootstrap, topics.actions, services * ticks,
-                                                                   timeout=10))]
+    actions = [
+        decode_action(m.value)
+        for m in asyncio.run(consume(kafka_bootstrap, topics.actions, services * ticks, timeout=10))
+    ]
     counts = collections.Counter((a.service, a.tick) for a in actions if a.tick > first)
     assert sorted(counts.values()) == [1] * services * (ticks - first), "every later tick answered once"
 
@@ -322,8 +392,9 @@ async def _write(bootstrap: str, topic: str, partition: int, rows: dict[bytes, b
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, enable_idempotence=True)
     await producer.start()
     try:
-        await asyncio.gather(*[await producer.send(topic, value, key=key, partition=partition)
-                               for key, value in rows.items()])
+        await asyncio.gather(
+            *[await producer.send(topic, value, key=key, partition=partition) for key, value in rows.items()]
+        )
     finally:
         await producer.stop()
 
@@ -337,9 +408,13 @@ async def _committed(bootstrap: str, group: str, topic: str) -> dict[int, int]:
         await admin.close()
 
 
-def test_the_worker_rides_out_a_broker_restart(local_kafka: LocalKafka | None, tiny_model_dir: Path,
-                                               tiny_artifact: ModelArtifact, workload: Workload,
-                                               tmp_path: Path) -> None:
+def test_the_worker_rides_out_a_broker_restart(
+    local_kafka: LocalKafka | None,
+    tiny_model_dir: Path,
+    tiny_artifact: ModelArtifact,
+    workload: Workload,
+    tmp_path: Path,
+) -> None:
     if local_kafka is None:
         pytest.fail("this test restarts a broker it owns: it needs the provisioned one (unset KAFKA_BOOTSTRAP_SERVERS)")
     broker = LocalKafka(home=tmp_path / "kafka", cache=local_kafka.cache, log=lambda _: None)
@@ -368,16 +443,15 @@ def test_the_worker_rides_out_a_broker_restart(local_kafka: LocalKafka | None, t
         broker.stop()
 
 
-
-
-
 def test_bad_input_goes_to_the_dead_letter_topic_with_a_reason_and_the_worker_keeps_going(
-        kafka_bootstrap: str, tiny_model_dir: Path, tmp_path: Path) -> None:
+    kafka_bootstrap: str, tiny_model_dir: Path, tmp_path: Path
+) -> None:
     prefix = _topics(kafka_bootstrap, "badinput")
     topics = TopicNames(prefix)
     port = free_port()
-    args = _worker_args(tiny_model_dir, kafka_bootstrap, prefix, "--web-port", str(port), "--max-services", "2",
-                        "--max-tick-gap", "100")
+    args = _worker_args(
+        tiny_model_dir, kafka_bootstrap, prefix, "--web-port", str(port), "--max-services", "2", "--max-tick-gap", "100"
+    )
     good = [(b"svc", usage_json("svc", t, 5.0, 10.0)) for t in range(3)]
     bad = {
         "malformed_json": b'{"schema": 1, "type": "usage", ',
@@ -389,22 +463,39 @@ def test_bad_input_goes_to_the_dead_letter_topic_with_a_reason_and_the_worker_ke
         "duplicate_tick": usage_json("svc", 1, 5.0, 10.0),
         "service_limit": usage_json("third", 0, 1.0, 10.0),
     }
-    nan_and_inf = [b'{"schema": 1, "type": "usage", "service": "svc", "tick": 3, "usage": NaN, "censored": false, '
-                   b'"capacity": 10.0}', usage_json("svc", 3, 1e400, 10.0).replace(b"inf", b"1e400")]
+    nan_and_inf = [
+        b'{"schema": 1, "type": "usage", "service": "svc", "tick": 3, "usage": NaN, "censored": false, '
+        b'"capacity": 10.0}',
+        usage_json("svc", 3, 1e400, 10.0).replace(b"inf", b"1e400"),
+    ]
     with picrl_process(args, tmp_path / "worker.log") as worker:
-        produce(kafka_bootstrap, topics.usage,
-                 good + [(b"other", usage_json("other", 0, 1.0, 10.0))] + [(b"svc", v) for v in bad.values()]
-                 + [(b"svc", v) for v in nan_and_inf] + [(b"svc", usage_json("svc", 4, 6.0, 10.0))])
-        letters = [decode_dead_letter(m.value)
-                   for m in asyncio.run(consume(kafka_bootstrap, topics.deadletter, len(bad) + 2, timeout=90))]
+        produce(
+            kafka_bootstrap,
+            topics.usage,
+            good
+            + [(b"other", usage_json("other", 0, 1.0, 10.0))]
+            + [(b"svc", v) for v in bad.values()]
+            + [(b"svc", v) for v in nan_and_inf]
+            + [(b"svc", usage_json("svc", 4, 6.0, 10.0))],
+        )
+        letters = [
+            decode_dead_letter(m.value)
+            for m in asyncio.run(consume(kafka_bootstrap, topics.deadletter, len(bad) + 2, timeout=90))
+        ]
         actions = [decode_action(m.value) for m in asyncio.run(consume(kafka_bootstrap, topics.actions, 6, timeout=30))]
         status, text = http_get(port, "/metrics/")
         assert worker.poll() is None, tail(tmp_path / "worker.log")
     reasons = collections.Counter(letter.reason for letter in letters)
     assert reasons == collections.Counter({**{reason: 1 for reason in bad}, "malformed_json": 3}), reasons
     assert all(letter.topic == topics.usage and letter.raw for letter in letters)
-    assert {(a.service, a.tick) for a in actions} == {("svc", 1), ("svc", 2), ("svc", 3), ("other", 1), ("svc", 4),
-                                                     ("svc", 5)}
+    assert {(a.service, a.tick) for a in actions} == {
+        ("svc", 1),
+        ("svc", 2),
+        ("svc", 3),
+        ("other", 1),
+        ("svc", 4),
+        ("svc", 5),
+    }
     assert [a.phase for a in actions if a.tick == 4] == ["hold"]  # tick 3 refused for its values: held, missed
     assert status == 200 and isinstance(text, str)
     for reason, count in reasons.items():
@@ -416,13 +507,15 @@ def test_bad_input_goes_to_the_dead_letter_topic_with_a_reason_and_the_worker_ke
 
 
 def _policy_record(config_policy: PolicyNetwork, version: int, parent: int | None, **changes: object) -> PolicyVersion:
-    record = PolicyVersion("default", version, parent, 0.01, 0.5, time.time(), policy_to_bytes(config_policy),
-                           parent_score=0.5)
+    record = PolicyVersion(
+        "default", version, parent, 0.01, 0.5, time.time(), policy_to_bytes(config_policy), parent_score=0.5
+    )
     return dataclasses.replace(record, **changes)
 
 
 def test_policy_guardrails_refuse_bad_versions_and_rollback_is_followed(
-        kafka_bootstrap: str, tiny_model_dir: Path, tiny_artifact: ModelArtifact, tmp_path: Path) -> None:
+    kafka_bootstrap: str, tiny_model_dir: Path, tiny_artifact: ModelArtifact, tmp_path: Path
+) -> None:
     from picrl.cli import main
 
     prefix = _topics(kafka_bootstrap, "guard")
@@ -432,7 +525,9 @@ def test_policy_guardrails_refuse_bad_versions_and_rollback_is_followed(
     nan_policy = PolicyNetwork(tiny_artifact.config.policy)
     with torch.no_grad():
         nan_policy.log_std.fill_(float("nan"))
-    wider = PolicyNetwork(dataclasses.replace(tiny_artifact.config.policy, hidden=tiny_artifact.config.policy.hidden + 3))
+    wider = PolicyNetwork(
+        dataclasses.replace(tiny_artifact.config.policy, hidden=tiny_artifact.config.policy.hidden + 3)
+    )
     versions = [
         _policy_record(good, 0, None),
         _policy_record(nan_policy, 1, 0),  # non-finite weights
@@ -442,10 +537,12 @@ def test_policy_guardrails_refuse_bad_versions_and_rollback_is_followed(
         _policy_record(good, 5, 0),  # fine
     ]
     produce(kafka_bootstrap, topics.policy, [(v.key, v.to_bytes()) for v in versions])
-    with picrl_process(_worker_args(tiny_model_dir, kafka_bootstrap, prefix, "--web-port", str(port)),
-                       tmp_path / "worker.log") as worker:
-        assert asyncio.run(wait_until(lambda: http_get(port, "/healthz/")[1].get("policy_version") == 5, timeout=90)), \
+    with picrl_process(
+        _worker_args(tiny_model_dir, kafka_bootstrap, prefix, "--web-port", str(port)), tmp_path / "worker.log"
+    ) as worker:
+        assert asyncio.run(wait_until(lambda: http_get(port, "/healthz/")[1].get("policy_version") == 5, timeout=90)), (
             tail(tmp_path / "worker.log")
+        )
         _, text = http_get(port, "/metrics/")
         assert metric(text, "picrl_policy_refusals_total", reason="unreadable_weights") == 2
         assert metric(text, "picrl_policy_refusals_total", reason="kl_above_bound") == 1
@@ -459,11 +556,23 @@ def test_policy_guardrails_refuse_bad_versions_and_rollback_is_followed(
 
 
 def test_workers_keep_the_last_policy_while_the_trainer_is_down_and_it_resumes_from_its_offsets(
-        kafka_bootstrap: str, tiny_model_dir: Path, native_trace: Trace, tmp_path: Path) -> None:
+    kafka_bootstrap: str, tiny_model_dir: Path, native_trace: Trace, tmp_path: Path
+) -> None:
     prefix = _topics(kafka_bootstrap, "outage")
     workload = copies_of(native_trace, 4, WINDOW + 70, start=850, seed=13)
-    trainer_args = ["trainer", "--model", str(tiny_model_dir), "--bootstrap", kafka_bootstrap, "--prefix", prefix,
-                    "--partitions", str(PARTITIONS), "--update-every", "16"]
+    trainer_args = [
+        "trainer",
+        "--model",
+        str(tiny_model_dir),
+        "--bootstrap",
+        kafka_bootstrap,
+        "--prefix",
+        prefix,
+        "--partitions",
+        str(PARTITIONS),
+        "--update-every",
+        "16",
+    ]
     log = tmp_path / "trainer.log"
     trainers = [spawn(trainer_args, log)]
     down, back = WINDOW + 25, WINDOW + 45
@@ -489,9 +598,11 @@ def test_workers_keep_the_last_policy_while_the_trainer_is_down_and_it_resumes_f
     text = log.read_text()
     assert len(trainers) == 2 and "resuming replay at committed offsets" in text
     resumed = text.split("resuming replay at committed offsets")[-1].split("}")[0]
-    assert "None" not in resumed and any(int(o.split(":")[1]) > 0 for o in resumed.strip(" {").split(",")), f"the restarted trainer did not resume from committed offsets: {resumed}"
+    assert "None" not in resumed and any(int(o.split(":")[1]) > 0 for o in resumed.strip(" {").split(",")), (
+        f"the restarted trainer did not resume from committed offsets: {resumed}"
+    )
     # while the trainer was down the workers kept acting, with the last version they had accepted
-    gap = record.policy_version[down + 3:back + 1]
+    gap = record.policy_version[down + 3 : back + 1]
     assert (gap >= 0).all() and (gap == gap[0, 0]).all() and gap[0, 0] >= 1
     published = [v.version for v in asyncio.run(_versions(kafka_bootstrap, prefix))]
     assert published == list(range(len(published))) and max(published) > gap[0, 0], published
@@ -513,13 +624,19 @@ def _chaos_plan(ticks: int, seed: int, workers: int) -> dict[int, int | str]:
     targets: list[int | str] = [int(i) for i in rng.integers(0, workers, 3)] + [BROKER]
     rng.shuffle(targets)
     targets.insert(0, f"{FREEZE}{rng.integers(workers)}")
-    return {int((low + high) // 2 + rng.integers(-2, 3)): target
-            for low, high, target in zip(bounds[:-1], bounds[1:], targets)}
+    return {
+        int((low + high) // 2 + rng.integers(-2, 3)): target
+        for low, high, target in zip(bounds[:-1], bounds[1:], targets)
+    }
 
 
 def test_chaos_two_workers_survive_three_worker_kills_and_a_broker_kill_deciding_every_tick_once(
-        local_kafka: LocalKafka | None, tiny_model_dir: Path, tiny_artifact: ModelArtifact, native_trace: Trace,
-        tmp_path: Path) -> None:
+    local_kafka: LocalKafka | None,
+    tiny_model_dir: Path,
+    tiny_artifact: ModelArtifact,
+    native_trace: Trace,
+    tmp_path: Path,
+) -> None:
     """Two workers of one app id on 4 partitions, 12 services in closed loop for 84 ticks; three SIGKILLs of a
     worker (restarted at once), one of the broker (started again on its port and data) and one worker frozen
     (SIGSTOP) until the other has taken its partitions over, at seeded ticks. Every (service, tick) must get
@@ -541,17 +658,26 @@ def test_chaos_two_workers_survive_three_worker_kills_and_a_broker_kill_deciding
         try:
             record = _play(bootstrap, prefix, workload, chaos.on_tick, timeout=120)
         except Exception as exc:
-            raise AssertionError("\n".join([str(exc), *chaos.exited_by_themselves(),
-                                             chaos.diagnose(bootstrap, prefix, partitions, f"{prefix}-worker")])) from exc
+            raise AssertionError(
+                "\n".join(
+                    [
+                        str(exc),
+                        *chaos.exited_by_themselves(),
+                        chaos.diagnose(bootstrap, prefix, partitions, f"{prefix}-worker"),
+                    ]
+                )
+            ) from exc
         exited = chaos.exited_by_themselves()
         assert not exited, "\n".join(exited)
         result = audit(record, bootstrap, prefix, tiny_artifact, WINDOW)
     finally:
         chaos.stop()
         broker.stop()
-    print(f"\nchaos: {len(workload.services)} services x {workload.ticks} ticks on {partitions} partitions in "
-          f"{time.monotonic() - started:.0f} s\n{chaos.report()}\n{result.checked} actions checked: "
-          f"{len(result.missing)} missing, {len(result.repeated)} repeated, {result.mismatches} differ")
+    print(
+        f"\nchaos: {len(workload.services)} services x {workload.ticks} ticks on {partitions} partitions in "
+        f"{time.monotonic() - started:.0f} s\n{chaos.report()}\n{result.checked} actions checked: "
+        f"{len(result.missing)} missing, {len(result.repeated)} repeated, {result.mismatches} differ"
+    )
     assert [f.target for f in chaos.faults].count(BROKER) == 1 and len(chaos.faults) == 5
     assert all(p.returncode == -signal.SIGKILL for p in chaos.killed)
     assert result.clean, f"missing {result.missing[:5]}, repeated {result.repeated[:5]}, {result.mismatches} differ"

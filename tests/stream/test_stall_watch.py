@@ -1,6 +1,7 @@
 """A usage partition with records waiting and nothing committed for ``stall_timeout`` seconds makes its worker
 rejoin the group (stream/stall_watch.py), and a held partition is released once its rows are back
 (``StreamWorker._watch_partitions``)."""
+
 from __future__ import annotations
 
 import asyncio
@@ -65,8 +66,9 @@ class Watched:
 
 @pytest.fixture()
 def watched(tiny_artifact: ModelArtifact, monkeypatch: pytest.MonkeyPatch) -> Watched:
-    worker = StreamWorker(WorkerSettings(bootstrap="127.0.0.1:9", app_id="stall-worker", partitions=2,
-                                         stall_timeout=30.0), tiny_artifact)
+    worker = StreamWorker(
+        WorkerSettings(bootstrap="127.0.0.1:9", app_id="stall-worker", partitions=2, stall_timeout=30.0), tiny_artifact
+    )
     consumer, w = worker.app.consumer, Watched(worker, _Clock())
 
     async def committed() -> dict[int, int]:

@@ -1,5 +1,6 @@
 """The streaming service end to end on the real broker: worker and trainer as the processes users run,
 the closed-loop environment in process."""
+
 from __future__ import annotations
 
 import asyncio
@@ -11,10 +12,10 @@ import numpy as np
 import pytest
 
 from picrl.datasets import Trace
+from picrl.workloads import copies_of
 from picrl_core.artifact import ModelArtifact
 from picrl_core.reward import step_reward
 from producers.closed_loop import ClosedLoopEnvironment, ClosedLoopRecord
-from picrl.workloads import copies_of
 from stream.records import decode_policy, decode_transition
 from stream.topics import TopicNames, ensure_topics, topic_specs
 from tests.stream.conftest import WINDOW
@@ -26,19 +27,38 @@ from tests.support.web import free_port
 PARTITIONS = 2
 
 
-
 def _play(bootstrap: str, prefix: str, workload, timeout: float = 120.0) -> ClosedLoopRecord:
     return asyncio.run(ClosedLoopEnvironment(bootstrap, TopicNames(prefix), workload, action_timeout=timeout).run())
 
 
 def _worker_args(model: Path, bootstrap: str, prefix: str, guarantee: str = "exactly_once") -> list[str]:
-    return ["worker", "--model", str(model), "--bootstrap", bootstrap, "--prefix", prefix, "--partitions",
-            str(PARTITIONS), "--app-id", f"{prefix}-worker", "--log-level", "warning", "--guarantee", guarantee]
+    return [
+        "worker",
+        "--model",
+        str(model),
+        "--bootstrap",
+        bootstrap,
+        "--prefix",
+        prefix,
+        "--partitions",
+        str(PARTITIONS),
+        "--app-id",
+        f"{prefix}-worker",
+        "--log-level",
+        "warning",
+        "--guarantee",
+        guarantee,
+    ]
 
 
 @pytest.fixture(scope="module", params=["exactly_once", "at_least_once"])
-def fixed_policy_run(request: pytest.FixtureRequest, kafka_bootstrap: str, tiny_model_dir: Path, native_trace: Trace,
-                     tmp_path_factory: pytest.TempPathFactory) -> tuple[ClosedLoopRecord, list]:
+def fixed_policy_run(
+    request: pytest.FixtureRequest,
+    kafka_bootstrap: str,
+    tiny_model_dir: Path,
+    native_trace: Trace,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> tuple[ClosedLoopRecord, list]:
     """A worker without trainer (the artifact's policy throughout) driven by the closed loop, and the replay
     transitions it wrote, under either processing guarantee (``at_least_once`` acknowledges a batch's events
     once its records are delivered, while later batches go on). They are read while the worker runs: the
@@ -56,13 +76,15 @@ def fixed_policy_run(request: pytest.FixtureRequest, kafka_bootstrap: str, tiny_
             raise AssertionError(f"closed loop failed: {exc}\nworker log:\n{tail(log)}") from exc
         replay = asyncio.run(consume(kafka_bootstrap, TopicNames(prefix).replay, expected, timeout=30))
         # every event acknowledged (at_least_once: once its batch was delivered) and its offset committed
-        committed_everything(kafka_bootstrap, f"{prefix}-worker", TopicNames(prefix).usage, PARTITIONS, worker, log,
-                             stall_after=30)
+        committed_everything(
+            kafka_bootstrap, f"{prefix}-worker", TopicNames(prefix).usage, PARTITIONS, worker, log, stall_after=30
+        )
     return record, replay
 
 
-def test_stream_actions_equal_the_embedded_runner_tick_for_tick(fixed_policy_run: tuple[ClosedLoopRecord, list],
-                                                                tiny_artifact: ModelArtifact) -> None:
+def test_stream_actions_equal_the_embedded_runner_tick_for_tick(
+    fixed_policy_run: tuple[ClosedLoopRecord, list], tiny_artifact: ModelArtifact
+) -> None:
     record, _ = fixed_policy_run
     workload = record.workload
     reference = reference_run(tiny_artifact, workload.demand, workload.services, headroom=0.5).trajectory
@@ -73,8 +95,9 @@ def test_stream_actions_equal_the_embedded_runner_tick_for_tick(fixed_policy_run
     assert (record.policy_version[1:] == 0).all()
 
 
-def test_replay_transitions_carry_the_paper_rewards(fixed_policy_run: tuple[ClosedLoopRecord, list],
-                                                    tiny_artifact: ModelArtifact) -> None:
+def test_replay_transitions_carry_the_paper_rewards(
+    fixed_policy_run: tuple[ClosedLoopRecord, list], tiny_artifact: ModelArtifact
+) -> None:
     record, messages = fixed_policy_run
     workload = record.workload
     expected = len(workload.services) * (workload.ticks - WINDOW)
@@ -90,8 +113,9 @@ def test_replay_transitions_carry_the_paper_rewards(fixed_policy_run: tuple[Clos
             assert tr.reward == reference.reward[t - WINDOW, j]
             if tr.censored:  # Eq. 9: inverse-Mills surrogate with pessimism; y = a
                 assert tr.observed == tr.action and tr.censor_streak >= 1
-                assert tr.reward == step_reward(tr.action, tr.observed, True, tr.mu, tr.sigma, tr.censor_streak,
-                                                cfg.cost, cfg.reward)
+                assert tr.reward == step_reward(
+                    tr.action, tr.observed, True, tr.mu, tr.sigma, tr.censor_streak, cfg.cost, cfg.reward
+                )
             else:  # Eq. 10: the true asymmetric cost of the revealed demand
                 gap = tr.action - tr.observed
                 assert tr.reward == pytest.approx(-(cfg.cost.c_over * gap if gap > 0 else -cfg.cost.c_under * gap))
@@ -99,28 +123,47 @@ def test_replay_transitions_carry_the_paper_rewards(fixed_policy_run: tuple[Clos
     assert kinds == {True, False}, "the run should contain censored and uncensored steps"
 
 
-def test_trainer_versions_reach_the_workers_actions(kafka_bootstrap: str, tiny_model_dir: Path, native_trace: Trace,
-                                                    tmp_path: Path) -> None:
+def test_trainer_versions_reach_the_workers_actions(
+    kafka_bootstrap: str, tiny_model_dir: Path, native_trace: Trace, tmp_path: Path
+) -> None:
     prefix = unique("e2e-trainer")
     asyncio.run(ensure_topics(kafka_bootstrap, topic_specs(prefix, PARTITIONS)))
     workload = copies_of(native_trace, 4, WINDOW + 60, start=850, seed=9)
     metrics_port = free_port()
-    trainer_args = ["trainer", "--model", str(tiny_model_dir), "--bootstrap", kafka_bootstrap, "--prefix", prefix,
-                    "--partitions", str(PARTITIONS), "--update-every", "16", "--metrics-port", str(metrics_port)]
+    trainer_args = [
+        "trainer",
+        "--model",
+        str(tiny_model_dir),
+        "--bootstrap",
+        kafka_bootstrap,
+        "--prefix",
+        prefix,
+        "--partitions",
+        str(PARTITIONS),
+        "--update-every",
+        "16",
+        "--metrics-port",
+        str(metrics_port),
+    ]
     # guardrails wide open: this test is about propagation (the guardrails have their own tests)
     worker_args = [*_worker_args(tiny_model_dir, kafka_bootstrap, prefix), "--max-kl", "1e9", "--score-margin", "1e9"]
-    with picrl_process(worker_args, tmp_path / "worker.log"), \
-            picrl_process(trainer_args, tmp_path / "trainer.log") as trainer:
+    with (
+        picrl_process(worker_args, tmp_path / "worker.log"),
+        picrl_process(trainer_args, tmp_path / "trainer.log") as trainer,
+    ):
         record = _play(kafka_bootstrap, prefix, workload)
         assert trainer.poll() is None, f"the trainer exited:\n{tail(tmp_path / 'trainer.log')}"
         with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5) as response:
             scraped = response.read().decode()  # the trainer's Prometheus endpoint, scraped while it runs
     versions = record.policy_version[WINDOW:]
-    assert versions.max() >= 1, (f"no trained version reached the actions:\n{tail(tmp_path / 'trainer.log')}\n"
-                                 f"{tail(tmp_path / 'worker.log')}")
+    assert versions.max() >= 1, (
+        f"no trained version reached the actions:\n{tail(tmp_path / 'trainer.log')}\n{tail(tmp_path / 'worker.log')}"
+    )
     assert (np.diff(versions, axis=0) >= 0).all(), "a worker went back to an older version"
-    published = [decode_policy(m.value) for m in asyncio.run(consume(kafka_bootstrap, TopicNames(prefix).policy,
-                                                                      int(versions.max()) + 1, timeout=20))]
+    published = [
+        decode_policy(m.value)
+        for m in asyncio.run(consume(kafka_bootstrap, TopicNames(prefix).policy, int(versions.max()) + 1, timeout=20))
+    ]
     lineage = [(p.version, p.parent) for p in published]
     assert lineage[0] == (0, None)
     assert all(parent == version - 1 for version, parent in lineage[1:])
@@ -132,18 +175,19 @@ def test_trainer_versions_reach_the_workers_actions(kafka_bootstrap: str, tiny_m
     assert gauge["picrl_trainer_policy_version"] == gauge["picrl_trainer_versions_total"]
     # the records' version stamps are on every action after the first trained version arrives
     first = int(np.argmax(record.policy_version.max(axis=1) >= 1))
-    assert (record.policy_version[first + 2:] >= 1).all()
+    assert (record.policy_version[first + 2 :] >= 1).all()
 
 
-def test_a_worker_grows_the_range_of_a_service_that_outgrew_it(kafka_bootstrap: str, tiny_model_dir: Path,
-                                                                 native_trace: Trace, tiny_artifact: ModelArtifact,
-                                                                 tmp_path: Path) -> None:
+def test_a_worker_grows_the_range_of_a_service_that_outgrew_it(
+    kafka_bootstrap: str, tiny_model_dir: Path, native_trace: Trace, tiny_artifact: ModelArtifact, tmp_path: Path
+) -> None:
     prefix = unique("e2e-grow")
     asyncio.run(ensure_topics(kafka_bootstrap, topic_specs(prefix, PARTITIONS)))
     workload = tripled(copies_of(native_trace, 2, WINDOW + 60, start=900, seed=3), WINDOW)
     port = free_port()
-    with picrl_process([*_worker_args(tiny_model_dir, kafka_bootstrap, prefix), "--web-port", str(port)],
-                       tmp_path / "worker.log") as worker:
+    with picrl_process(
+        [*_worker_args(tiny_model_dir, kafka_bootstrap, prefix), "--web-port", str(port)], tmp_path / "worker.log"
+    ) as worker:
         record = _play(kafka_bootstrap, prefix, workload)
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
             scraped = response.read().decode()
@@ -151,7 +195,10 @@ def test_a_worker_grows_the_range_of_a_service_that_outgrew_it(kafka_bootstrap: 
     reference = reference_run(tiny_artifact, workload.demand, workload.services, headroom=0.5)
     assert np.array_equal(record.breakdown["capacity_norm"][WINDOW:], reference.trajectory.action)  # bit for bit
     assert (record.capacity[WINDOW:] > reference.high[0] * (1 + 1e-9)).any(axis=0).all()  # above the first range
-    grown = [json.loads(line) for line in (tmp_path / "worker.log").read_text().splitlines()
-             if line.startswith("{") and "range of" in line]
+    grown = [
+        json.loads(line)
+        for line in (tmp_path / "worker.log").read_text().splitlines()
+        if line.startswith("{") and "range of" in line
+    ]
     assert grown and all(entry["reason"] == "outgrown" and entry["service"] in workload.services for entry in grown)
     assert f'picrl_range_changes_total{{reason="outgrown"}} {float(len(grown))}' in scraped

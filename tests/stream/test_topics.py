@@ -1,4 +1,5 @@
 """picrl's topics on the real broker: created with their partitions, retention and compaction."""
+
 from __future__ import annotations
 
 import asyncio
@@ -22,14 +23,19 @@ async def _describe(bootstrap: str, names: list[str]) -> tuple[dict[str, int], d
     try:
         partitions = {t["topic"]: len(t["partitions"]) for t in await admin.describe_topics(names)}
         responses = await admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, n) for n in names])
-        configs = {resource[3]: {entry[0]: entry[1] for entry in resource[4]}
-                   for response in responses for resource in response.resources}
+        configs = {
+            resource[3]: {entry[0]: entry[1] for entry in resource[4]}
+            for response in responses
+            for resource in response.resources
+        }
     finally:
         await admin.close()
     return partitions, configs
 
 
-def test_topics_get_partitions_retention_and_compaction(kafka_bootstrap: str, capsys: pytest.CaptureFixture[str]) -> None:
+def test_topics_get_partitions_retention_and_compaction(
+    kafka_bootstrap: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     prefix = f"t{uuid.uuid4().hex[:8]}"
     assert main(["topics", "create", "--bootstrap", kafka_bootstrap, "--prefix", prefix, "--partitions", "3"]) == 0
     out = capsys.readouterr().out
@@ -38,8 +44,13 @@ def test_topics_get_partitions_retention_and_compaction(kafka_bootstrap: str, ca
     assert out.count(f"replicas={expected.factor}  min.insync.replicas={expected.min_insync}") == 5
     names = [s.name for s in topic_specs(prefix, 3)]
     partitions, configs = asyncio.run(_describe(kafka_bootstrap, names))
-    assert partitions == {f"{prefix}.usage": 3, f"{prefix}.actions": 3, f"{prefix}.replay": 3,
-                          f"{prefix}.policy": 1, f"{prefix}.deadletter": 3}
+    assert partitions == {
+        f"{prefix}.usage": 3,
+        f"{prefix}.actions": 3,
+        f"{prefix}.replay": 3,
+        f"{prefix}.policy": 1,
+        f"{prefix}.deadletter": 3,
+    }
     assert configs[f"{prefix}.policy"]["cleanup.policy"] == "compact"
     assert configs[f"{prefix}.replay"]["cleanup.policy"] == "delete"
     assert configs[f"{prefix}.replay"]["retention.bytes"] == str(256 << 20)
@@ -53,8 +64,12 @@ def test_topics_get_partitions_retention_and_compaction(kafka_bootstrap: str, ca
 
 
 def test_replication_follows_the_brokers_unless_set() -> None:
-    assert [Replication.for_brokers(n) for n in (1, 2, 3, 5)] == [Replication(1, 1), Replication(2, 1),
-                                                                  Replication(3, 2), Replication(3, 2)]
+    assert [Replication.for_brokers(n) for n in (1, 2, 3, 5)] == [
+        Replication(1, 1),
+        Replication(2, 1),
+        Replication(3, 2),
+        Replication(3, 2),
+    ]
     assert Replication.for_brokers(5, factor=5) == Replication(5, 4)
     assert Replication.for_brokers(3, min_insync=3) == Replication(3, 3)
     assert Replication(3, 2).config == {"min.insync.replicas": "2"}
@@ -72,8 +87,9 @@ def test_more_replicas_than_brokers_is_a_clear_error(kafka_bootstrap: str) -> No
         asyncio.run(ensure_topics(kafka_bootstrap, specs, Replication(brokers + 1, 1)))
 
 
-def test_no_broker_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                    capsys: pytest.CaptureFixture[str]) -> None:
+def test_no_broker_is_a_clear_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.setenv("PICRL_KAFKA_HOME", str(tmp_path))
     assert main(["topics", "create"]) == 2
     assert "no local broker is running: start one with `picrl kafka start`" in capsys.readouterr().err

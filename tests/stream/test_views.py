@@ -1,5 +1,6 @@
 """The worker's web endpoints: every path answers with and without a trailing slash (Prometheus scrapes
 ``/metrics``), and the views read only a :class:`stream.views.StatusSource`, which the worker implements."""
+
 from __future__ import annotations
 
 import asyncio
@@ -19,8 +20,9 @@ from stream.worker import StreamWorker, WorkerSettings
 from tests.stream.conftest import WINDOW
 
 
-@pytest.mark.parametrize("path", ["/healthz", "/healthz/", "/metrics", "/metrics/", "/services/web-1",
-                                  "/services/web-1/"])
+@pytest.mark.parametrize(
+    "path", ["/healthz", "/healthz/", "/metrics", "/metrics/", "/services/web-1", "/services/web-1/"]
+)
 def test_every_view_is_routed_with_and_without_the_trailing_slash(tiny_artifact: ModelArtifact, path: str) -> None:
     worker = StreamWorker(WorkerSettings(bootstrap="127.0.0.1:9", web_port=6066), tiny_artifact)  # never started
     router = worker.app.web.web_app.router
@@ -61,8 +63,12 @@ def test_the_views_serve_any_status_source(tiny_artifact: ModelArtifact) -> None
     app = faust.App("views-test", broker="kafka://127.0.0.1:9", web_port=6067, store="memory://")
     add_views(app, source)
     code, body = _get(app, "/healthz")
-    assert code == 503 and orjson.loads(body) == {"status": "starting", "policy_version": 4, "services": 1,
-                                                  "partitions": [0, 3]}
+    assert code == 503 and orjson.loads(body) == {
+        "status": "starting",
+        "policy_version": 4,
+        "services": 1,
+        "partitions": [0, 3],
+    }
     status.ready = True
     assert _get(app, "/healthz/")[0] == 200
     code, body = _get(app, "/services/web-1")

@@ -2,6 +2,7 @@
 and started again on the same port and data; then an audit of the actions against an uninterrupted reference.
 
 Shared by the chaos test (tests/stream/test_reliability.py) and the soak (benchmarks/soak.py)."""
+
 from __future__ import annotations
 
 import asyncio
@@ -84,7 +85,7 @@ class Chaos:
             self.faults.append(Fault(tick, BROKER, down=time.monotonic() - self._killed_at))
             return
         if isinstance(target, str) and target.startswith(FREEZE):
-            frozen = self.running[int(target[len(FREEZE):])]
+            frozen = self.running[int(target[len(FREEZE) :])]
             frozen.send_signal(signal.SIGSTOP)
             time.sleep(self.freeze)
             frozen.send_signal(signal.SIGCONT)
@@ -93,8 +94,9 @@ class Chaos:
         index = int(target)
         victim = self.running[index]
         if victim.poll() is not None:
-            self.gone.append(f"worker {index} had exited with {victim.returncode} before tick {tick}:\n"
-                             f"{tail(self.log(index))}")
+            self.gone.append(
+                f"worker {index} had exited with {victim.returncode} before tick {tick}:\n{tail(self.log(index))}"
+            )
         victim.send_signal(signal.SIGKILL)
         victim.wait()
         self.killed.append(victim)
@@ -103,8 +105,11 @@ class Chaos:
 
     def exited_by_themselves(self) -> list[str]:
         """A line (exit code and log tail) for every worker that ended without being killed."""
-        return self.gone + [f"worker {i} exited with {p.returncode}:\n{tail(self.log(i))}"
-                            for i, p in enumerate(self.running) if p.poll() is not None]
+        return self.gone + [
+            f"worker {i} exited with {p.returncode}:\n{tail(self.log(i))}"
+            for i, p in enumerate(self.running)
+            if p.poll() is not None
+        ]
 
     def diagnose(self, bootstrap: str, prefix: str, partitions: int, group: str) -> str:
         """What a stalled loop leaves to read: per usage partition the offset ``group`` committed and the end;
@@ -122,8 +127,9 @@ class Chaos:
                 committed = await committed_offsets(admin, group, topics.usage)
             finally:
                 await admin.close()
-            return ([f"usage[{p}]: committed {committed.get(p)}, end {usage[p]}" for p in range(partitions)]
-                    + [f"actions[{p}]: end {actions[p]}, last stable {stable[p]}" for p in range(partitions)])
+            return [f"usage[{p}]: committed {committed.get(p)}, end {usage[p]}" for p in range(partitions)] + [
+                f"actions[{p}]: end {actions[p]}, last stable {stable[p]}" for p in range(partitions)
+            ]
 
         try:
             lines = asyncio.run(offsets())
@@ -141,9 +147,12 @@ class Chaos:
 
     def report(self) -> str:
         """One line per fault: what was killed at which tick and how long the loop took to recover."""
-        return "\n".join(f"  tick {f.tick:>4}: {'' if f.target.startswith(FREEZE) else 'SIGKILL '}{f.target:<8} "
-                         + (f"(down and back in {f.down:.1f} s) " if f.down else "")
-                         + f"recovered in {f.recovered:.1f} s" for f in self.faults)
+        return "\n".join(
+            f"  tick {f.tick:>4}: {'' if f.target.startswith(FREEZE) else 'SIGKILL '}{f.target:<8} "
+            + (f"(down and back in {f.down:.1f} s) " if f.down else "")
+            + f"recovered in {f.recovered:.1f} s"
+            for f in self.faults
+        )
 
 
 @dataclass(frozen=True)
@@ -167,8 +176,15 @@ def audit(record: ClosedLoopRecord, bootstrap: str, prefix: str, artifact: Model
     wanted = {(s, t) for s in workload.services for t in range(1, workload.ticks)}
     messages = asyncio.run(consume(bootstrap, TopicNames(prefix).actions, len(wanted) + 50, timeout=15))
     counts = collections.Counter((a.service, a.tick) for a in (decode_action(m.value) for m in messages))
-    reference = (coupled_reference_run(artifact, workload, headroom=0.5) if workload.resources else
-                 reference_run(artifact, workload.demand, workload.services, headroom=0.5)).trajectory
+    reference = (
+        coupled_reference_run(artifact, workload, headroom=0.5)
+        if workload.resources
+        else reference_run(artifact, workload.demand, workload.services, headroom=0.5)
+    ).trajectory
     decided = record.breakdown["capacity_norm"][window:]
-    return Audit(sum(counts.values()), sorted(wanted - set(counts)), sorted(k for k, n in counts.items() if n > 1),
-                 int(np.sum(decided != reference.action)))
+    return Audit(
+        sum(counts.values()),
+        sorted(wanted - set(counts)),
+        sorted(k for k, n in counts.items() if n > 1),
+        int(np.sum(decided != reference.action)),
+    )

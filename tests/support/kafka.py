@@ -1,4 +1,5 @@
 """Small aiokafka helpers shared by the integration tests (real broker only)."""
+
 from __future__ import annotations
 
 import asyncio
@@ -30,11 +31,24 @@ async def create_topics(bootstrap: str, partitions: dict[str, int]) -> None:
         await admin.close()
 
 
-async def consume(bootstrap: str, topic: str, count: int, *, timeout: float = 60.0,
-                  isolation_level: str = "read_committed", **kwargs: Any) -> list[ConsumerRecord]:
+async def consume(
+    bootstrap: str,
+    topic: str,
+    count: int,
+    *,
+    timeout: float = 60.0,
+    isolation_level: str = "read_committed",
+    **kwargs: Any,
+) -> list[ConsumerRecord]:
     """Read ``count`` records of ``topic`` from the beginning (fewer if ``timeout`` runs out)."""
-    consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest",
-                                enable_auto_commit=False, isolation_level=isolation_level, **kwargs)
+    consumer = AIOKafkaConsumer(
+        topic,
+        bootstrap_servers=bootstrap,
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        isolation_level=isolation_level,
+        **kwargs,
+    )
     await consumer.start()
     records: list[ConsumerRecord] = []
     deadline = time.monotonic() + timeout
@@ -60,6 +74,7 @@ async def wait_until(predicate: Any, timeout: float, interval: float = 0.1) -> b
 def produce(bootstrap: str, topic: str, messages: list[tuple[bytes, bytes]]) -> None:
     """Send ``(key, value)`` messages to ``topic`` and wait until all are acknowledged (the idempotent
     producer keeps each partition's order)."""
+
     async def send() -> None:
         producer = AIOKafkaProducer(bootstrap_servers=bootstrap, enable_idempotence=True)
         await producer.start()
@@ -67,21 +82,39 @@ def produce(bootstrap: str, topic: str, messages: list[tuple[bytes, bytes]]) -> 
             await asyncio.gather(*[await producer.send(topic, value, key=key) for key, value in messages])
         finally:
             await producer.stop()
+
     asyncio.run(send())
 
 
-def usage_json(service: str, tick: int, usage: object, capacity: float, censored: bool = False,
-               **changes: object) -> bytes:
+def usage_json(
+    service: str, tick: int, usage: object, capacity: float, censored: bool = False, **changes: object
+) -> bytes:
     """A usage record as a producer would write it (``changes`` override or add fields, e.g. ``schema``)."""
-    obj = {"schema": 1, "type": "usage", "service": service, "tick": tick, "usage": usage, "censored": censored,
-           "capacity": capacity, **changes}
+    obj = {
+        "schema": 1,
+        "type": "usage",
+        "service": service,
+        "tick": tick,
+        "usage": usage,
+        "censored": censored,
+        "capacity": capacity,
+        **changes,
+    }
     return json.dumps(obj).encode()
 
 
-def committed_everything(bootstrap: str, group: str, topic: str, partitions: int, worker: subprocess.Popen,
-                          log: Path, stall_after: float = 60.0) -> None:
+def committed_everything(
+    bootstrap: str,
+    group: str,
+    topic: str,
+    partitions: int,
+    worker: subprocess.Popen,
+    log: Path,
+    stall_after: float = 60.0,
+) -> None:
     """Wait until ``group`` has committed every record of ``topic``; fail (naming the partitions behind) when
     no offset moves for ``stall_after`` seconds or the worker dies."""
+
     async def wait() -> None:
         end = await end_offsets(bootstrap, topic, partitions)
         admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
@@ -96,8 +129,10 @@ def committed_everything(bootstrap: str, group: str, topic: str, partitions: int
                 if committed != last:
                     last, moved = committed, time.monotonic()
                 assert time.monotonic() - moved < stall_after, f"no commit for {stall_after:.0f} s; behind: " + str(
-                    {p: f"{committed.get(p, 0)}/{offset}" for p, offset in end.items() if committed.get(p, 0) < offset})
+                    {p: f"{committed.get(p, 0)}/{offset}" for p, offset in end.items() if committed.get(p, 0) < offset}
+                )
                 await asyncio.sleep(0.5)
         finally:
             await admin.close()
+
     asyncio.run(wait())

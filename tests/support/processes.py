@@ -1,4 +1,5 @@
 """Run picrl commands as child processes (as users run them), with their output kept for failures."""
+
 from __future__ import annotations
 
 import os
@@ -20,8 +21,9 @@ def picrl_process(args: list[str], log: Path) -> Iterator[subprocess.Popen]:
     """``python -m picrl ARGS`` in the background, stopped with SIGTERM (then SIGKILL) on exit."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     with open(log, "wb") as out:
-        process = subprocess.Popen([sys.executable, "-m", "picrl", *args], stdout=out, stderr=subprocess.STDOUT,
-                                   cwd=REPO, env=env)
+        process = subprocess.Popen(
+            [sys.executable, "-m", "picrl", *args], stdout=out, stderr=subprocess.STDOUT, cwd=REPO, env=env
+        )
         try:
             yield process
         finally:
@@ -30,8 +32,13 @@ def picrl_process(args: list[str], log: Path) -> Iterator[subprocess.Popen]:
 
 def spawn(args: list[str], log: Path) -> subprocess.Popen:
     """``python -m picrl ARGS`` in the background, its output appended to ``log``; the caller stops it."""
-    return subprocess.Popen([sys.executable, "-m", "picrl", *args], stdout=open(log, "ab"), stderr=subprocess.STDOUT,
-                            cwd=REPO, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    return subprocess.Popen(
+        [sys.executable, "-m", "picrl", *args],
+        stdout=open(log, "ab"),
+        stderr=subprocess.STDOUT,
+        cwd=REPO,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
 
 
 def stop(process: subprocess.Popen, timeout: float = 30.0) -> int:

@@ -1,4 +1,5 @@
 """The embedded runner's view of a stream workload: what the worker must reproduce tick for tick."""
+
 from __future__ import annotations
 
 import copy
@@ -27,8 +28,15 @@ class ReferenceRun:
     capacity: np.ndarray  # (T, N) native capacity in force
 
 
-def reference_run(artifact: ModelArtifact, demand: np.ndarray, services: tuple[str, ...], headroom: float,
-                  context: np.ndarray | None = None, range_growth: float = 2.0, grow_after: int = 3) -> ReferenceRun:
+def reference_run(
+    artifact: ModelArtifact,
+    demand: np.ndarray,
+    services: tuple[str, ...],
+    headroom: float,
+    context: np.ndarray | None = None,
+    range_growth: float = 2.0,
+    grow_after: int = 3,
+) -> ReferenceRun:
     """The simulator's closed loop (``picrl_core.simulator``) over the ticks after the warm-up window,
     with each service scaled by the range a worker derives from its first window, the warm-up as
     uncensored history, and the worker's range growth (``range_growth`` 1: none).
@@ -43,12 +51,17 @@ def reference_run(artifact: ModelArtifact, demand: np.ndarray, services: tuple[s
         scaled_context = to_unit(context, np.array([s.low for s in scalers]), np.array([s.high for s in scalers]))
     controller = PicRLController(artifact.predictor, copy.deepcopy(artifact.policy), artifact.config)
     keys = np.array([service_key(s) for s in services], dtype=np.uint64)
-    state = controller.initial_state(keys, _unit(demand[:window], low, high).T,
-                                     None if scaled_context is None else scaled_context[:window].transpose(1, 0, 2),
-                                     window)
+    state = controller.initial_state(
+        keys,
+        _unit(demand[:window], low, high).T,
+        None if scaled_context is None else scaled_context[:window].transpose(1, 0, 2),
+        window,
+    )
     ticks = demand.shape[0] - window
-    record = {f.name: np.empty((ticks, len(services)), dtype=bool if f.name == "censored" else np.float64)
-              for f in fields(Trajectory)}
+    record = {
+        f.name: np.empty((ticks, len(services)), dtype=bool if f.name == "censored" else np.float64)
+        for f in fields(Trajectory)
+    }
     lows, highs, capacity = (np.empty((ticks, len(services))) for _ in range(3))
     for t in range(ticks):
         unit = _unit(demand[window + t], low, high)
@@ -58,15 +71,30 @@ def reference_run(artifact: ModelArtifact, demand: np.ndarray, services: tuple[s
         record["demand"][t], record["observed"][t], record["censored"][t] = unit, observed, censored
         lows[t], highs[t], capacity[t] = low, high, from_unit(state.action, low, high)
         state, high, record["reward"][t] = _advance(
-            controller, state, observed, censored, None if scaled_context is None else scaled_context[window + t],
-            low, high, range_growth, grow_after)
+            controller,
+            state,
+            observed,
+            censored,
+            None if scaled_context is None else scaled_context[window + t],
+            low,
+            high,
+            range_growth,
+            grow_after,
+        )
     return ReferenceRun(Trajectory(**record), lows, highs, capacity)
 
 
-def coupled_reference_run(artifact: ModelArtifact, workload: Workload, headroom: float, range_growth: float = 2.0,
-                          grow_after: int = 3, coupled: bool = True) -> ReferenceRun:
+def coupled_reference_run(
+    artifact: ModelArtifact,
+    workload: Workload,
+    headroom: float,
+    range_growth: float = 2.0,
+    grow_after: int = 3,
+    coupled: bool = True,
+) -> ReferenceRun:
     """:func:`reference_run` for services provisioned several resources at once (``workload.resources``, its
-    demand ``(T, R * N)`` native, resource-major), each (resource, service) a row keyed ``<service>/<resource>`` (resource-major), the
+    demand ``(T, R * N)`` native, resource-major), each (resource, service) a row keyed ``<service>/<resource>``
+    (resource-major), the
     cluster's observation is :func:`~picrl_core.resources.observe` on the native values (a memory shortage
     fails requests, so compute is observed on the served load), and the controller reads the coupled flags
     with the soft observations lifted by :func:`~picrl_core.resources.impute_served_share`, as the
@@ -81,8 +109,9 @@ def coupled_reference_run(artifact: ModelArtifact, workload: Workload, headroom:
     keys = np.array([service_key(f"{s}/{res.name}") for res in resources for s in services], dtype=np.uint64)
     state = controller.initial_state(keys, _unit(flat[:window], low, high).T, None, window)
     ticks = steps - window
-    record = {f.name: np.empty((ticks, r * n), dtype=bool if f.name == "censored" else np.float64)
-              for f in fields(Trajectory)}
+    record = {
+        f.name: np.empty((ticks, r * n), dtype=bool if f.name == "censored" else np.float64) for f in fields(Trajectory)
+    }
     lows, highs, capacity = (np.empty((ticks, r * n)) for _ in range(3))
     for t in range(ticks):
         native = from_unit(state.action, low, high)
@@ -92,31 +121,51 @@ def coupled_reference_run(artifact: ModelArtifact, workload: Workload, headroom:
         shape = (r, n)
         flags = coupled_flags(own.reshape(shape), resources)
         lifted, censored = impute_served_share(
-            y.reshape(shape), flags, state.action.reshape(shape),
-            state.mu.reshape(shape), state.sigma.reshape(shape), resources,
-            ranges=(low.reshape(shape), high.reshape(shape)))
-        missing = unobserved(y.reshape(shape), flags, state.action.reshape(shape), resources).ravel() if coupled \
-            else None
+            y.reshape(shape),
+            flags,
+            state.action.reshape(shape),
+            state.mu.reshape(shape),
+            state.sigma.reshape(shape),
+            resources,
+            ranges=(low.reshape(shape), high.reshape(shape)),
+        )
+        missing = (
+            unobserved(y.reshape(shape), flags, state.action.reshape(shape), resources).ravel() if coupled else None
+        )
         observed, censored = (lifted.ravel(), censored.ravel()) if coupled else (y, own)
         for name in DECISION_FIELDS:
             record[name][t] = getattr(state, name)
-        record["demand"][t], record["observed"][t], record["censored"][t] = _unit(flat[window + t], low, high), \
-            observed, censored
+        record["demand"][t], record["observed"][t], record["censored"][t] = (
+            _unit(flat[window + t], low, high),
+            observed,
+            censored,
+        )
         lows[t], highs[t], capacity[t] = low, high, native
-        state, high, record["reward"][t] = _advance(controller, state, observed, censored, None, low, high,
-                                                    range_growth, grow_after, missing)
+        state, high, record["reward"][t] = _advance(
+            controller, state, observed, censored, None, low, high, range_growth, grow_after, missing
+        )
     return ReferenceRun(Trajectory(**record), lows, highs, capacity)
 
 
-def _advance(controller: PicRLController, state: ControllerState, observed: np.ndarray, censored: np.ndarray,
-             context: np.ndarray | None, low: np.ndarray, high: np.ndarray, range_growth: float,
-             grow_after: int, missing: np.ndarray | None = None) -> tuple[ControllerState, np.ndarray, np.ndarray]:
+def _advance(
+    controller: PicRLController,
+    state: ControllerState,
+    observed: np.ndarray,
+    censored: np.ndarray,
+    context: np.ndarray | None,
+    low: np.ndarray,
+    high: np.ndarray,
+    range_growth: float,
+    grow_after: int,
+    missing: np.ndarray | None = None,
+) -> tuple[ControllerState, np.ndarray, np.ndarray]:
     """One controller step and the worker's range growth: the next state, the top of the ranges and the
     transition's rewards."""
     new, transition = controller.step(state, observed, censored, context, missing)
     if range_growth > 1:
-        grow = outgrown(state.action, censored if missing is None else censored & ~missing, new.censor_streak,
-                        grow_after)
+        grow = outgrown(
+            state.action, censored if missing is None else censored & ~missing, new.censor_streak, grow_after
+        )
         if grow.any():
             new_high = np.where(grow, grown_high(low, high, range_growth), high)
             new, high = rescale_state(new, low, high, low, new_high), new_high

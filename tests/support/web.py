@@ -1,4 +1,5 @@
 """Helpers for the workers' web endpoints and Prometheus text in the integration tests."""
+
 from __future__ import annotations
 
 import json
