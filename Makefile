@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PICRL := $(VENV)/bin/picrl
 
-.PHONY: setup up test clean prometheus
+.PHONY: setup up test lint clean prometheus
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,8 +26,15 @@ prometheus:
 		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus >/dev/null) \
 		|| echo "note: prometheus not installed; its tests skip (and fail with CI=true)"; }
 
-## the whole test suite (starts its own Kafka broker unless KAFKA_BOOTSTRAP_SERVERS is set)
-test: setup prometheus
+## guard rails: lint and format (ruff), types of picrl_core and stream (mypy), the import layers (import-linter)
+lint: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
+
+## the guard rails, then the whole test suite (starts its own Kafka broker unless KAFKA_BOOTSTRAP_SERVERS is set)
+test: setup prometheus lint
 	$(PY) -m pytest
 
 clean:
