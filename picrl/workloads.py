@@ -54,7 +54,7 @@ def fleet_of(traces: list[Trace], services: int, ticks: int, *, start: int = 0) 
     demand = np.stack([t.values[start : start + ticks] for t in chosen], axis=1)
     names = chosen[0].context_names
     with_context = names and all(t.context is not None and t.context_names == names for t in chosen)
-    ctx = np.stack([t.context[start : start + ticks] for t in chosen], axis=1) if with_context else None  # type: ignore[index]
+    ctx = np.stack([t.context[start : start + ticks] for t in chosen], axis=1) if with_context else None  # type: ignore[index]  # with_context: all set
     return Workload(tuple(t.name for t in chosen), demand, ctx, names if with_context else (), chosen[0].unit)
 
 

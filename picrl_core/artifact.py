@@ -88,11 +88,8 @@ def load_artifact(folder: Path) -> ModelArtifact:
         tensors = load_file(str(weights_path))
     except (KeyError, TypeError, ValueError, SafetensorError) as exc:
         raise ArtifactError(f"{folder} cannot be read: {exc}") from exc
-    networks = {
-        "predictor": GaussianLSTM(config.predictor),
-        "policy": PolicyNetwork(config.policy),
-        "value": ValueNetwork(config.policy),
-    }
+    predictor, policy, value = GaussianLSTM(config.predictor), PolicyNetwork(config.policy), ValueNetwork(config.policy)
+    networks: dict[str, torch.nn.Module] = {"predictor": predictor, "policy": policy, "value": value}
     for part, module in networks.items():
         state = {name.split(".", 1)[1]: t for name, t in tensors.items() if name.startswith(f"{part}.")}
         try:
@@ -106,9 +103,9 @@ def load_artifact(folder: Path) -> ModelArtifact:
         module.eval()
     return ModelArtifact(
         config,
-        networks["predictor"],
-        networks["policy"],
-        networks["value"],  # type: ignore[arg-type]
+        predictor,
+        policy,
+        value,
         manifest.get("scaling", {}),
         manifest.get("reports", {}),
     )

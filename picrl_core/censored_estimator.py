@@ -323,6 +323,7 @@ def estimate_censored_demand(
     # Every row is solved on its own, so row blocks on several threads give the same bits as one call (numpy and
     # torch release the GIL inside their array loops; torch itself should run one thread, or its thread team
     # oversubscribes the cores).
+    starts = None if start is None else tuple(np.asarray(v, dtype=np.float64).reshape(-1) for v in start)
     bounds = np.linspace(0, y.shape[0], min(threads, y.shape[0] // ROWS_PER_THREAD) + 1).astype(int)
     blocks = [slice(lo, hi) for lo, hi in zip(bounds[:-1], bounds[1:])]
     parts = list(
@@ -334,7 +335,7 @@ def estimate_censored_demand(
                 n_consecutive[b],
                 estimator,
                 reward,
-                None if start is None else tuple(np.asarray(v, dtype=np.float64).reshape(-1)[b] for v in start),
+                None if starts is None else (starts[0][b], starts[1][b]),
             ),
             blocks,
         )

@@ -246,7 +246,8 @@ def _build(cls: type, data: dict[str, Any], where: str) -> Any:
         raise ValueError(f"{where}: unknown setting(s) {', '.join(unknown)}")
     kwargs: dict[str, Any] = {}
     for name, value in data.items():
-        default = known[name].default_factory() if callable(known[name].default_factory) else None  # type: ignore[misc]
+        factory = known[name].default_factory
+        default = factory() if callable(factory) else None
         if is_dataclass(default) and isinstance(value, dict):
             kwargs[name] = _build(type(default), value, f"{where}.{name}")
         else:

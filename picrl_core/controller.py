@@ -489,7 +489,7 @@ class PicRLController:
                 return mean.numpy(), std.numpy()
         else:  # nn.Linear's own function, without the per-module call overhead (the same bits)
 
-            def forward(rows: np.ndarray) -> tuple[np.ndarray]:
+            def forward(rows: np.ndarray) -> tuple[np.ndarray, ...]:
                 x = torch.from_numpy(rows)
                 for weight, bias, squashed in layers:
                     x = torch.nn.functional.linear(x, weight, bias)

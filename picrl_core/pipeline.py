@@ -9,7 +9,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 import torch
@@ -253,7 +253,16 @@ def run_online(
 VALIDATION_EPISODE = 2_000
 
 
-def evaluation_inputs(series: PreparedSeries, window: int, split: str = "test") -> dict[str, np.ndarray | None]:
+class EvaluationInputs(TypedDict):
+    """:func:`evaluation_inputs`: the keyword arguments of :func:`run_online` and the methods' loops."""
+
+    demand: np.ndarray
+    history: np.ndarray
+    context: np.ndarray | None
+    history_context: np.ndarray | None
+
+
+def evaluation_inputs(series: PreparedSeries, window: int, split: str = "test") -> EvaluationInputs:
     """Phase 3 inputs for the test split, one service per series of ``series.services``: its demand
     ``(T, N)``, with the end of validation as the cold-start history ``(N, window)`` (offline logs are
     uncensored). ``split="val"`` gives the last :data:`VALIDATION_EPISODE` ticks of the validation split
@@ -262,17 +271,23 @@ def evaluation_inputs(series: PreparedSeries, window: int, split: str = "test") 
     before the reported run."""
     n = series.services
 
-    def rows(values: np.ndarray | None) -> np.ndarray | None:  # (N, T_i[, C]): one row per service
-        return None if values is None else values.reshape(n, -1, *values.shape[1:])
+    def rows(values: np.ndarray) -> np.ndarray:  # (N, T_i[, C]): one row per service
+        return values.reshape(n, -1, *values.shape[1:])
+
+    def context_rows(values: np.ndarray | None) -> np.ndarray | None:
+        return None if values is None else rows(values)
 
     if split == "test":
-        demand, ctx, past, past_ctx = (rows(x) for x in (series.test, series.test_ctx, series.val, series.val_ctx))
+        demand, past = rows(series.test), rows(series.val)
+        ctx, past_ctx = context_rows(series.test_ctx), context_rows(series.val_ctx)
     elif split == "val":
-        val, val_ctx = rows(series.val), rows(series.val_ctx)
+        val, val_ctx = rows(series.val), context_rows(series.val_ctx)
         cut = max(val.shape[1] - VALIDATION_EPISODE, 0)
         demand, past = val[:, cut:], np.concatenate([rows(series.train), val[:, :cut]], axis=1)
         ctx = None if val_ctx is None else val_ctx[:, cut:]
-        past_ctx = None if val_ctx is None else np.concatenate([rows(series.train_ctx), val_ctx[:, :cut]], axis=1)
+        past_ctx = (
+            None if val_ctx is None else np.concatenate([context_rows(series.train_ctx), val_ctx[:, :cut]], axis=1)
+        )
     else:
         raise ValueError(f"split must be 'test' or 'val'; got {split!r}")
     return {

@@ -186,7 +186,7 @@ def impute_served_share(
         carried, observed = action[hard], y
     with np.errstate(divide="ignore", invalid="ignore"):
         share = np.where(hard_short, np.where(_hard_kills(resources), 0.0, carried / expected), 1.0).min(axis=0)
-    lifted = hard_short.any(axis=0)[None, :] & ~hard[:, None] & (share > MIN_SERVED_SHARE)[None, :]
+    lifted = np.any(hard_short, axis=0)[None, :] & ~hard[:, None] & (share > MIN_SERVED_SHARE)[None, :]
     estimate = observed / np.maximum(share, MIN_SERVED_SHARE)[None, :]
     if ranges is not None:
         with np.errstate(divide="ignore", invalid="ignore"):

@@ -234,12 +234,15 @@ def prepare_series(
         for j, c in enumerate(context_names)
     )
     scaled = np.column_stack([s.transform(ctx[:, j]) for j, s in enumerate(scalers)])
+    train_ctx, val_ctx, test_ctx = (scaled[p] for p in parts)
     return PreparedSeries(
         name,
         train,
         val,
         test,
-        *(scaled[p] for p in parts),
+        train_ctx,
+        val_ctx,
+        test_ctx,
         scaler,
         scalers,
         tuple(notes + ctx_notes),
@@ -311,7 +314,8 @@ def prepare_fleet(
     values = np.asarray(values, dtype=np.float64)
     if values.ndim != 2 or values.shape[1] < 1:
         raise UnusableSeriesError(f"fleet '{name}': values must have shape (ticks, services); got {values.shape}")
-    filled, notes = [], []
+    filled: list[np.ndarray] = []
+    notes: list[str] = []
     for j in range(values.shape[1]):
         column, column_notes = validate_series(values[:, j], f"{name}[{j}]", min_length=min_length, max_gap=max_gap)
         filled.append(column)

@@ -48,7 +48,7 @@ def memoized(key: Hashable, compute: Callable[[], T]) -> T:
         return compute()
     if key not in _memo:
         _memo[key] = compute()
-    return _memo[key]  # type: ignore[return-value]
+    return _memo[key]  # type: ignore[return-value]  # the memo holds what compute() of this key returned
 
 
 def series_fingerprint(series: PreparedSeries) -> str:

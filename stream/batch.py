@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal, get_args
 
-from stream.records import Action, ResourceUsageEvent, TransitionRecord, UsageEvent
+from stream.records import Action, ResourceAction, ResourceUsageEvent, TransitionRecord, UsageEvent
 
 # Why the worker refuses a well-formed event (on top of the decoder's reasons in stream.records).
 RefusalReason = Literal[
@@ -74,7 +74,7 @@ class BatchOutcome:
     """What one batch produced: updated rows per service, records to send, events refused."""
 
     rows: dict[str, bytes] = field(default_factory=dict)
-    actions: list[Action] = field(default_factory=list)
+    actions: list[Action | ResourceAction] = field(default_factory=list)
     transitions: list[TransitionRecord] = field(default_factory=list)
     refused: list[Refusal] = field(default_factory=list)
     redelivered: int = 0  # events already applied (at-least-once redelivery), skipped silently

@@ -61,7 +61,7 @@ from stream.batch import REFUSAL_REASONS, BadValue, BatchOutcome, Incoming, Rang
 from stream.engine_settings import EngineSettings, Scaling, ServiceOverride
 from stream.outputs import control_actions, hold_action, replay_transitions, warmup_action
 from stream.ranges import RangeKeeper
-from stream.records import UsageEvent
+from stream.records import ResourceUsageEvent, UsageEvent
 from stream.refusals import beyond_cap, check_tick
 from stream.resource_rows import couple, gather, row_keys, split_records, split_rows
 
@@ -82,6 +82,15 @@ __all__ = [
 
 Queued = tuple[int, Incoming]  # an event and its service's place in the batch's rows
 DEFAULT_SETTINGS = EngineSettings()
+
+
+def _one_resource(event: UsageEvent | ResourceUsageEvent) -> UsageEvent:
+    """The event of one row: one resource's usage. A schema-2 record (several resources) has none, so a
+    row engine fails on it (the intake sets it aside as ``internal_error``); a multi-resource engine hands
+    its rows one resource each (``stream.resource_rows``)."""
+    if isinstance(event, ResourceUsageEvent):
+        raise TypeError(f"a schema-2 usage record of {event.service!r} reached an engine of one resource")
+    return event
 
 
 @dataclass(frozen=True)
@@ -300,7 +309,7 @@ class DecisionEngine:
 
     def _warm(self, row: np.ndarray, item: Incoming, outcome: BatchOutcome, now: float) -> bool:
         """Record a warm-up tick; emit the warm-up action unless the window is now full (True)."""
-        event = item.event
+        event = _one_resource(item.event)
         count = int(row["warm_count"][0])
         row["warm_usage"][0, count] = event.usage
         row["warm_context"][0, count] = self._context_vector(event)
@@ -356,18 +365,19 @@ class DecisionEngine:
         """The tick's observations in each service's range: ``y_t = min(d_t, a_t)``, or ``a_t`` when censored
         (section 2). ``state`` moves to the action in force and to the events' tick (a gap moves the clock)."""
         low, high = sub["low"].copy(), sub["high"].copy()
-        capacity = np.array([item.event.capacity for item in items])
-        usage = np.array([item.event.usage for item in items])
-        censored = np.array([item.event.censored for item in items])
+        events = [_one_resource(item.event) for item in items]
+        capacity = np.array([event.capacity for event in events])
+        usage = np.array([event.usage for event in events])
+        censored = np.array([event.censored for event in events])
         # The capacity in force is the one decided unless the scheduler applied another.
         state.action = np.where(capacity == sub["capacity"], state.action, to_unit(capacity, low, high))
-        state.tick = np.array([item.event.tick for item in items], dtype=np.int64)
+        state.tick = np.array([event.tick for event in events], dtype=np.int64)
         y = np.where(censored, state.action, to_unit(usage, low, high))  # censored: y_t = a_t exactly
         missing = None
         if self.resources:
             y, censored, missing = couple(items, state, y, censored, low, high, self.resources)
         context = (
-            self._scale_context(np.stack([self._context_vector(item.event) for item in items]))
+            self._scale_context(np.stack([self._context_vector(event) for event in events]))
             if self.context_names
             else None
         )

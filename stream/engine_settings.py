@@ -30,7 +30,9 @@ class ServiceOverride:
             raise ValueError("override capacities must be finite and >= 0")
         if self.min_capacity is not None and self.max_capacity is not None and self.min_capacity > self.max_capacity:
             raise ValueError(f"min_capacity {self.min_capacity} > max_capacity {self.max_capacity}")
-        if (self.low is None) != (self.high is None) or (self.low is not None and self.low >= self.high):
+        if (self.low is None) != (self.high is None) or (
+            self.low is not None and self.high is not None and self.low >= self.high
+        ):
             raise ValueError(f"a range needs both low and high with low < high; got [{self.low}, {self.high}]")
 
     def apply(self, capacity: float) -> float:

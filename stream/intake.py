@@ -50,7 +50,7 @@ def decode_batch(messages: Sequence[Raw], now: float) -> tuple[list[Incoming | B
     letters = []
     for m in messages:
         try:
-            incoming.append(Incoming(decode_usage(m.value), m.partition, m.offset))  # type: ignore[arg-type]
+            incoming.append(Incoming(decode_usage(m.value), m.partition, m.offset))
         except DecodeError as exc:
             raw = bytes(m.value) if isinstance(m.value, (bytes, bytearray, memoryview)) else b""
             identity = usage_identity(raw)

@@ -111,7 +111,7 @@ async def read_policy_versions(bootstrap: str, topic: str, name: str) -> list[Po
 
 def _decode(value: bytes | None) -> PolicyVersion | None:
     try:
-        return decode_policy(value)  # type: ignore[arg-type]
+        return decode_policy(value)
     except DecodeError as exc:
         log.warning("policy message refused: %s", exc)
         return None

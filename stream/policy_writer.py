@@ -79,7 +79,7 @@ def _quiet_fenced_futures(loop: asyncio.AbstractEventLoop) -> None:
         else:
             previous(loop, context)
 
-    handler.drops_fenced_futures = True  # type: ignore[attr-defined]
+    handler.drops_fenced_futures = True  # type: ignore[attr-defined]  # a mark on the function, read above
     loop.set_exception_handler(handler)
 
 

@@ -57,7 +57,7 @@ import unicodedata
 from collections.abc import Callable, Mapping
 from dataclasses import MISSING, dataclass, fields
 from functools import cache
-from typing import Any, ClassVar, Literal, NoReturn, Self, TypeVar, get_args
+from typing import Any, ClassVar, Literal, NoReturn, Self, TypeVar, cast, get_args
 
 import numpy as np
 import orjson
@@ -398,11 +398,10 @@ class _Record:
         return record
 
 
-@cache
-def _wire_keys(cls: type[_Record]) -> tuple[frozenset[str], frozenset[str]]:
+def _wire_keys_of(cls: type[_Record]) -> tuple[frozenset[str], frozenset[str]]:
     """The keys a record may carry (its fields, ``schema`` and ``type``) and the fields without a dataclass
     default (which must be present); checks the specs match the fields."""
-    declared = fields(cls)  # type: ignore[arg-type]
+    declared = fields(cls)  # type: ignore[arg-type]  # the record classes are dataclasses; _Record is not
     if [field.name for field in declared] != list(cls._FIELDS):
         raise TypeError(f"{cls.__name__}._FIELDS does not list its dataclass fields in order")
     return (
@@ -411,13 +410,13 @@ def _wire_keys(cls: type[_Record]) -> tuple[frozenset[str], frozenset[str]]:
     )
 
 
-def _decode(raw: bytes, cls: type[R]) -> R:
-    return _decode_versions(raw, _only(cls))
+# cast: typeshed's cache takes Hashable arguments, and mypy reads a class's __hash__ as unbound (so the class as
+# unhashable); a class hashes by identity
+_wire_keys = cast(Callable[[type[_Record]], tuple[frozenset[str], frozenset[str]]], cache(_wire_keys_of))
 
 
-@cache
-def _only(cls: type[R]) -> dict[int, type[R]]:
-    return {cls._SCHEMA: cls}
+def _decode(raw: bytes | None, cls: type[R]) -> R:
+    return _decode_versions(raw, {cls._SCHEMA: cls})
 
 
 def _check_observation(where: str, usage: float, capacity: float, censored: bool) -> None:
@@ -810,7 +809,7 @@ class DeadLetter(_Record):
     }
 
 
-def _decode_versions(raw: bytes, versions: Mapping[int, type[R]]) -> R:
+def _decode_versions(raw: bytes | None, versions: Mapping[int, type[R]]) -> R:
     """:func:`_decode` into the record class its ``schema`` names (the first class, which refuses it, for any
     other schema)."""
     if not isinstance(raw, (bytes, bytearray, memoryview)):
@@ -837,7 +836,7 @@ _ACTION_VERSIONS: dict[int, type[Action] | type[ResourceAction]] = {
 }
 
 
-def decode_usage(raw: bytes) -> UsageEvent | ResourceUsageEvent:
+def decode_usage(raw: bytes | None) -> UsageEvent | ResourceUsageEvent:
     """A usage record of either schema (one resource, or a ``resources`` map)."""
     return _decode_versions(raw, _USAGE_VERSIONS)
 
@@ -862,18 +861,18 @@ def usage_identity(raw: bytes) -> tuple[str, int] | None:
         return None
 
 
-def decode_action(raw: bytes) -> Action | ResourceAction:
+def decode_action(raw: bytes | None) -> Action | ResourceAction:
     """An action record of either schema (one resource, or a ``resources`` map)."""
     return _decode_versions(raw, _ACTION_VERSIONS)
 
 
-def decode_transition(raw: bytes) -> TransitionRecord:
+def decode_transition(raw: bytes | None) -> TransitionRecord:
     return _decode(raw, TransitionRecord)
 
 
-def decode_policy(raw: bytes) -> PolicyVersion:
+def decode_policy(raw: bytes | None) -> PolicyVersion:
     return _decode(raw, PolicyVersion)
 
 
-def decode_dead_letter(raw: bytes) -> DeadLetter:
+def decode_dead_letter(raw: bytes | None) -> DeadLetter:
     return _decode(raw, DeadLetter)

@@ -113,6 +113,7 @@ def gather(inner: BatchOutcome, refused: list[Refusal], resources: Sequence[Reso
             )
     grouped: dict[tuple[str, int], dict[str, Action]] = {}
     for action in inner.actions:
+        assert isinstance(action, Action)  # each row is one resource's: its engine decides single-resource actions
         service, _, name = action.service.rpartition("/")
         grouped.setdefault((service, action.tick), {})[name] = action
     for (service, tick), parts in grouped.items():

@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
+from types import CoroutineType
 from typing import Any, cast
 
 import faust
@@ -133,8 +134,8 @@ class HoldingConsumer(driver.Consumer):
         if (
             len(coros) == 2
             and timeout is None
-            and asyncio.iscoroutine(coros[0])
-            and asyncio.iscoroutine(coros[1])
+            and isinstance(coros[0], CoroutineType)
+            and isinstance(coros[1], CoroutineType)
             and coros[1].cr_code is _EVENT_WAIT
             and coros[0].cr_code.co_name == "on_message"
         ):
@@ -301,10 +302,11 @@ class RawRecords(faust.Schema):
         on_value_decode_error: Any = None,
         default_propagate: bool = False,
     ) -> Callable[..., Awaitable[EventT]]:
-        event = app.conf.Event
+        # cast: Faust declares the setting through a decorator that leaves mypy a special form, not the class
+        event = cast(type[EventT], app.conf.Event)
 
         async def decode(message: Message, *, propagate: bool = default_propagate) -> EventT:
-            return cast(EventT, event(app, message.key, message.value, message.headers, message))
+            return event(app, message.key, message.value, message.headers, message)
 
         return decode
 

@@ -20,7 +20,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from stream.decisions import DecisionEngine
 from stream.metrics import IN_STREAK, WorkerMetrics
-from stream.records import Action
+from stream.records import Action, ResourceAction
 
 
 @dataclass(frozen=True)
@@ -54,7 +54,9 @@ class StatusSource(Protocol):
         """The service's state and last decisions (:func:`service_view`); None when the worker does not hold it."""
 
 
-def service_view(engine: DecisionEngine, service: str, raw: bytes, recent: Iterable[Action]) -> dict[str, Any]:
+def service_view(
+    engine: DecisionEngine, service: str, raw: bytes, recent: Iterable[Action | ResourceAction]
+) -> dict[str, Any]:
     """What ``GET /services/<id>`` returns for ``service``: its stored row ``raw`` (decoded by ``engine``) and its
     ``recent`` decisions; a service provisioned several resources shows each resource's row under ``resources``."""
     rows = engine.decode_row(raw)

@@ -39,7 +39,9 @@ from typing import Any, cast
 import faust
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError
+from faust.transport.drivers import aiokafka as driver
 from faust.types import TP, EventT
+from mode.types.signals import SignalHandlerT
 
 from picrl_core.artifact import ModelArtifact
 from picrl_core.policy import PolicyNetwork
@@ -48,7 +50,7 @@ from stream.intake import Letter, Raw, decide, decode_batch
 from stream.metrics import WorkerMetrics
 from stream.outbox import Outbox, ProducerFor, key_partition, send_outbox
 from stream.policy_follower import PolicyFollower, PolicyGate
-from stream.records import Action
+from stream.records import Action, ResourceAction
 from stream.stall_watch import StallWatch
 from stream.state_table import ServiceStateTable
 from stream.take import acknowledge, forget, take_ready
@@ -118,7 +120,9 @@ class StreamWorker:
         self.topics = TopicNames(settings.prefix)
         self.engine = DecisionEngine(artifact, settings.engine)
         self.metrics = WorkerMetrics(self.usage_partitions)
-        self.recent: OrderedDict[str, deque[Action]] = OrderedDict()  # last decisions of recently seen services
+        self.recent: OrderedDict[str, deque[Action | ResourceAction]] = (
+            OrderedDict()
+        )  # last decisions of recently seen services
         gate = PolicyGate(
             artifact.config,
             settings.policy_name,
@@ -176,9 +180,10 @@ class StreamWorker:
         watch_every = max(1.0, settings.stall_timeout / 4) if settings.stall_timeout > 0 else WATCH_EVERY
         self.app.timer(watch_every, name="partition-watch")(self._watch_partitions)
         self.app.task(self._send_decided)
-        self.app.on_rebalance_complete.connect(self._hold_records_until_seeked)
-        self.app.on_rebalance_complete.connect(self._check_restored_state)
-        self.app.on_rebalance_complete.connect(self._freeze_heap)
+        # cast: mode's SignalHandlerT (mypy_extensions' NamedArg for `signal`) matches no handler, not even one of
+        # its own shape; the signal calls each as handler(app, signal=..., **kwargs), which these accept
+        for handler in (self._hold_records_until_seeked, self._check_restored_state, self._freeze_heap):
+            self.app.on_rebalance_complete.connect(cast(SignalHandlerT, handler))
         self.app.task(self.follower.run)
         if settings.web_port is not None:
             add_views(self.app, self)
@@ -503,7 +508,8 @@ class StreamWorker:
     async def _partition_counts(self, changelog: str) -> dict[str, int]:
         """How many partitions each output topic has (from the broker's metadata, once)."""
         if not self._partitions:
-            producer = self.app.producer._ensure_producer()
+            # cast: Faust's ProducerT lacks the aiokafka driver's _ensure_producer (the app's producer is one)
+            producer = cast(driver.Producer, self.app.producer)._ensure_producer()
             for topic in (self.topics.actions, self.topics.replay, self.topics.deadletter, changelog):
                 await producer.client._wait_on_metadata(topic)
                 self._partitions[topic] = len(producer.client.cluster.partitions_for_topic(topic))
@@ -565,7 +571,7 @@ class StreamWorker:
                 extra=context,
             )
 
-    def _remember(self, action: Action) -> None:
+    def _remember(self, action: Action | ResourceAction) -> None:
         history = self.recent.get(action.service)
         if history is None:
             history = self.recent[action.service] = deque(maxlen=RECENT_DECISIONS)

@@ -18,15 +18,15 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
 
-from picrl.comparison.runner import CellResult  # noqa: E402
-from picrl.comparison.tables import Summary, mae_change, table2_methods, table3_methods  # noqa: E402
-from picrl_core.config import CostConfig  # noqa: E402
-from picrl_core.costs import cumulative_regret  # noqa: E402
-from picrl_core.methods import REGISTRY  # noqa: E402
-from picrl_core.resources import Resource  # noqa: E402
+from picrl.comparison.runner import CellResult
+from picrl.comparison.tables import Summary, mae_change, table2_methods, table3_methods
+from picrl_core.config import CostConfig
+from picrl_core.costs import cumulative_regret
+from picrl_core.methods import REGISTRY
+from picrl_core.resources import Resource
 
 TRAJECTORY_METHODS = ("pic-rl", "cql", "tft", "autopilot")
 

@@ -254,7 +254,7 @@ def load_resource_csv(
         )
     names, heads = list(columns), list(columns.values())
     read = load_csv(path, heads[0], time_column=time_column, context_columns=heads[1:])
-    values = np.column_stack([read.values, read.context])  # type: ignore[list-item]
+    values = np.column_stack([read.values, read.context])  # type: ignore[list-item]  # context_columns given: set
     return Trace(
         name=f"{_stem(Path(path))}:{'+'.join(heads)}{'-oom' if oom_kills else ''}",
         values=values,

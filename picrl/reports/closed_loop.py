@@ -15,12 +15,12 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
 
-from picrl_core.config import CostConfig  # noqa: E402
-from picrl_core.costs import asymmetric_cost, episode_metrics  # noqa: E402
-from producers.closed_loop import ClosedLoopRecord  # noqa: E402
+from picrl_core.config import CostConfig
+from picrl_core.costs import asymmetric_cost, episode_metrics
+from producers.closed_loop import ClosedLoopRecord
 
 COLUMNS = ("mae", "regret", "shortage_rate", "under_mass", "over_mass", "action_variance")
 

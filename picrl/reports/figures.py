@@ -8,12 +8,12 @@ from typing import Any
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
 
-from picrl_core.config import CostConfig  # noqa: E402
-from picrl_core.costs import cumulative_regret  # noqa: E402
-from picrl_core.simulator import Trajectory  # noqa: E402
+from picrl_core.config import CostConfig
+from picrl_core.costs import cumulative_regret
+from picrl_core.simulator import Trajectory
 
 
 def plot_training(reports: dict[str, Any], path: Path) -> Path:

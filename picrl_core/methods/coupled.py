@@ -79,7 +79,7 @@ def resource_metrics(
     short = (demand > actions).reshape(steps, r, -1)
     hard = np.array([res.hard for res in resources])
     if hard.any() and not hard.all():
-        hard_short, soft_short = short[:, hard].any(axis=1), short[:, ~hard].any(axis=1)  # (T, N)
+        hard_short, soft_short = np.any(short[:, hard], axis=1), np.any(short[:, ~hard], axis=1)  # (T, N)
         extra["soft_short_with_hard_short"] = _share(soft_short, hard_short)
         extra["soft_short_after_hard_short"] = _share(soft_short[1:], hard_short[:-1])
         extra["soft_short_otherwise"] = _share(soft_short, ~hard_short)

@@ -54,7 +54,7 @@ def kaplan_meier_quantile(y: np.ndarray, censored: np.ndarray, level: float) -> 
     at_risk = y.shape[1] - np.arange(y.shape[1])
     survival = np.cumprod(np.where(cs, 1.0, 1.0 - 1.0 / at_risk), axis=1)
     reached = ~cs & (1.0 - survival >= level - 1e-12)
-    identified = reached.any(axis=1)
+    identified = np.any(reached, axis=1)
     quantile = np.take_along_axis(ys, np.argmax(reached, axis=1)[:, None], axis=1)[:, 0]
     return np.where(identified, quantile, np.nan), identified
 

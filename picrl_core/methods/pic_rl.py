@@ -82,11 +82,16 @@ class PicRLProvisioner(Provisioner):
         missing = None
         if len(self.resources) > 1:  # a hard shortage's served share, estimated from this controller's forecast
             pending, shape = self._state, (len(self.resources), -1)
-            missing = unobserved(*(np.reshape(v, shape) for v in (y, censored, pending.action)), self.resources).ravel()
+            y_r, censored_r, action_r = (np.reshape(v, shape) for v in (y, censored, pending.action))
+            missing = unobserved(y_r, censored_r, action_r, self.resources).ravel()
             y, censored = (
                 part.ravel()
                 for part in impute_served_share(
-                    *(np.reshape(v, shape) for v in (y, censored, pending.action, pending.mu, pending.sigma)),
+                    y_r,
+                    censored_r,
+                    action_r,
+                    np.reshape(pending.mu, shape),
+                    np.reshape(pending.sigma, shape),
                     self.resources,
                 )
             )
