@@ -4,7 +4,7 @@ Faust sends every record on its own (``app.producer.send``: a Python call chain,
 acknowledgement awaited per record), and table writes go through its producer buffer, a background task
 that sends them one by one. A batch of ``n`` events made ``3n`` such sends (action, transition, state
 row): 28% of the worker's CPU, plus a quarter of its time waiting for the deliveries
-(docs/performance.md, "1. Stream worker"). Here the records of a batch are grouped by the usage partition
+(docs/performance.md, "Stream worker"). Here the records of a batch are grouped by the usage partition
 they come from, then by destination topic partition, appended to aiokafka ``BatchBuilder``\\ s
 (``create_batch``) and handed over with ``send_batch``: one call and one future per topic partition.
 

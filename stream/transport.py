@@ -1,5 +1,5 @@
 """The worker's Faust app: Faust's aiokafka transport, with what it takes to survive worker and broker kills
-(docs/reliability.md, "Real faults").
+(docs/guide/reliability.md).
 
 1. Changelog highwaters asked of the broker. Under ``exactly_once`` Faust 0.15 takes a changelog
    partition's highwater from the consumer's cached *last stable offset*, which is empty for a partition

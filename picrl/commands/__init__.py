@@ -16,7 +16,7 @@ SUMMARIES: dict[str, str] = {
     "train": "train the predictor (phase 1) and pretrain the policy (phase 2) on a trace",
     "evaluate": "run PIC-RL online on a trace's test split and report MAE, regret and shortages",
     "compare": "reproduce Tables 2 and 3: PIC-RL vs baselines and ablations under the same PIC loop",
-    "kafka": "run a local single-node Apache Kafka broker (KRaft) for picrl",
+    "kafka": "run a local Apache Kafka cluster (KRaft; one node, or --brokers N) for picrl",
     "topics": "create picrl's Kafka topics (usage, actions, replay, policy, deadletter)",
     "worker": "run a stream worker: usage events in, provisioning actions and replay transitions out",
     "trainer": "run the policy trainer: consume replay, publish KL-regularised policy versions",
