@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import fcntl
 import logging
-import socket
+import tempfile
 import time
 from collections.abc import Callable, Coroutine
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import IO, Any, TypeVar
 
 import faust
 import torch
@@ -26,6 +27,7 @@ from picrl.commands.bus import (
     reachable_bootstrap,
     settings_from_args,
 )
+from picrl.kafka.local_broker import port_in_use
 from picrl.settings import SPECS, Settings, SettingsError
 from picrl_core.artifact import load_artifact
 from picrl_core.resources import Resource
@@ -34,6 +36,8 @@ from stream.worker import GUARANTEES, StreamWorker
 
 WEB_PORT = SPECS["web_port"].default
 WEB_PORTS_TRIED = 100  # ports after the default one tried when it is taken
+_PORT_CLAIMS = Path(tempfile.gettempdir()) / "picrl-web-ports"  # one lock file per web port claimed on this host
+_claims: list[IO[str]] = []  # the ports this process claimed, held until it exits
 
 # flag name -> (type, help); every default lives in picrl/settings.py (see `picrl config show`)
 _FLAGS: dict[str, tuple[type, str]] = {
@@ -140,15 +144,23 @@ def _once_up(bootstrap: str, settings: Settings, step: Callable[[], Coroutine[An
             time.sleep(2.0)
 
 
-def _port_free(port: int) -> bool:
-    """Whether a server can listen on ``port`` on every interface (Faust's web server binds 0.0.0.0)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind(("", port))
-        except OSError:
-            return False
-        return True
+def _claim(port: int) -> bool:
+    """Claim ``port`` for this worker's web server, if it is free: an exclusive lock on a per-port file, which the
+    kernel holds until the process exits however it exits. Faust binds the port only once the worker has started,
+    so without the claim two workers started together both see the default port free and the second dies on its
+    bind. Free means nothing listens on it on any interface (Faust's web server binds 0.0.0.0)."""
+    _PORT_CLAIMS.mkdir(parents=True, exist_ok=True)
+    claim = (_PORT_CLAIMS / f"{port}.lock").open("a")
+    try:
+        fcntl.flock(claim, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:  # another picrl worker on this host holds it
+        claim.close()
+        return False
+    if port_in_use(port, host=""):
+        claim.close()  # releases the lock
+        return False
+    _claims.append(claim)
+    return True
 
 
 def web_port(settings: Settings) -> int | None:
@@ -158,7 +170,7 @@ def web_port(settings: Settings) -> int | None:
     port, source = settings["web_port"], settings.sources["web_port"]
     if port == 0:
         return None
-    if _port_free(port):
+    if _claim(port):
         return port
     if source != "default":
         raise SettingsError(
@@ -166,7 +178,7 @@ def web_port(settings: Settings) -> int | None:
             "host?); choose a free one, or 0 to run without the web server"
         )
     for candidate in range(port + 1, min(port + 1 + WEB_PORTS_TRIED, 65_536)):
-        if _port_free(candidate):
+        if _claim(candidate):
             log.info(
                 "web port %d is taken (another worker on this host?): using %d; --web-port sets one", port, candidate
             )

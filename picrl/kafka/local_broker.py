@@ -126,13 +126,13 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def port_in_use(port: int) -> bool:
-    """Whether something listens on ``port``. SO_REUSEADDR, as the broker's own listener sets it, so
-    connections of a just-stopped broker lingering in TIME_WAIT do not count as "taken"."""
+def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
+    """Whether something listens on ``port`` of ``host`` ("": every interface). SO_REUSEADDR, as servers' own
+    listeners set it, so connections of a just-stopped server lingering in TIME_WAIT do not count as "taken"."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
-            sock.bind(("127.0.0.1", port))
+            sock.bind((host, port))
         except OSError:
             return True
         return False

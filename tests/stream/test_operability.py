@@ -29,6 +29,7 @@ from stream.topics import TopicNames, ensure_topics, topic_specs
 from tests.stream.conftest import WINDOW
 from tests.support.kafka import unique
 from tests.support.processes import picrl_process, spawn, stop, tail
+from tests.support.web import free_port
 
 
 def test_settings_come_from_file_then_environment_then_flags(tmp_path: Path) -> None:
@@ -177,6 +178,10 @@ def test_the_web_server_is_on_by_default_and_two_workers_do_not_clash() -> None:
         assert web_port(default) > port
         with pytest.raises(SettingsError, match=f"web_port = {port} \\(from flag\\): the port is taken"):
             web_port(Settings({"web_port": port}, {"web_port": "flag"}))
+    # two workers starting together: the second gives way before the first has bound the port it claimed
+    free = free_port()
+    claimed = [web_port(Settings({"web_port": free}, {"web_port": "default"})) for _ in range(2)]
+    assert claimed[0] == free and claimed[1] > free
 
 
 def test_retried_start_up_states_are_logged_at_info() -> None:

@@ -115,11 +115,6 @@ def test_sigkilled_worker_restarts_from_the_changelog_without_losing_or_repeatin
     assert record.duplicate_actions == 0
 
 
-@pytest.mark.xfail(
-    reason="regression found at the end of the readability change: no action for tick 15 within 180 s after "
-    "the kill (two resources); open until bisected",
-    strict=False,
-)
 def test_two_resources_survive_a_killed_worker_exactly_once_and_bad_records_are_refused_with_a_reason(
     kafka_bootstrap: str, tiny_model_dir: Path, tiny_artifact: ModelArtifact, native_trace: Trace, tmp_path: Path
 ) -> None:
