@@ -62,18 +62,11 @@ class NodePorts:
 
 
 @dataclass(frozen=True)
-class NodeInfo:
+class NodeInfo(NodePorts):
     """One node of a local cluster: its ports, and its pid and start time while it runs (None when it does not)."""
 
-    node_id: int
-    port: int
-    controller_port: int
     pid: int | None
     started_at: float | None
-
-    @property
-    def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.port}"
 
 
 @dataclass(frozen=True)
