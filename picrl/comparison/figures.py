@@ -179,7 +179,7 @@ def plot_cumulative_regret(
                 curve,
                 color="black" if method == "pic-rl" else colours(i % 20),
                 lw=2.4 if method == "pic-rl" else 1.1,
-                ls="--" if REGISTRY[method].group == "bound" else "-",
+                ls="--" if REGISTRY[method].group == "hindsight" else "-",
                 label=REGISTRY[method].label,
             )
         ax.set(title=dataset, xlabel="test tick", ylabel="cumulative regret (Eq. 2)")

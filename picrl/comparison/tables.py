@@ -2,7 +2,7 @@
 
 Every entry is the mean (and, over more than one seed, the std) of a test-split metric over seeds.
 Table 2 lists PIC-RL and the baselines in the paper's order (phase substitutions, full pipelines),
-then the operator baselines and the hindsight bound; Table 3 lists PIC-RL (Full) and the ablations
+then the operator baselines and the hindsight references; Table 3 lists PIC-RL (Full) and the ablations
 with their MAE change relative to Full.
 """
 
@@ -31,7 +31,7 @@ GROUP_ORDER = (
     "operator",
     "multi-resource",
     "reference",
-    "bound",
+    "hindsight",
 )
 GROUP_TITLES = {
     "pic-rl": "",
@@ -43,7 +43,7 @@ GROUP_TITLES = {
     "operator": "Operator and textbook baselines (beyond the paper)",
     "multi-resource": "Multi-resource variants (which censoring flags a method reads)",
     "reference": "Full-information references (the same controller, demand revealed every tick)",
-    "bound": "Bound (reads the test demand)",
+    "hindsight": "Hindsight references (read the test demand: not methods, not bounds)",
     "ablation": "Ablations",
 }
 METRICS = ("mae", "regret", "shortage_rate")
@@ -110,15 +110,15 @@ def _digits(metric: str) -> int:
 
 
 def _best_regret(summaries: dict[tuple[str, str], Summary], methods: Sequence[str], dataset: str) -> str | None:
-    """The method with the lowest mean regret on ``dataset`` (the bound and the full-information references,
-    which see what no method sees, excluded)."""
+    """The method with the lowest mean regret on ``dataset`` (the hindsight and full-information
+    references, which see what no method sees, excluded)."""
     scored = [
         (summaries[(m, dataset)].mean["regret"], m)
         for m in methods
         if (m, dataset) in summaries
         and summaries[(m, dataset)].n
         and REGISTRY[m].censoring
-        and REGISTRY[m].group != "bound"
+        and REGISTRY[m].group != "hindsight"
     ]
     return min(scored)[1] if scored else None
 
@@ -181,7 +181,7 @@ def markdown_fleet(
 ) -> str:
     """A fleet's spread: for each Table-2 method, the regret of its services (``demand`` ``(T, N)``) pooled
     over seeds: mean, std, quartiles, and the share of services on which it has the lowest regret of the
-    methods (the bound and full-information references aside), seed by seed."""
+    methods (the hindsight and full-information references aside), seed by seed."""
     rows = table2_methods(methods)
     regrets: dict[str, dict[int, np.ndarray]] = {}  # method -> seed -> (N,)
     for r in results:
@@ -189,7 +189,7 @@ def markdown_fleet(
             regrets.setdefault(r.cell.method, {})[r.cell.seed] = np.array(
                 [m.regret for m in per_service_metrics(r.actions, demand, cost)]
             )
-    rivals = [m for m in regrets if REGISTRY[m].censoring and REGISTRY[m].group != "bound"]
+    rivals = [m for m in regrets if REGISTRY[m].censoring and REGISTRY[m].group != "hindsight"]
     seeds = sorted(set.intersection(*(set(regrets[m]) for m in rivals))) if rivals else []
     wins = {m: [] for m in rivals}
     for seed in seeds:

@@ -4,7 +4,7 @@ A :class:`Provisioner` sees only the censored feedback ``(y_t, c_t) = (min(d_t, 
 of the actions it chose (and the context channels), never the demand ``d_t``; :func:`run_pic_loop`
 is the one loop every method runs in, on the same splits, scaling and cost weights. A
 :class:`Method` says how a provisioner is trained offline from a :class:`PreparedSeries` (only the
-hindsight oracle may read the test split: it is the bound, not a method).
+hindsight references, group ``"hindsight"``, may read the test split: they are references, not methods).
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ class Method:
     name: str  # command-line name, e.g. "pic-rl", "tft", "vpa"
     label: str  # table label
     reference: str  # the paper or documentation the implementation follows
-    group: str  # "pic-rl", "phase-1/2/3", "phase-2+3", "full", "operator", "reference", "bound", "ablation"
+    group: str  # "pic-rl", "phase-1/2/3", "phase-2+3", "full", "operator", "reference", "hindsight", "ablation"
     fit: Callable[..., Provisioner]  # (series, config) -> provisioner; timed methods take step_seconds too
     timed: bool = False  # its windows are in seconds: fit takes the trace's step_seconds
     censoring: bool = True  # False: a full-information reference, run with the demand revealed every tick

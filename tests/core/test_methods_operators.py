@@ -1,6 +1,6 @@
 """The operator / statistical rows of Tables 2-3 (picrl_core.methods.operators) under the PIC loop.
 
-Every method: fits without reading the test split (except the oracle), acts in [0, 1], is
+Every method: fits without reading the test split (except the hindsight references), acts in [0, 1], is
 deterministic under the seed, and reacts only to the censored feedback. Then one behavioural check per
 family that fails if the mechanism is wrong.
 """
@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from picrl_core.config import PicRLConfig
+from picrl_core.controller import PicRLController
 from picrl_core.costs import asymmetric_cost, episode_metrics
 from picrl_core.methods.autopilot import AutopilotProvisioner
 from picrl_core.methods.base import Method, Provisioner, run_pic_loop
@@ -28,18 +29,21 @@ from picrl_core.methods.newsvendor import (
     kaplan_meier_quantile,
 )
 from picrl_core.methods.operators import METHODS
-from picrl_core.methods.oracle import hindsight_buffer
+from picrl_core.methods.oracle import HindsightProvisioner, fit_oracle_mu, hindsight_buffer
 from picrl_core.methods.selection import CANDIDATES, select_on_validation
 from picrl_core.methods.spo import spo_plus_loss
 from picrl_core.methods.thompson import GaussianThompson, fit_thompson
 from picrl_core.methods.vpa import VPA_OOM_BUMP_RATIO, VPAProvisioner
-from picrl_core.pipeline import evaluation_inputs
+from picrl_core.pipeline import config_for, evaluation_inputs, train_phase1
+from picrl_core.policy import PolicyNetwork
 from picrl_core.predictor.model import GaussianLSTM
 from picrl_core.series import PreparedSeries, prepare_series
 from picrl_core.synthetic import stationary_gaussian
+from picrl_core.training_memo import shared_training
 
 RATIO = 2.0 / 3.0  # c_under / (c_under + c_over) for the default 2:1 prices
 NAMES = [m.name for m in METHODS]
+HINDSIGHT = {m.name for m in METHODS if m.group == "hindsight"}
 
 
 def by_name(name: str) -> Method:
@@ -57,8 +61,8 @@ def fitted(series: PreparedSeries, tiny_config: PicRLConfig) -> dict[str, Provis
 
 
 def two_services(series: PreparedSeries, window: int, oracle: bool) -> dict[str, np.ndarray]:
-    """The test split for two services: a copy and a scaled copy (two copies for the oracle, which
-    replays the test split)."""
+    """The test split for two services: a copy and a scaled copy (two copies for a hindsight reference,
+    which replays the test split)."""
     demand = series.test[:, None] * np.array([1.0, 1.0 if oracle else 0.8])
     history = series.val[None, -window:] * np.array([[1.0], [1.0 if oracle else 0.8]])
     return {"demand": demand, "history": history}
@@ -80,11 +84,12 @@ def test_every_group_and_name_is_listed() -> None:
             "sgd-residual",
             "naive",
             "oracle",
+            "oracle-mu",
         ]
     )
     groups = {m.name: m.group for m in METHODS}
     assert groups["conformal"] == "phase-3" and groups["thompson"] == "phase-2+3"
-    assert groups["spo"] == groups["autopilot"] == "full" and groups["oracle"] == "bound"
+    assert groups["spo"] == groups["autopilot"] == "full" and HINDSIGHT == {"oracle", "oracle-mu"}
     assert {groups[n] for n in ("vpa", "tobit", "kaplan-meier", "sgd", "sgd-residual", "naive")} == {"operator"}
     assert groups["conformal-fi"] == "reference" and groups["conformal-coupled"] == "multi-resource"
     assert [m.name for m in METHODS if m.multi_resource_only] == ["conformal-coupled"]
@@ -96,12 +101,12 @@ def test_every_group_and_name_is_listed() -> None:
 def test_fit_is_seeded_never_reads_the_test_split_and_acts_in_unit_range(
     name: str, series: PreparedSeries, tiny_config: PicRLConfig, fitted: dict[str, Provisioner]
 ) -> None:
-    inputs = two_services(series, tiny_config.predictor.window, name == "oracle")
+    inputs = two_services(series, tiny_config.predictor.window, name in HINDSIGHT)
     first = run_pic_loop(fitted[name], **inputs)
     assert first.actions.shape == inputs["demand"].shape
     assert np.all((first.actions >= 0.0) & (first.actions <= 1.0))
-    # a second fit, on a series whose test split is unreadable (except for the bound), acts the same
-    blind = series if name == "oracle" else replace(series, test=np.full_like(series.test, np.nan))
+    # a second fit, on a series whose test split is unreadable (except for a hindsight reference), acts the same
+    blind = series if name in HINDSIGHT else replace(series, test=np.full_like(series.test, np.nan))
     second = run_pic_loop(by_name(name).fit(blind, tiny_config), **inputs)
     np.testing.assert_array_equal(first.actions, second.actions)
 
@@ -110,7 +115,7 @@ def test_fit_is_seeded_never_reads_the_test_split_and_acts_in_unit_range(
 def test_actions_depend_on_the_censored_feedback_only(
     name: str, series: PreparedSeries, tiny_config: PicRLConfig, fitted: dict[str, Provisioner]
 ) -> None:
-    inputs = two_services(series, tiny_config.predictor.window, name == "oracle")
+    inputs = two_services(series, tiny_config.predictor.window, name in HINDSIGHT)
     run = run_pic_loop(fitted[name], **inputs)
     assert run.censored.any()
     # raise demand wherever it was censored: (y, c) = (a, 1) is unchanged there, so must be every action
@@ -276,22 +281,82 @@ def test_spo_plus_bound_is_tight_and_training_targets_the_critical_fractile(
     assert 0.2 < shortage < 0.45
 
 
-# --- the hindsight bound ---
+# --- the hindsight references ---
 
 
-def test_hindsight_buffer_is_the_exact_minimiser() -> None:
-    rng = np.random.default_rng(2)
-    demand = np.clip(0.5 + np.cumsum(rng.normal(0, 0.05, 300)), 0, 1)
-    previous = np.concatenate([[0.5], demand[:-1]])
-    cost = PicRLConfig().cost
-    b = hindsight_buffer(previous, demand, cost)
-    candidates = np.concatenate([[b], np.linspace(-1, 1, 4001), demand - previous])
-    totals = asymmetric_cost(np.clip(previous[None, :] + candidates[:, None], 0, 1), demand, cost).sum(axis=1)
-    assert totals[0] <= totals.min() + 1e-9
-    assert totals[0] < totals[1:].max()  # not a flat function: the minimum means something
+@pytest.mark.parametrize("seed", range(4))
+def test_hindsight_buffer_beats_every_buffer_of_a_fine_grid(seed: int) -> None:
+    """On any base forecast (here a noisy one, with demand and actions clipped at both ends), ``b*`` costs no more
+    than any buffer of a brute-force grid, and its cost is the grid's minimum to within the grid's step."""
+    rng = np.random.default_rng(seed)
+    demand = np.clip(0.5 + np.cumsum(rng.normal(0, 0.08, 300)), 0, 1)
+    base = demand + rng.normal(0.05, 0.1, 300)
+    cost = replace(PicRLConfig().cost, c_under=float(rng.uniform(1, 4)), c_over=float(rng.uniform(0.5, 2)))
+    b = hindsight_buffer(base, demand, cost)
+    grid = np.linspace(-1.5, 1.5, 30_001)
+
+    def total(buffers: np.ndarray) -> np.ndarray:
+        return asymmetric_cost(np.clip(base[None, :] + buffers[:, None], 0, 1), demand, cost).sum(axis=1)
+
+    best, on_grid = total(np.array([b]))[0], total(grid)
+    assert best <= on_grid.min() + 1e-9
+    slope = (cost.c_under + cost.c_over) * demand.size
+    assert best >= on_grid.min() - slope * (grid[1] - grid[0])
+    assert best < on_grid.max()  # not a flat function: the minimum means something
 
 
-def test_oracle_beats_every_method_on_a_random_walk(tiny_config: PicRLConfig) -> None:
+def test_the_replay_of_b_star_has_the_lowest_regret_of_any_constant_buffer(
+    series: PreparedSeries, tiny_config: PicRLConfig, fitted: dict[str, Provisioner]
+) -> None:
+    """Run under the PIC loop, the fitted reference beats the same base with any other buffer."""
+    reference = fitted["oracle-mu"]
+    assert isinstance(reference, HindsightProvisioner)
+    inputs = evaluation_inputs(series, tiny_config.predictor.window)
+
+    def regret(buffer: float) -> float:
+        replay = HindsightProvisioner(reference.demand, reference.base, np.array([buffer]), reference.history_end)
+        return episode_metrics(run_pic_loop(replay, **inputs).actions, inputs["demand"], tiny_config.cost).regret
+
+    chosen = regret(float(reference.buffer[0]))
+    assert all(chosen <= regret(float(reference.buffer[0]) + shift) + 1e-9 for shift in (-0.05, -0.01, 0.01, 0.05))
+
+
+def test_oracle_mu_reads_pic_rls_predictor_as_its_controller_does_on_the_true_history(
+    series: PreparedSeries, tiny_config: PicRLConfig, tiny_policy: PolicyNetwork
+) -> None:
+    """``m_t`` is the ``mu_t`` PIC-RL's controller forecasts for tick ``t`` when fed the true demand, uncensored."""
+    with shared_training():
+        reference = fit_oracle_mu(series, tiny_config)
+        predictor = train_phase1(series, config_for(series, tiny_config))[0]
+    controller = PicRLController(predictor, tiny_policy, tiny_config)
+    inputs = evaluation_inputs(series, tiny_config.predictor.window)
+    state = controller.initial_state(np.zeros(1, dtype=np.uint64), inputs["history"])
+    mu = [state.mu[0]]
+    for d in inputs["demand"][:-1]:
+        state, _ = controller.step(state, d, np.zeros(1, dtype=bool))
+        mu.append(state.mu[0])
+    np.testing.assert_allclose(reference.base[:, 0], mu, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", sorted(HINDSIGHT))
+def test_a_hindsight_reference_refuses_demand_that_is_not_the_test_split(
+    name: str, series: PreparedSeries, tiny_config: PicRLConfig, fitted: dict[str, Provisioner]
+) -> None:
+    inputs = evaluation_inputs(series, tiny_config.predictor.window)
+    shifted = inputs["demand"] + np.where(np.arange(len(series.test)) == 40, -0.2, 0.0)[:, None]
+    with pytest.raises(ValueError, match="not series.test's"):
+        run_pic_loop(fitted[name], np.clip(shifted, 0, 1), inputs["history"])
+    with pytest.raises(ValueError, match="validation split"):
+        run_pic_loop(fitted[name], inputs["demand"], inputs["history"] + 0.1)
+    validation = evaluation_inputs(series, tiny_config.predictor.window, "val")
+    with pytest.raises(ValueError, match="replays the test split"):
+        run_pic_loop(fitted[name], validation["demand"], validation["history"])
+    with pytest.raises(ValueError, match="the loop ran longer"):
+        run_pic_loop(fitted[name], np.concatenate([inputs["demand"], inputs["demand"][:5]]), inputs["history"])
+
+
+def test_persistence_with_its_hindsight_buffer_beats_every_method_on_a_random_walk(tiny_config: PicRLConfig) -> None:
+    """Where persistence is the best forecast, no method learns a better rule than its best constant buffer."""
     rng = np.random.default_rng(4)
     steps = rng.normal(0.0, 0.02, 2400)
     walk = np.empty(2400)
@@ -307,6 +372,7 @@ def test_oracle_beats_every_method_on_a_random_walk(tiny_config: PicRLConfig) ->
             run_pic_loop(m.fit(walk_series, tiny_config), **inputs).actions, inputs["demand"], tiny_config.cost
         ).regret
         for m in METHODS
+        if m.name == "oracle" or m.name not in HINDSIGHT
     }
     assert all(regret["oracle"] < value for name, value in regret.items() if name != "oracle"), regret
 
