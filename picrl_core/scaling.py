@@ -6,7 +6,8 @@ service, so a stream worker can scale a batch of services with different ranges 
 
 A range fixed from a service's first ticks caps its capacity at ``high``: a service that outgrows it
 is short on every tick with the capacity pinned at the top, and what it reveals (``y = a``) never
-says by how much. :func:`outgrown` detects that and :func:`grown_high` widens the range;
+says by how much. :func:`outgrown` detects that and :func:`grown_high` widens the range (:func:`next_high`
+is the rule of one tick, as the stream and the growth protocol of the comparison apply it);
 :func:`~picrl_core.controller_state.rescale_state` carries a controller state over to a new range.
 """
 
@@ -55,3 +56,26 @@ def grown_high(low: np.ndarray, high: np.ndarray, factor: float) -> np.ndarray:
     if factor <= 1.0:
         raise ValueError(f"a range grows by a factor > 1; got {factor}")
     return np.asarray(low, dtype=np.float64) + factor * (np.asarray(high, dtype=np.float64) - low)
+
+
+def next_high(
+    low: np.ndarray,
+    high: np.ndarray,
+    action_in_force: np.ndarray,
+    short: np.ndarray,
+    censor_streak: np.ndarray,
+    *,
+    after: int,
+    factor: float,
+    fixed: np.ndarray | None = None,
+) -> np.ndarray:
+    """The tops of the ranges after a tick: ``low + factor (high - low)`` where the tick shows the range
+    :func:`outgrown` (``short`` with ``action_in_force == 1``, the ``after``-th short tick in a row or later),
+    ``high`` elsewhere and where ``fixed`` (an operator's range). ``factor`` 1: ranges never grow."""
+    high = np.asarray(high, dtype=np.float64)
+    if factor <= 1.0:
+        return high
+    grow = outgrown(action_in_force, short, censor_streak, after)
+    if fixed is not None:
+        grow &= ~np.asarray(fixed, dtype=bool)
+    return np.where(grow, grown_high(low, high, factor), high)

@@ -6,7 +6,7 @@ The first range comes from the operator (``ServiceOverride.low``/``high``), else
 Ranges that grow: capacities stay within the service's range, so a service that outgrows it would be short
 for ever with the capacity pinned at the top. When a tick is short with the capacity in force at the top of
 the range and makes a run of ``grow_after`` short ticks, the range grows upward to ``range_growth`` times its
-span (``picrl_core.scaling.outgrown`` and ``grown_high``) and the controller state is carried over to it
+span (``picrl_core.scaling.next_high``) and the controller state is carried over to it
 (``rescale_state``: same native history, prediction, calibrator offsets and capacity in force), so the next
 decisions can go above the old top. An operator's range is carried over at the service's next event and
 never grows. Each change is reported as a :class:`stream.batch.RangeChange`.
@@ -19,7 +19,7 @@ from typing import Literal
 import numpy as np
 
 from picrl_core.controller_state import ControllerState, rescale_state
-from picrl_core.scaling import grown_high, outgrown, window_range
+from picrl_core.scaling import next_high, window_range
 from picrl_core.series import MinMaxScaler
 from stream.batch import Incoming, RangeChange
 from stream.engine_settings import EngineSettings
@@ -63,11 +63,19 @@ class RangeKeeper:
         except an operator's, and carry the stepped state ``after`` over to them."""
         if self.settings.range_growth > 1:
             low, high = sub["low"].copy(), sub["high"].copy()
-            grow = outgrown(before.action, short, after.censor_streak, self.settings.grow_after)
-            grow &= np.array(
-                [getattr(self.settings.overrides.get(item.service), "low", None) is None for item in items]
+            operators = np.array(
+                [getattr(self.settings.overrides.get(item.service), "low", None) is not None for item in items]
             )  # an operator's range stays
-            new_high = np.where(grow, grown_high(low, high, self.settings.range_growth), high)
+            new_high = next_high(
+                low,
+                high,
+                before.action,
+                short,
+                after.censor_streak,
+                after=self.settings.grow_after,
+                factor=self.settings.range_growth,
+                fixed=operators,
+            )
             return _move(sub, after, low, new_high, items, "outgrown", changes)
         return after
 

@@ -5,6 +5,11 @@ Every method gets the same inputs (Sec. 4.1.2): the test split as the demand ``d
 as its uncensored cold-start history, the scaled context channels where the series has them, and the
 config's cost weights for the metrics (a fleet's are the mean over its services). Only
 :func:`~picrl_core.methods.base.run_pic_loop` and the metrics see ``d_t``.
+
+:func:`run_on_test_split` is the paper's protocol (test demand clipped to the training range);
+:func:`run_growth_test_split` the product's (:mod:`picrl_core.methods.growth`: unclipped demand, ranges
+that grow as the stream's), with metrics in training-range units, in native units and of the growth
+(:mod:`picrl_core.growth_metrics`).
 """
 
 from __future__ import annotations
@@ -15,8 +20,10 @@ import numpy as np
 
 from picrl_core.config import PicRLConfig
 from picrl_core.costs import EpisodeMetrics, mean_service_metrics
+from picrl_core.growth_metrics import growth_metrics
 from picrl_core.methods.base import LoopResult, Method, run_pic_loop
 from picrl_core.methods.coupled import resource_metrics, run_coupled_loop
+from picrl_core.methods.growth import STREAM_GROWTH, RangeGrowth, run_growth_loop
 from picrl_core.pipeline import evaluation_inputs
 from picrl_core.series import PreparedSeries
 
@@ -64,3 +71,52 @@ def run_on_test_split(method: Method, series: PreparedSeries, config: PicRLConfi
     if series.services == 1:
         demand, actions, censored = demand[:, 0], actions[:, 0], censored[:, 0]
     return TestSplitRun(demand, actions, censored, mean_service_metrics(actions, demand, config.cost))
+
+
+# the native metrics a growth-protocol run reports next to the training-range ones (suffixed "_native")
+NATIVE_METRICS = ("mae", "regret", "under_mass", "over_mass")
+
+
+def run_growth_test_split(
+    method: Method,
+    series: PreparedSeries,
+    native_demand: np.ndarray,
+    config: PicRLConfig,
+    step_seconds: float,
+    growth: RangeGrowth = STREAM_GROWTH,
+) -> TestSplitRun:
+    """:func:`run_on_test_split` under the growth protocol: ``native_demand`` ``(T, N)`` is the test split
+    unclipped in native units, each service starts in the training range (the stream's ``scaling="artifact"``)
+    and grows by ``growth``. ``demand`` and ``actions`` of the result are in units of the training range
+    (``(x - L) / (H - L)``, beyond ``[0, 1]`` where the demand is); ``extra`` holds the native metrics and the
+    growth metrics. Not defined for a multi-resource fleet, nor for a hindsight reference (group
+    ``"hindsight"``: it replays the clipped test split)."""
+    if series.resources:
+        raise ValueError("the growth protocol runs services of one resource; a multi-resource fleet runs clipped")
+    if method.group == "hindsight":
+        raise ValueError(f"{method.name} replays the clipped test split; it has no run under the growth protocol")
+    provisioner = method.fitted(series, config, step_seconds)
+    inputs = evaluation_inputs(series, config.predictor.window)
+    native = np.asarray(native_demand, dtype=np.float64)
+    if native.shape != inputs["demand"].shape:
+        raise ValueError(f"native demand {native.shape} is not the test split's shape {inputs['demand'].shape}")
+    low, high = series.scaler.low, series.scaler.high
+    loop = run_growth_loop(
+        provisioner,
+        native,
+        inputs["history"],
+        low,
+        high,
+        growth,
+        context=inputs["context"],
+        history_context=inputs["history_context"],
+        censoring=method.censoring,
+    )
+    demand, actions = (native - low) / (high - low), (loop.capacity - low) / (high - low)
+    in_native = mean_service_metrics(loop.capacity, native, config.cost).to_dict()
+    extra = {f"{name}_native": in_native[name] for name in NATIVE_METRICS}
+    extra |= growth_metrics(loop.capacity, native, high, config.cost)
+    censored = loop.censored
+    if series.services == 1:
+        demand, actions, censored = demand[:, 0], actions[:, 0], censored[:, 0]
+    return TestSplitRun(demand, actions, censored, mean_service_metrics(actions, demand, config.cost), extra)

@@ -18,21 +18,24 @@ import torch
 from picrl_core.artifact import ModelArtifact
 from picrl_core.config import PicRLConfig
 from picrl_core.controller import PicRLController
-from picrl_core.controller_state import ControllerState
+from picrl_core.controller_state import ControllerState, rescale_state
 from picrl_core.methods.base import Provisioner
+from picrl_core.methods.growth import FollowsRange
 from picrl_core.pipeline import SlowLoop, online_controller, train_offline
 from picrl_core.policy import PolicyNetwork, ValueNetwork
 from picrl_core.resources import Resource, impute_served_share, unobserved
 from picrl_core.series import PreparedSeries
 
 
-class PicRLProvisioner(Provisioner):
+class PicRLProvisioner(Provisioner, FollowsRange):
     """Algorithm 1, Phase 3: ``a = clip(mu + k sigma + m + b, 0, 1)`` from the censored feedback only,
     with the KL-regularised slow policy refinement when ``slow_updates``.
 
     Service ``i`` of a run is keyed ``i`` (as in :func:`~picrl_core.simulator.simulate`), so its
-    exploration noise, and every action, equals ``run_online``'s. :meth:`start` begins a fresh run
-    from the trained networks, which are never modified.
+    exploration noise, and every action, equals ``run_online``'s; ``keys`` and ``start_tick`` key it as a
+    stream worker does instead. :meth:`start` begins a fresh run from the trained networks, which are never
+    modified. Under the growth protocol (:mod:`picrl_core.methods.growth`) :meth:`moved` carries the state
+    over to a grown range as the worker does.
     """
 
     def __init__(
@@ -44,6 +47,8 @@ class PicRLProvisioner(Provisioner):
         *,
         slow_updates: bool = True,
         resources: tuple[Resource, ...] = (),
+        keys: np.ndarray | None = None,
+        start_tick: int = 0,
     ) -> None:
         self.predictor = predictor
         self.policy = policy
@@ -54,6 +59,7 @@ class PicRLProvisioner(Provisioner):
         self.controller: PicRLController | None = None
         self.slow: SlowLoop | None = None
         self._state: ControllerState | None = None
+        self.keys, self.start_tick = keys, start_tick
 
     @classmethod
     def from_artifact(
@@ -72,8 +78,14 @@ class PicRLProvisioner(Provisioner):
         self.controller, self.slow = online_controller(
             self.predictor, self.policy, self.value, self.config, self.slow_updates
         )
-        keys = np.arange(history.shape[0], dtype=np.uint64)
-        self._state = self.controller.initial_state(keys, history, history_context)
+        keys = np.arange(history.shape[0], dtype=np.uint64) if self.keys is None else self.keys
+        self._state = self.controller.initial_state(keys, history, history_context, self.start_tick)
+        return self._state.action.copy()
+
+    def moved(self, low: np.ndarray, high: np.ndarray, new_low: np.ndarray, new_high: np.ndarray) -> np.ndarray:
+        if self._state is None:
+            raise RuntimeError("start() must be called before moved()")
+        self._state = rescale_state(self._state, low, high, new_low, new_high)
         return self._state.action.copy()
 
     def act(self, y: np.ndarray, censored: np.ndarray, context: np.ndarray | None) -> np.ndarray:
