@@ -15,7 +15,8 @@ from tqdm import tqdm
 
 from picrl.commands.source import load_trace
 from picrl.comparison.figures import plot_ablation_bars, plot_cumulative_regret, plot_resources, plot_trajectories
-from picrl.comparison.runner import FULL, QUICK, CellCache, CellResult, run_comparison, test_series
+from picrl.comparison.growth_table import growth_means, markdown_growth, write_growth_csv
+from picrl.comparison.runner import FULL, PROTOCOLS, QUICK, CellCache, CellResult, run_comparison, test_series
 from picrl.comparison.tables import (
     full_information_pairs,
     idle_shares,
@@ -114,6 +115,16 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="JSON file overriding hyper-parameters of picrl_core/config.py for every method; "
         "configs/paper.json is the paper's Phase 3 as printed (its Table 2)",
     )
+    parser.add_argument(
+        "--protocol",
+        choices=PROTOCOLS,
+        default="clipped",
+        help="clipped (default; the paper's Table 2): test demand clipped to the training range, every action "
+        "in [0, 1] of it. growth (what the stream does): the test demand unclipped, each service starting in "
+        "its training range and growing it when outgrown, as a worker does; metrics in training-range and "
+        "native units, and growth.md/.csv (shortfall above the training peak, ticks to catch up, "
+        "over-provisioning cost). Hindsight references do not run under growth; multi-resource data runs clipped",
+    )
     parser.add_argument("--cache", type=Path, help="cache folder (default ~/.cache/picrl; cells in compare/)")
     parser.add_argument("--out", type=Path, required=True, help="folder for tables, results.json and figures")
     parser.set_defaults(handler=run)
@@ -159,6 +170,28 @@ def _base_config(path: Path | None) -> PicRLConfig:
         return PicRLConfig.from_dict(json.loads(path.read_text()))
     except ValueError as exc:
         raise ValueError(f"--config {path}: {exc}") from exc
+
+
+def _protocol_methods(methods: list[str], protocol: str, all_methods: bool) -> list[str]:
+    """Under the growth protocol "all" leaves out the hindsight references (they replay the clipped test split)."""
+    if protocol != "growth" or not all_methods:
+        return methods
+    kept = [m for m in methods if REGISTRY[m].group != "hindsight"]
+    if len(kept) < len(methods):
+        print(f"growth protocol: {', '.join(m for m in methods if m not in kept)} left out (hindsight references)")
+    return kept
+
+
+def _growth_outputs(results: list[CellResult], methods: list[str], out: Path) -> list[Path]:
+    """growth.md and growth.csv when cells ran under the growth protocol (printed too); the files written."""
+    means = growth_means(results)
+    if not means:
+        return []
+    table = markdown_growth(means, methods)
+    (out / "growth.md").write_text(table)
+    print("Growth: demand above the training peak (mean over seeds; native units unless said)\n")
+    print(table)
+    return [out / "growth.md", write_growth_csv(out / "growth.csv", means, methods)]
 
 
 class MethodBars:
@@ -214,19 +247,25 @@ def run(args: argparse.Namespace) -> int:
         if "all" in args.methods
         else list(dict.fromkeys(args.methods))
     )
+    methods = _protocol_methods(methods, args.protocol, "all" in args.methods)
     config = _base_config(args.config)
     series = {name: test_series(trace, budget) for name, trace in traces.items()}
     for name, prepared in series.items():
         for note in prepared.notes:
             print(f"note ({name}): {note}")
-    cache = CellCache((args.cache or default_cache()) / "compare", traces, config, budget)
+    cache = CellCache((args.cache or default_cache()) / "compare", traces, config, budget, args.protocol)
     args.out.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(1)
-    print(f"{len(methods)} methods x {len(traces)} datasets x {seeds} seeds, {budget.name} budget, {args.jobs} jobs")
+    print(
+        f"{len(methods)} methods x {len(traces)} datasets x {seeds} seeds, {budget.name} budget, {args.jobs} jobs, "
+        f"{args.protocol} protocol"
+    )
     started = time.monotonic()
     bars = MethodBars(methods, len(traces) * seeds)
     try:
-        results = run_comparison(traces, range(seeds), methods, config, budget, cache, args.jobs, bars.update)
+        results = run_comparison(
+            traces, range(seeds), methods, config, budget, cache, args.jobs, bars.update, args.protocol
+        )
     finally:
         bars.close()
     wall = time.monotonic() - started
@@ -256,6 +295,7 @@ def run(args: argparse.Namespace) -> int:
         ]
         print("Table 3: ablations (ΔMAE relative to PIC-RL Full)\n")
         print(table3)
+    written += _growth_outputs(results, methods, args.out)
     demands = {name: s.test if s.services == 1 else s.by_service("test").T for name, s in series.items()}
     multi = [n for n in datasets if series[n].resources]
     sections = []
@@ -302,6 +342,7 @@ def run(args: argparse.Namespace) -> int:
         "wall_seconds": wall,
         "jobs": args.jobs,
         "seeds": seeds,
+        "protocol": args.protocol,
         "budget": budget.__dict__,
         "machine": {
             "platform": platform.platform(),

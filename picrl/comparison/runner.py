@@ -6,7 +6,12 @@ dataset with one seed. Cells of the same (dataset, seed) form a group that one p
 (the Phase-1 LSTM, PIC-RL's Phase 2 for A5/A6) are trained once per group. ``--jobs`` groups run in
 parallel processes, longest first. Each finished cell is written to the cache
 (``<cache>/compare/<dataset>/<method>-seed<k>-<key>.{json,npz}``, ``key`` a digest of the trace, the
-config, the budget and the ``picrl_core`` source), so a rerun neither retrains nor reruns it.
+config, the budget, the protocol and the ``picrl_core`` source), so a rerun neither retrains nor reruns it.
+
+Two protocols: ``clipped``, the paper's (test demand clipped to the training range,
+:func:`~picrl_core.methods.evaluation.run_on_test_split`), and ``growth``, the product's (unclipped native
+demand, ranges that grow as the stream's, :func:`~picrl_core.methods.evaluation.run_growth_test_split`); a
+multi-resource fleet runs clipped under either.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -30,8 +35,8 @@ import picrl_core
 from picrl.datasets import Trace, prepare_trace
 from picrl_core.config import PicRLConfig
 from picrl_core.methods import REGISTRY
-from picrl_core.methods.evaluation import run_on_test_split
-from picrl_core.series import PreparedSeries
+from picrl_core.methods.evaluation import TestSplitRun, run_growth_test_split, run_on_test_split
+from picrl_core.series import PreparedSeries, chronological_split, validate_series
 from picrl_core.training_memo import shared_training
 
 
@@ -84,6 +89,10 @@ QUICK = Budget(
 )
 
 
+Protocol = Literal["clipped", "growth"]
+PROTOCOLS: tuple[Protocol, ...] = ("clipped", "growth")
+
+
 @dataclass(frozen=True)
 class Cell:
     dataset: str
@@ -117,6 +126,15 @@ def test_series(trace: Trace, budget: Budget) -> PreparedSeries:
     )
 
 
+def native_test(trace: Trace, budget: Budget) -> np.ndarray:
+    """The test split of a one-resource trace (or fleet) in native units, unclipped, ``(T, N)``: each series
+    gap-filled and split as :func:`~picrl.datasets.prepare_trace` does, cut to the budget's length."""
+    values = trace.values if trace.values.ndim == 2 else trace.values[:, None]
+    matrix = np.column_stack([validate_series(values[:, j], trace.name)[0] for j in range(values.shape[1])])
+    test = matrix[chronological_split(matrix.shape[0])[2]]
+    return test if budget.test_ticks is None else test[: budget.test_ticks]
+
+
 def _core_digest() -> str:
     """Digest of the algorithm's source: a cached cell is reused only while ``picrl_core`` is unchanged."""
     digest = hashlib.sha256()
@@ -130,10 +148,14 @@ def _core_digest() -> str:
 class CellCache:
     """Finished cells on disk: metrics and timing as JSON, actions and censoring flags as ``.npz``."""
 
-    def __init__(self, root: Path, traces: dict[str, Trace], config: PicRLConfig, budget: Budget) -> None:
+    def __init__(
+        self, root: Path, traces: dict[str, Trace], config: PicRLConfig, budget: Budget, protocol: Protocol = "clipped"
+    ) -> None:
         self.root = root
         base = hashlib.sha256(_core_digest().encode())
         base.update(json.dumps({"config": config.to_dict(), "budget": asdict(budget)}, sort_keys=True).encode())
+        if protocol != "clipped":  # the paper's cells keep their keys
+            base.update(protocol.encode())
         self._keys = {}
         for name, trace in traces.items():
             digest = base.copy()
@@ -177,11 +199,20 @@ def run_group(
     budget: Budget,
     cache: CellCache,
     report: Report,
+    protocol: Protocol = "clipped",
 ) -> None:
-    """Run (or load) every method's cell of one (dataset, seed); identical offline phases train once."""
+    """Run (or load) every method's cell of one (dataset, seed) under ``protocol``; identical offline phases
+    train once."""
     torch.set_num_threads(1)
     series = test_series(trace, budget)
     cell_config = replace(budget.apply(config), seed=seed)
+    native = native_test(trace, budget) if protocol == "growth" and not trace.resources else None
+
+    def evaluate(name: str) -> TestSplitRun:
+        if native is None:
+            return run_on_test_split(REGISTRY[name], series, cell_config, trace.step_seconds)
+        return run_growth_test_split(REGISTRY[name], series, native, cell_config, trace.step_seconds)
+
     with shared_training():
         for name in methods:
             cell = Cell(trace.name, seed, name)
@@ -189,7 +220,7 @@ def run_group(
             if result is None:
                 started = time.perf_counter()
                 try:
-                    run = run_on_test_split(REGISTRY[name], series, cell_config, trace.step_seconds)
+                    run = evaluate(name)
                 except Exception:  # one failing method must not take the whole comparison down
                     result = CellResult(
                         cell, None, time.perf_counter() - started, False, error=traceback.format_exc(limit=4)
@@ -208,7 +239,14 @@ def run_group(
 
 
 def _group_in_worker(
-    trace: Trace, seed: int, methods: Sequence[str], config: PicRLConfig, budget: Budget, cache: CellCache, events: Any
+    trace: Trace,
+    seed: int,
+    methods: Sequence[str],
+    config: PicRLConfig,
+    budget: Budget,
+    cache: CellCache,
+    events: Any,
+    protocol: Protocol,
 ) -> None:
     """:func:`run_group` in a pool process; each finished cell goes to ``events`` (without its arrays,
     which the parent reads from the cache)."""
@@ -216,7 +254,7 @@ def _group_in_worker(
     def report(result: CellResult) -> None:
         events.put(replace(result, actions=None, censored=None))
 
-    run_group(trace, seed, methods, config, budget, cache, report)
+    run_group(trace, seed, methods, config, budget, cache, report, protocol)
 
 
 def run_comparison(
@@ -228,9 +266,10 @@ def run_comparison(
     cache: CellCache,
     jobs: int,
     report: Report,
+    protocol: Protocol = "clipped",
 ) -> list[CellResult]:
-    """Every cell of ``traces x seeds x methods``; ``report`` sees each as it finishes. Results come back
-    with their arrays (read from the cache), in plan order."""
+    """Every cell of ``traces x seeds x methods`` under ``protocol``; ``report`` sees each as it finishes.
+    Results come back with their arrays (read from the cache), in plan order."""
     groups = sorted(
         ((name, seed) for name in traces for seed in seeds), key=lambda g: -len(traces[g[0]].values)
     )  # longest traces first: better packing
@@ -242,13 +281,13 @@ def run_comparison(
 
     if jobs <= 1:
         for name, seed in groups:
-            run_group(traces[name], seed, methods, config, budget, cache, collect)
+            run_group(traces[name], seed, methods, config, budget, cache, collect, protocol)
     else:
         context = multiprocessing.get_context("spawn")  # no fork of a process holding torch threads
         with context.Manager() as manager, ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
             events = manager.Queue()
             pending = {
-                pool.submit(_group_in_worker, traces[name], seed, methods, config, budget, cache, events)
+                pool.submit(_group_in_worker, traces[name], seed, methods, config, budget, cache, events, protocol)
                 for name, seed in groups
             }
             while pending:

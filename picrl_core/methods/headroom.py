@@ -21,7 +21,7 @@ from picrl_core.scaling import from_unit, to_unit
 from picrl_core.series import PreparedSeries
 
 WINDOW_SECONDS = 3600.0  # W: the last hour of observations
-HEADROOMS = (0.0, 0.02, 0.05, 0.1, 0.2)  # candidate h, chosen on validation
+HEADROOMS = (0.02, 0.05, 0.1, 0.2, 0.3)  # candidate h, chosen on validation (h = 0 never leaves a shortage)
 
 
 class RecentMaxProvisioner(Provisioner, FollowsRange):

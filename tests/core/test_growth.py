@@ -38,7 +38,8 @@ def test_growth_metrics_on_a_hand_built_series() -> None:
     rising = np.array([8.0, 12.0, 14.0, 15.0, 16.0])
     assert catch_up_ticks(np.full(5, 10.0), rising, 10.0) == 4.0  # never caught up: the ticks left
     assert np.isnan(catch_up_ticks(capacity, np.full(5, 9.0), 10.0))  # never outgrown
-    fleet = growth_metrics(np.column_stack([capacity, capacity]), np.column_stack([demand, np.full(5, 9.0)]), 10.0, cost)
+    pair = np.column_stack([demand, np.full(5, 9.0)])  # the second service never outgrows
+    fleet = growth_metrics(np.column_stack([capacity, capacity]), pair, 10.0, cost)
     assert fleet["catch_up_ticks"] == 2.0 and fleet["shortfall_above_peak"] == pytest.approx(2.0)
 
 
