@@ -228,7 +228,7 @@ def run_group(
                 else:
                     result = CellResult(
                         cell,
-                        run.metrics.to_dict() | run.extra,
+                        run.metrics.to_dict() | run.extra | _validation(run.validation_regret),
                         time.perf_counter() - started,
                         False,
                         run.actions,
@@ -236,6 +236,11 @@ def run_group(
                     )
                     cache.store(result)
             report(result)
+
+
+def _validation(regret: float | None) -> dict[str, float]:
+    """``val_regret``: the cell's regret on the validation episode, what ``picrl compare`` recommends by."""
+    return {} if regret is None else {"val_regret": regret}
 
 
 def _group_in_worker(

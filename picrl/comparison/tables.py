@@ -1,6 +1,7 @@
 """Tables 2 and 3 of the comparison from its cell results: Markdown, CSV and the summary they share.
 
-Every entry is the mean (and, over more than one seed, the std) of a test-split metric over seeds.
+Every entry is the mean (and, over more than one seed, the std) of a test-split metric over seeds; the CSV adds
+the validation regret :mod:`picrl.comparison.recommendation` reads.
 Table 2 lists PIC-RL and the baselines in the paper's order (phase substitutions, full pipelines),
 then the operator baselines and the hindsight references; Table 3 lists PIC-RL (Full) and the ablations
 with their MAE change relative to Full.
@@ -46,7 +47,8 @@ GROUP_TITLES = {
     "hindsight": "Hindsight references (read the test demand: not methods, not bounds)",
     "ablation": "Ablations",
 }
-METRICS = ("mae", "regret", "shortage_rate")
+# val_regret: regret on the validation episode (picrl.comparison.recommendation); absent for a hindsight reference
+METRICS = ("mae", "regret", "shortage_rate", "val_regret")
 # Below half the tables' last MAE digit a relative change is noise over zero (e.g. a trace clipped flat).
 MAE_FLOOR = 5e-5
 
@@ -71,7 +73,7 @@ def summarise(results: Sequence[CellResult]) -> dict[tuple[str, str], Summary]:
     out = {}
     for (method, dataset), group in cells.items():
         ok = [r.metrics for r in group if r.metrics is not None]
-        values = {m: np.array([r[m] for r in ok], dtype=np.float64) for m in METRICS}
+        values = {m: np.array([r.get(m, np.nan) for r in ok], dtype=np.float64) for m in METRICS}
         out[(method, dataset)] = Summary(
             method,
             dataset,

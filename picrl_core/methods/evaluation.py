@@ -14,17 +14,17 @@ that grow as the stream's), with metrics in training-range units, in native unit
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from picrl_core.config import PicRLConfig
 from picrl_core.costs import EpisodeMetrics, mean_service_metrics
 from picrl_core.growth_metrics import growth_metrics
-from picrl_core.methods.base import LoopResult, Method, run_pic_loop
+from picrl_core.methods.base import LoopResult, Method, Provisioner, run_pic_loop
 from picrl_core.methods.coupled import resource_metrics, run_coupled_loop
 from picrl_core.methods.growth import STREAM_GROWTH, RangeGrowth, run_growth_loop
-from picrl_core.pipeline import evaluation_inputs
+from picrl_core.pipeline import EvaluationInputs, evaluation_inputs
 from picrl_core.series import PreparedSeries
 
 
@@ -39,15 +39,37 @@ class TestSplitRun:
     censored: np.ndarray
     metrics: EpisodeMetrics
     extra: dict[str, float] = field(default_factory=dict)
+    validation_regret: float | None = None  # the same provisioner on the validation episode (validation_regret)
 
 
 def run_on_test_split(method: Method, series: PreparedSeries, config: PicRLConfig, step_seconds: float) -> TestSplitRun:
     """Fit ``method`` on the training (and validation) split, then run it on the test split (with the
     demand revealed every tick for a full-information reference, ``method.censoring`` False). A
     multi-resource fleet runs in :func:`~picrl_core.methods.coupled.run_coupled_loop`, reading the coupled
-    flags when ``method.coupled``."""
+    flags when ``method.coupled``. The same provisioner then runs the validation episode
+    (:func:`validation_regret`), after the test run, which it cannot change (``start`` resets every state)."""
     provisioner = method.fitted(series, config, step_seconds)
-    inputs = evaluation_inputs(series, config.predictor.window)
+    run = _episode(provisioner, method, series, config, evaluation_inputs(series, config.predictor.window))
+    return replace(run, validation_regret=validation_regret(provisioner, method, series, config))
+
+
+def validation_regret(
+    provisioner: Provisioner, method: Method, series: PreparedSeries, config: PicRLConfig
+) -> float | None:
+    """Regret Eq. (2) of a fitted ``provisioner`` on the validation episode (``evaluation_inputs(..., "val")``,
+    the ticks every method's knobs are chosen on), in the loop and metrics of :func:`run_on_test_split`; None for
+    a hindsight reference, which only replays the test split. What ``picrl compare`` recommends by: it never
+    reads the test split."""
+    if method.group == "hindsight":
+        return None
+    inputs = evaluation_inputs(series, config.predictor.window, "val")
+    return _episode(provisioner, method, series, config, inputs).metrics.regret
+
+
+def _episode(
+    provisioner: Provisioner, method: Method, series: PreparedSeries, config: PicRLConfig, inputs: EvaluationInputs
+) -> TestSplitRun:
+    """``provisioner`` on the episode of ``inputs`` (:func:`~picrl_core.pipeline.evaluation_inputs`)."""
     if series.resources:
         loop: LoopResult = run_coupled_loop(
             provisioner,
@@ -119,4 +141,8 @@ def run_growth_test_split(
     censored = loop.censored
     if series.services == 1:
         demand, actions, censored = demand[:, 0], actions[:, 0], censored[:, 0]
-    return TestSplitRun(demand, actions, censored, mean_service_metrics(actions, demand, config.cost), extra)
+    metrics = mean_service_metrics(actions, demand, config.cost)
+    # the validation episode runs clipped, as every method's knobs were chosen on it
+    return TestSplitRun(
+        demand, actions, censored, metrics, extra, validation_regret(provisioner, method, series, config)
+    )

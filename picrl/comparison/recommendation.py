@@ -1,0 +1,135 @@
+"""The answer to "which method should I use?" that ends ``picrl compare``: per dataset, the method with the lowest
+mean *validation* regret over seeds, its margin over the next one, and whether the other budget agrees.
+
+A cell's validation regret is its fitted provisioner run on the validation episode after its test run
+(:func:`picrl_core.methods.evaluation.validation_regret`): the ticks every method's knobs are chosen on, so the test
+split plays no part in the recommendation. The candidates are Table 2's methods that act under censoring: the
+full-information references (demand revealed every tick), the hindsight references (they read the test split) and
+the ablations are not.
+
+``compare`` runs one budget. The other one's verdict is read from the cell cache (same traces, config, protocol and
+method list): over the seeds ``0, 1, ...`` for which every candidate's cell is there. Without one, the note says the
+other budget's winner is unknown and may differ (the quick budget trains a few epochs and iterations).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from picrl.comparison.runner import Budget, Cell, CellCache, CellResult
+from picrl.comparison.tables import Summary, summarise, table2_methods
+from picrl_core.methods import REGISTRY
+
+MAX_SEEDS = 100  # the other budget's cells are looked up for seeds below this
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    """The lowest mean validation regret on ``dataset`` (``std`` over ``seeds``) and the next one (None alone)."""
+
+    dataset: str
+    method: str
+    regret: float
+    std: float
+    seeds: int
+    runner_up: str | None
+    runner_up_regret: float | None
+
+
+def candidates(methods: Sequence[str]) -> list[str]:
+    """The methods of ``methods`` a recommendation may name: Table 2's, acting under censoring, no reference."""
+    return [
+        m
+        for m in table2_methods(methods)
+        if REGISTRY[m].censoring and REGISTRY[m].group not in ("reference", "hindsight")
+    ]
+
+
+def recommend(summaries: dict[tuple[str, str], Summary], methods: Sequence[str], dataset: str) -> Recommendation | None:
+    """The candidate of ``methods`` with the lowest mean validation regret on ``dataset`` (None when none has one)."""
+    scored = sorted(
+        (summaries[(m, dataset)].mean["val_regret"], m)
+        for m in candidates(methods)
+        if (m, dataset) in summaries and math.isfinite(summaries[(m, dataset)].mean["val_regret"])
+    )
+    if not scored:
+        return None
+    (regret, best), rest = scored[0], scored[1:]
+    summary = summaries[(best, dataset)]
+    return Recommendation(
+        dataset,
+        best,
+        regret,
+        summary.std["val_regret"],
+        summary.n,
+        rest[0][1] if rest else None,
+        rest[0][0] if rest else None,
+    )
+
+
+def cached_summaries(
+    cache: CellCache, datasets: Sequence[str], methods: Sequence[str]
+) -> dict[tuple[str, str], Summary]:
+    """Summaries of the cells ``cache`` (another budget's) holds for every candidate of ``methods``, per dataset over
+    the seeds ``0 .. k-1`` for which all of them are there (no entry for a dataset with ``k = 0``)."""
+    results: list[CellResult] = []
+    for dataset in datasets:
+        for seed in range(MAX_SEEDS):
+            cells = [cache.load(Cell(dataset, seed, m)) for m in candidates(methods)]
+            if not cells or any(c is None or c.metrics is None or "val_regret" not in c.metrics for c in cells):
+                break
+            results += [c for c in cells if c is not None]
+    return summarise(results)
+
+
+def _line(rec: Recommendation | None, dataset: str) -> str:
+    if rec is None:
+        return f"- {dataset}: no method has a validation regret (only references ran, or every candidate failed)."
+    name = f"{REGISTRY[rec.method].label} (`{rec.method}`)"
+    if rec.runner_up is None or rec.runner_up_regret is None:
+        return f"- {dataset}: {name}, validation regret {rec.regret:.2f}; the only candidate that ran."
+    margin = rec.runner_up_regret - rec.regret
+    relative = f", {100 * margin / rec.runner_up_regret:.1f}% lower" if rec.runner_up_regret > 0 else ""
+    text = (
+        f"- {dataset}: **{name}**, validation regret {rec.regret:.2f}: {margin:.2f} below the next, "
+        f"{REGISTRY[rec.runner_up].label} ({rec.runner_up_regret:.2f}{relative})."
+    )
+    if rec.seeds > 1 and margin < rec.std:
+        text += f" The margin is below its std over {rec.seeds} seeds ({rec.std:.2f}): treat the two as tied."
+    return text
+
+
+def markdown_recommendation(
+    this: dict[str, Recommendation | None],
+    other: dict[str, Recommendation | None],
+    budget: Budget,
+    other_budget: Budget,
+) -> str:
+    """Per dataset: what to use under ``budget``, then whether ``other_budget`` (from the cache) agrees."""
+    lines = []
+    for dataset, rec in this.items():
+        lines.append(_line(rec, dataset))
+        known = other.get(dataset)
+        if rec is None:
+            continue
+        if known is None:
+            how = "without" if other_budget.name == "full" else "with"
+            lines.append(
+                f"  The {other_budget.name} budget's winner is unknown (its cells are not in the cache) and may "
+                f"differ; run `picrl compare` {how} --quick and the same options to check."
+            )
+        elif known.method == rec.method:
+            lines.append(f"  The {other_budget.name} budget agrees (cached, {known.seeds} seed(s)).")
+        else:
+            full = rec if budget.name == "full" else known
+            lines.append(
+                f"  The budgets disagree: the {other_budget.name} budget (cached, {known.seeds} seed(s)) names "
+                f"{REGISTRY[known.method].label} (`{known.method}`, validation regret {known.regret:.2f}); the full "
+                f"budget trains as `picrl train` does, so prefer its answer, `{full.method}`."
+            )
+    return (
+        f"Recommendation ({budget.name} budget): the lowest mean validation regret (the test split plays no part; "
+        "references are not candidates)\n\n" + "\n".join(lines) + "\n"
+    )
