@@ -49,6 +49,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="transitions between slow updates (default: the model's N_update)",
     )
     parser.add_argument("--max-updates", type=int, default=None, help="stop after publishing this many versions")
+    parser.add_argument(
+        "--min-kl",
+        type=float,
+        default=TrainerSettings.min_kl,
+        help="publish a new version only when its KL to the published one, mean over held-out states, is at least "
+        f"this (default {TrainerSettings.min_kl:g}) and it scores better on held-out transitions; other candidates "
+        "are skipped, counted and logged",
+    )
     parser.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
     parser.add_argument("--log-format", choices=("json", "text"), help="log lines as JSON (default) or text")
     parser.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on this port")
@@ -87,6 +95,7 @@ def _run(args: argparse.Namespace, resolved: Settings) -> int:
         group_id=args.group_id,
         update_every=args.update_every,
         max_updates=args.max_updates,
+        min_kl=args.min_kl,
     )
     trainer = PolicyTrainer(
         artifact,
