@@ -60,7 +60,9 @@ def test_the_clipped_preset_is_the_default_and_reproduces_the_papers_protocol(
     ]
 
 
-def test_the_growth_protocol_reports_native_and_growth_metrics(growing: tuple[Path, np.ndarray], tmp_path: Path) -> None:
+def test_the_growth_protocol_reports_native_and_growth_metrics(
+    growing: tuple[Path, np.ndarray], tmp_path: Path
+) -> None:
     path, values = growing
     results = _compare(path, tmp_path / "out", tmp_path / "cache", "--protocol", "growth")
     trace = Trace("growing", values, None, (), 60.0, "", "test")
