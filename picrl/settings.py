@@ -139,7 +139,13 @@ SPECS: dict[str, Spec] = {
     "batch_max": Spec(_positive_int, 1_000, "most events decided in one batch"),
     "batch_within": Spec(_non_negative, 0.005, "seconds to wait for more events before deciding"),
     "commit_interval": Spec(_non_negative, 0.05, "seconds between commits (transactions)"),
-    "session_timeout": Spec(_non_negative, 10.0, "seconds after which a silent worker's partitions move"),
+    "session_timeout": Spec(_non_negative, 6.0, "seconds after which a silent worker's partitions move"),
+    "instance_id": Spec(
+        _optional(str),
+        "auto",
+        "static group membership: a worker restarted with the same id gets its partitions back at once, without a "
+        "rebalance (auto: host name and the lowest worker slot free on this host; none: dynamic membership)",
+    ),
     "stall_timeout": Spec(
         _non_negative,
         30.0,
@@ -191,10 +197,14 @@ class Settings:
         return self.values[name]
 
     def worker(
-        self, bootstrap: str, replication: Replication | None = None, web_port: int | None = None
+        self,
+        bootstrap: str,
+        replication: Replication | None = None,
+        web_port: int | None = None,
+        instance_id: str | None = None,
     ) -> WorkerSettings:
-        """The worker's settings, with the replication of the topics it creates (default: 1 replica) and the
-        port of its web server (None: off) as resolved against the cluster and the host."""
+        """The worker's settings, with the replication of the topics it creates (default: 1 replica), the port of
+        its web server (None: off) and its static membership id, as resolved against the cluster and the host."""
         from picrl_core.resources import resources_named
         from stream.decisions import EngineSettings
         from stream.topics import Replication
@@ -229,6 +239,7 @@ class Settings:
             batch_within=v["batch_within"],
             commit_interval=v["commit_interval"],
             session_timeout=v["session_timeout"],
+            instance_id=instance_id,
             stall_timeout=v["stall_timeout"],
             web_port=web_port,
             replication=replication or Replication(),

@@ -55,7 +55,7 @@ from stream.stall_watch import StallWatch
 from stream.state_table import ServiceStateTable
 from stream.take import acknowledge, forget, take_ready
 from stream.topics import Replication, TopicNames, committed_offsets
-from stream.transport import TRANSACTION_ERRORS, HoldingConsumer, RawRecords, WorkerApp
+from stream.transport import TRANSACTION_ERRORS, HoldingConsumer, RawRecords, WorkerApp, prompt_recovery
 from stream.views import Health, add_views, service_view
 
 log = logging.getLogger("picrl.worker")
@@ -66,6 +66,7 @@ RECENT_SERVICES = 10_000  # services whose recent decisions are kept (least rece
 OUTPUT_BATCH_BYTES = 512 << 10  # record batch size: a decision batch's records for one topic partition in one or a few
 FAUST_COMMITS_OFF = 1 << 30  # Faust's own periodic commits (seconds, events): the worker commits between batches
 SEND_QUEUE = 4  # decided batches that may wait for the sender (while a commit runs) before the agent waits too
+HEARTBEAT = 0.5  # seconds between heartbeats: the others see a worker leave (a rebalance) this soon
 WATCH_EVERY = 7.5  # seconds between reads of a held partition's rows when the stall watch is off
 
 
@@ -82,7 +83,8 @@ class WorkerSettings:
     batch_max: int = 1_000
     batch_within: float = 0.005  # seconds to wait for more events before deciding on a batch
     commit_interval: float = 0.05  # seconds between commits (= transactions under exactly_once)
-    session_timeout: float = 10.0  # a worker silent this long (killed) loses its partitions to the others
+    session_timeout: float = 6.0  # a worker silent this long (killed, not restarted) loses its partitions
+    instance_id: str | None = None  # static group membership (stream.membership); None: a dynamic member
     stall_timeout: float = 30.0  # records waiting on a partition and nothing committed this long: rejoin (0: never)
     web_port: int | None = None  # web server: /metrics, /healthz, /services/<id> (None: off)
     replication: Replication = field(default_factory=Replication)  # of the table changelog Faust creates
@@ -149,7 +151,8 @@ class StreamWorker:
             broker_commit_interval=FAUST_COMMITS_OFF,
             broker_commit_every=FAUST_COMMITS_OFF,
             broker_session_timeout=settings.session_timeout,
-            broker_heartbeat_interval=settings.session_timeout / 5,
+            broker_heartbeat_interval=min(HEARTBEAT, settings.session_timeout / 3),
+            consumer_group_instance_id=settings.instance_id,
             producer_max_request_size=8 << 20,
             producer_max_batch_size=OUTPUT_BATCH_BYTES,
             Table=ServiceStateTable,
@@ -167,6 +170,7 @@ class StreamWorker:
                 extra_topic_configs=settings.replication.config,
             ),
         )
+        prompt_recovery(self.app)
         self.app.agent(self.usage, name="decide")(self._decide)
         self._producer_for = ProducerFor(self.app, self.topics.usage)
         self._partitions: dict[str, int] = {}

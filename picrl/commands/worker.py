@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import fcntl
+import itertools
 import logging
+import socket
 import tempfile
 import time
 from collections.abc import Callable, Coroutine
@@ -36,8 +38,8 @@ from stream.worker import GUARANTEES, StreamWorker
 
 WEB_PORT = SPECS["web_port"].default
 WEB_PORTS_TRIED = 100  # ports after the default one tried when it is taken
-_PORT_CLAIMS = Path(tempfile.gettempdir()) / "picrl-web-ports"  # one lock file per web port claimed on this host
-_claims: list[IO[str]] = []  # the ports this process claimed, held until it exits
+_CLAIMS = Path(tempfile.gettempdir()) / "picrl-claims"  # lock files: web ports and worker slots of this host
+_claims: list[IO[str]] = []  # the locks this process holds until it exits
 
 # flag name -> (type, help); every default lives in picrl/settings.py (see `picrl config show`)
 _FLAGS: dict[str, tuple[type, str]] = {
@@ -53,7 +55,17 @@ _FLAGS: dict[str, tuple[type, str]] = {
     "batch_max": (int, "most events decided in one batch (default 1000)"),
     "batch_within": (float, "seconds to wait for more events before deciding (default 0.005)"),
     "commit_interval": (float, "seconds between commits, transactions under exactly_once (default 0.05)"),
-    "session_timeout": (float, "seconds of silence after which a crashed worker's partitions move (default 10)"),
+    "session_timeout": (
+        float,
+        "seconds of silence after which a crashed worker's partitions move to the others, unless it is back "
+        "first (default 6, the broker's minimum)",
+    ),
+    "instance_id": (
+        str,
+        "static group membership id: a worker killed and restarted with the same id gets its partitions "
+        "back at once, without a rebalance (default auto: the host name and the lowest worker slot free on "
+        "this host, which a restarted worker takes again; none: dynamic membership)",
+    ),
     "stall_timeout": (
         float,
         "seconds a usage partition of this worker may have records waiting and nothing "
@@ -144,23 +156,42 @@ def _once_up(bootstrap: str, settings: Settings, step: Callable[[], Coroutine[An
             time.sleep(2.0)
 
 
-def _claim(port: int) -> bool:
-    """Claim ``port`` for this worker's web server, if it is free: an exclusive lock on a per-port file, which the
-    kernel holds until the process exits however it exits. Faust binds the port only once the worker has started,
-    so without the claim two workers started together both see the default port free and the second dies on its
-    bind. Free means nothing listens on it on any interface (Faust's web server binds 0.0.0.0)."""
-    _PORT_CLAIMS.mkdir(parents=True, exist_ok=True)
-    claim = (_PORT_CLAIMS / f"{port}.lock").open("a")
+def _lock(path: Path) -> bool:
+    """Hold an exclusive lock on ``path`` until this process exits, however it exits (the kernel releases it): a
+    claim on something of this host that another picrl worker may want at the same time. False if one holds it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    claim = path.open("a")
     try:
         fcntl.flock(claim, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:  # another picrl worker on this host holds it
+    except OSError:
         claim.close()
-        return False
-    if port_in_use(port, host=""):
-        claim.close()  # releases the lock
         return False
     _claims.append(claim)
     return True
+
+
+def _claim(port: int) -> bool:
+    """Claim ``port`` for this worker's web server, if it is free. Faust binds the port only once the worker has
+    started, so without the claim two workers started together both see the default port free and the second
+    dies on its bind. Free means nothing listens on it on any interface (Faust's web server binds 0.0.0.0)."""
+    if not _lock(_CLAIMS / "web-ports" / f"{port}.lock"):
+        return False
+    if port_in_use(port, host=""):
+        _claims.pop().close()  # releases the lock
+        return False
+    return True
+
+
+def instance_id(settings: Settings) -> str | None:
+    """The worker's static membership id (``instance_id`` setting). ``auto``: the host name and the lowest worker
+    slot of this app id free on this host, claimed with a lock; a worker killed and started again on the same host
+    takes its slot, hence its partitions, back. None (setting ``none``): a dynamic member."""
+    setting = settings["instance_id"]
+    if setting != "auto":
+        return setting
+    slots = _CLAIMS / "members" / settings["app_id"]
+    slot = next(n for n in itertools.count() if _lock(slots / f"{n}.lock"))
+    return f"{socket.gethostname()}-{slot}"
 
 
 def web_port(settings: Settings) -> int | None:
@@ -205,7 +236,7 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
     bootstrap = reachable_bootstrap(settings)
     replication = settings.replication(_once_up(bootstrap, settings, lambda: cluster_brokers(bootstrap)))
     port = web_port(settings)
-    worker_settings = settings.worker(bootstrap, replication, port)
+    worker_settings = settings.worker(bootstrap, replication, port, instance_id(settings))
     worker = StreamWorker(worker_settings, artifact)
     specs = [
         *topic_specs(worker_settings.prefix, worker_settings.partitions),
@@ -227,6 +258,14 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
         replication.factor,
         replication.min_insync,
     )
+    if worker_settings.instance_id is None:
+        log.info("dynamic member of group %s: a restart waits out the session timeout", worker_settings.app_id)
+    else:
+        log.info(
+            "static member %s of group %s: restarted with this id, it gets its partitions back at once",
+            worker_settings.instance_id,
+            worker_settings.app_id,
+        )
     if port is None:
         log.info("web server off (web_port 0): no /healthz, /metrics or /services/<id>")
     else:

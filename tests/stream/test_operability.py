@@ -20,11 +20,12 @@ import pytest
 from picrl.cli import main
 from picrl.commands import explain
 from picrl.commands.bus import RETRIED_STATES, RetriedStates
-from picrl.commands.worker import WEB_PORT, web_port
+from picrl.commands.worker import WEB_PORT, _claims, instance_id, web_port
 from picrl.datasets import Trace
 from picrl.settings import Settings, SettingsError, load_settings
 from picrl.workloads import copies_of
 from producers.closed_loop import ClosedLoopEnvironment, TickSummary
+from stream.membership import StaticLeaveGroup
 from stream.topics import TopicNames, ensure_topics, topic_specs
 from tests.stream.conftest import WINDOW
 from tests.support.kafka import unique
@@ -182,6 +183,20 @@ def test_the_web_server_is_on_by_default_and_two_workers_do_not_clash() -> None:
     free = free_port()
     claimed = [web_port(Settings({"web_port": free}, {"web_port": "default"})) for _ in range(2)]
     assert claimed[0] == free and claimed[1] > free
+
+
+def test_workers_of_one_host_take_distinct_static_ids_and_a_restart_takes_its_own_back(tmp_path: Path) -> None:
+    app = f"ids-{tmp_path.name}"
+    auto = Settings({"instance_id": "auto", "app_id": app}, {"instance_id": "default", "app_id": "flag"})
+    first, second = instance_id(auto), instance_id(auto)  # one process stands for two workers: both locks held
+    assert first == f"{socket.gethostname()}-0" and second == f"{socket.gethostname()}-1"
+    claimed = _claims.pop()  # the second worker dies: its lock goes with it
+    claimed.close()
+    assert instance_id(auto) == second  # its restart is the same static member
+    assert instance_id(Settings({"instance_id": "gpu-a"}, {"instance_id": "flag"})) == "gpu-a"
+    assert instance_id(load_settings(None, {"instance_id": "none"}, {})) is None  # a dynamic member
+    request = StaticLeaveGroup("g", "vm-1").prepare({13: (0, 3)})
+    assert request.API_VERSION == 3 and request.encode().endswith(b"\x00\x00\x00\x01\x00\x00\x00\x04vm-1")
 
 
 def test_retried_start_up_states_are_logged_at_info() -> None:
