@@ -1,13 +1,16 @@
 """Soak: a long closed loop under real faults, outside the test suite.
 
-    python benchmarks/soak.py --model DIR [--minutes 30] [--kill-every 60 120] [--services 12] [--out DIR]
+    python benchmarks/soak.py --model DIR [--minutes 30] [--brokers 3] [--kill-every 60 120] [--out DIR]
 
-Starts its own broker (a fresh folder, stopped at the end) and plays rounds of a closed loop until
-``--minutes`` have passed: each round is a fresh set of topics with ``--partitions`` partitions, two workers
-of one app id and ``--services`` shifted and scaled copies of ``--dataset`` for ``--ticks`` ticks. Every
+Starts its own Kafka cluster of ``--brokers`` nodes (a fresh folder, stopped at the end) and plays rounds of a
+closed loop until ``--minutes`` have passed: each round is a fresh set of topics with ``--partitions``
+partitions (replicated as the worker would: min(3, nodes) replicas), two workers of one app id at their default
+settings and ``--services`` shifted and scaled copies of ``--dataset`` for ``--ticks`` ticks. Every
 ``--kill-every`` seconds (uniform in the range, seeded) one of the two workers or (one time in
-``--broker-share``) the broker is SIGKILLed and restarted at once (the broker on its port and data), whatever
-the round is doing. After each round the actions are read back with ``read_committed`` and audited against the
+``--broker-share``) a Kafka node is SIGKILLed, whatever the round is doing. A worker restarts at once. On a
+cluster the node is the one leading the most partitions or the active controller, in turn, and it stays away
+for ``--node-away`` ticks while the loop goes on on the others; a single node restarts at once on its port and
+data. After each round the actions are read back with ``read_committed`` and audited against the
 uninterrupted reference (the simulator on the same workload): gaps (a (service, tick) with no action),
 duplicates and mismatches must all be zero; and no worker may have exited by itself.
 
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import math
 import random
@@ -40,8 +44,8 @@ from picrl.kafka import LocalKafka  # noqa: E402
 from picrl.workloads import copies_of  # noqa: E402
 from picrl_core.artifact import load_artifact  # noqa: E402
 from producers.closed_loop import ClosedLoopEnvironment, NoActionError  # noqa: E402
-from stream.topics import TopicNames, ensure_topics, topic_specs  # noqa: E402
-from tests.support.chaos import BROKER, Chaos, Fault, audit  # noqa: E402
+from stream.topics import Replication, TopicNames, ensure_topics, topic_specs  # noqa: E402
+from tests.support.chaos import BROKER, CONTROLLER, LEADER, NODES, Chaos, Fault, audit  # noqa: E402
 
 
 def _arguments() -> argparse.Namespace:
@@ -57,11 +61,14 @@ def _arguments() -> argparse.Namespace:
         metavar=("MIN", "MAX"),
         help="seconds between kills, uniform in [MIN, MAX] (default 60 120)",
     )
-    parser.add_argument("--broker-share", type=int, default=4, help="one kill in N is the broker's (default 4)")
+    parser.add_argument("--brokers", type=int, default=3, help="Kafka nodes (default 3)")
+    parser.add_argument("--broker-share", type=int, default=3, help="one kill in N is a Kafka node's (default 3)")
+    parser.add_argument(
+        "--node-away", type=int, default=40, help="ticks a killed node stays away on a cluster (default 40)"
+    )
     parser.add_argument("--services", type=int, default=12)
     parser.add_argument("--ticks", type=int, default=1000, help="ticks per round (default 1000)")
     parser.add_argument("--partitions", type=int, default=4)
-    parser.add_argument("--session-timeout", type=float, default=10.0, help="workers' --session-timeout (default 10)")
     parser.add_argument(
         "--action-timeout",
         type=float,
@@ -75,23 +82,34 @@ def _arguments() -> argparse.Namespace:
 
 class KillClock:
     """The plan of :class:`Chaos` by wall time: a kill every ``every`` seconds (uniform), of a worker or, one
-    time in ``broker_share``, of the broker."""
+    time in ``broker_share``, of a Kafka node (on a cluster the lead node and the active controller in turn)."""
 
-    def __init__(self, every: tuple[float, float], workers: int, broker_share: int, seed: int) -> None:
+    def __init__(self, every: tuple[float, float], workers: int, broker_share: int, brokers: int, seed: int) -> None:
         self.rng = random.Random(seed)
         self.every, self.workers, self.broker_share = every, workers, broker_share
+        self.nodes = itertools.cycle([LEADER, CONTROLLER] if brokers > 1 else [BROKER])
         self.next = time.monotonic() + self.rng.uniform(*every)
 
     def __call__(self, tick: int) -> int | str | None:
         if time.monotonic() < self.next:
             return None
         self.next = time.monotonic() + self.rng.uniform(*self.every)
-        target = BROKER if self.rng.randrange(self.broker_share) == 0 else self.rng.randrange(self.workers)
+        target = next(self.nodes) if self.rng.randrange(self.broker_share) == 0 else self.rng.randrange(self.workers)
         print(
-            f"{time.strftime('%H:%M:%S')} tick {tick}: SIGKILL {target if target == BROKER else f'worker {target}'}",
+            f"{time.strftime('%H:%M:%S')} tick {tick}: SIGKILL {target if target in NODES else f'worker {target}'}",
             flush=True,
         )
         return target
+
+
+def _median(values: list[float]) -> float | None:
+    kept = [v for v in values if not math.isnan(v)]
+    return round(float(np.median(kept)), 1) if kept else None
+
+
+def _max(values: list[float]) -> float | None:
+    kept = [v for v in values if not math.isnan(v)]
+    return round(max(kept), 1) if kept else None
 
 
 def main() -> int:
@@ -99,20 +117,24 @@ def main() -> int:
     artifact = load_artifact(args.model)
     window = artifact.config.predictor.window
     trace = load_dataset(args.dataset)
-    clock = KillClock(tuple(args.kill_every), 2, args.broker_share, args.seed)
+    clock = KillClock(tuple(args.kill_every), 2, args.broker_share, args.brokers, args.seed)
     deadline = time.monotonic() + args.minutes * 60
     rounds: list[dict] = []
     faults: list[Fault] = []
     exited: list[str] = []
     with tempfile.TemporaryDirectory(prefix="picrl-soak-") as home:
-        broker = LocalKafka(home=Path(home) / "kafka", log=lambda _: None)
+        broker = LocalKafka(home=Path(home) / "kafka", brokers=args.brokers, log=lambda _: None)
         bootstrap = broker.start().bootstrap
         try:
             while time.monotonic() < deadline:
                 index = len(rounds)
                 workload = copies_of(trace, args.services, min(args.ticks, trace.values.size), seed=args.seed + index)
                 prefix = f"soak-{index}-{int(time.time())}"
-                asyncio.run(ensure_topics(bootstrap, topic_specs(prefix, args.partitions)))
+                asyncio.run(
+                    ensure_topics(
+                        bootstrap, topic_specs(prefix, args.partitions), Replication.for_brokers(args.brokers)
+                    )
+                )
                 worker_args = [
                     "worker",
                     "--model",
@@ -127,12 +149,10 @@ def main() -> int:
                     f"{prefix}-worker",
                     "--log-level",
                     "warning",
-                    "--session-timeout",
-                    str(args.session_timeout),
                 ]
                 logs = args.out / "logs" / prefix  # kept: the workers' logs of every round
                 logs.mkdir(parents=True)
-                chaos = Chaos(worker_args, logs, 2, broker, clock)
+                chaos = Chaos(worker_args, logs, 2, broker, clock, node_away=args.node_away if args.brokers > 1 else 0)
                 began = time.monotonic()
                 try:
                     chaos.start()
@@ -183,7 +203,12 @@ def main() -> int:
         "minutes": round(sum(r["seconds"] for r in rounds) / 60, 1),
         "rounds": len(rounds),
         "kills": len(faults),
-        "broker_kills": sum(f.target == BROKER for f in faults),
+        "brokers": args.brokers,
+        "node_kills": sum(f.node for f in faults),
+        "worker_recover_p50_s": _median([f.recovered for f in faults if not f.node]),
+        "worker_recover_max_s": _max([f.recovered for f in faults if not f.node]),
+        "node_recover_p50_s": _median([f.recovered for f in faults if f.node]),
+        "node_recover_max_s": _max([f.recovered for f in faults if f.node]),
         "recoveries": len(recovered),
         "recover_p50_s": round(float(np.median(recovered)), 1) if recovered else None,
         "recover_max_s": round(max(recovered), 1) if recovered else None,

@@ -69,9 +69,11 @@ def run(args: argparse.Namespace) -> int:
     seen = cluster.brokers_seen(info)
     healthy = len(seen) == len(info.nodes) and all(count == len(info.nodes) for count in seen.values())
     nodes = [{**node, "brokers_seen": seen.get(node["node_id"], 0)} for node in info.as_dict()["nodes"]]
+    controller = cluster.active_controller()
     lines = [
         f"{_nodes(info)}, bootstrap {info.bootstrap}, "
-        f"{'all answering' if healthy else 'NOT all answering'} (home {info.home})"
+        f"{'all answering' if healthy else 'NOT all answering'}, active controller "
+        f"{'unknown' if controller is None else f'node {controller}'} (home {info.home})"
     ]
     lines += [
         f"  node {n.node_id}: "
@@ -87,7 +89,8 @@ def run(args: argparse.Namespace) -> int:
         )
         for n in info.nodes
     ]
-    _print(args, {**info.as_dict(), "nodes": nodes, "running": True, "answers": healthy}, "\n".join(lines))
+    data = {**info.as_dict(), "nodes": nodes, "running": True, "answers": healthy, "active_controller": controller}
+    _print(args, data, "\n".join(lines))
     return 0 if healthy else 1
 
 

@@ -233,6 +233,10 @@ def server_properties(node: NodePorts, nodes: list[NodePorts], data_dir: Path) -
     factor get the rule picrl's own topics follow (:meth:`stream.topics.Replication.for_brokers`): min(3, nodes)
     replicas and min ISR one less (1 on a single node, without which consumer groups and exactly-once
     transactions could not start there).
+
+    A node that stops heartbeating is fenced after 4 s (``broker.session.timeout.ms``; Kafka's default is 9 s) and
+    its partitions get new leaders: a lost node's partitions are unavailable that long, the largest share of
+    a fail-over after a node loss.
     """
     replication = Replication.for_brokers(len(nodes))
     voters = ",".join(f"{n.node_id}@127.0.0.1:{n.controller_port}" for n in nodes)
@@ -256,6 +260,8 @@ def server_properties(node: NodePorts, nodes: list[NodePorts], data_dir: Path) -
             f"transaction.state.log.min.isr={replication.min_insync}",
             "transaction.state.log.num.partitions=8",
             "group.initial.rebalance.delay.ms=0",
+            "broker.heartbeat.interval.ms=1000",
+            "broker.session.timeout.ms=4000",
             "auto.create.topics.enable=true",
             "delete.topic.enable=true",
             "log.retention.hours=168",
@@ -360,6 +366,24 @@ class LocalKafka:
     def answering(self, info: BrokerInfo) -> list[int]:
         """The nodes of ``info`` that answer metadata requests and see every node of the cluster as a broker."""
         return [node for node, seen in self.brokers_seen(info).items() if seen >= len(info.nodes)]
+
+    def active_controller(self) -> int | None:
+        """The node that leads the KRaft controller quorum (the active controller), None while none is known.
+
+        Each node records the quorum's leader and its epoch in ``__cluster_metadata-0/quorum-state`` whenever
+        its view changes; the record with the highest epoch names the leader now, if that node runs (a node
+        killed keeps its last record)."""
+        views = []
+        for node in self.layout() or []:
+            path = self.node_dir(node.node_id) / "data" / "__cluster_metadata-0" / "quorum-state"
+            with contextlib.suppress(OSError, ValueError):  # not written yet, or caught mid-write
+                state = json.loads(path.read_text())
+                views.append((int(state["leaderEpoch"]), int(state["leaderId"])))
+        if not views:
+            return None
+        leader = max(views)[1]
+        info = self.status()
+        return leader if info is not None and leader in {n.node_id for n in info.running} else None
 
     def _java(self) -> str:
         java_home = os.environ.get("JAVA_HOME")

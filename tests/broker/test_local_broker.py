@@ -7,18 +7,15 @@ import json
 import shutil
 import socket
 import stat
-import time
 import uuid
 from pathlib import Path
 
 import pytest
 from aiokafka import AIOKafkaProducer
-from aiokafka.admin import AIOKafkaAdminClient
-from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
 from picrl.cli import main
 from picrl.kafka import BrokerError, LocalKafka
-from picrl.kafka.local_broker import NodePorts, default_cache, new_cluster_id, pid_alive, server_properties
+from picrl.kafka.local_broker import NodePorts, default_cache, new_cluster_id, server_properties
 from picrl.kafka.probe import answers_metadata
 from tests.support.kafka import consume, create_topics, unique
 
@@ -152,68 +149,6 @@ def test_restart_keeps_port_and_data_and_cli_reports_state(
         main(["kafka", "stop", *cli])
     assert main(["kafka", "stop", *cli]) == 0
     assert "no broker running" in capsys.readouterr().out
-
-
-def test_a_three_node_cluster_replicates_topics_and_stops_every_node(
-    tmp_path: Path, local_kafka: LocalKafka | None, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """`picrl kafka start --brokers 3`: three nodes, each broker and controller; picrl's topics get three replicas
-    and min.insync.replicas 2 by default; a node killed comes back on its ports; stop ends them all."""
-    if local_kafka is None:
-        pytest.fail("this test needs the provisioned broker; unset KAFKA_BOOTSTRAP_SERVERS to run it")
-    cli = ["--home", str(tmp_path / "home"), "--cache", str(local_kafka.cache)]
-    cluster = LocalKafka(home=tmp_path / "home", cache=local_kafka.cache, log=lambda _: None)
-    try:
-        assert main(["kafka", "start", "--brokers", "3", "--json", *cli]) == 0
-        started = json.loads(capsys.readouterr().out)
-        assert main(["kafka", "status", "--json", *cli]) == 0
-        status = json.loads(capsys.readouterr().out)
-        assert status["answers"] and [n["brokers_seen"] for n in status["nodes"]] == [3, 3, 3]
-        assert len({n["pid"] for n in status["nodes"]}) == 3 and len(started["bootstrap"].split(",")) == 3
-        prefix = unique("replicated")
-        assert (
-            main(["topics", "create", "--bootstrap", started["bootstrap"], "--prefix", prefix, "--partitions", "2"])
-            == 0
-        )
-        assert capsys.readouterr().out.count("replicas=3  min.insync.replicas=2") == 5
-        replicas, min_isr = asyncio.run(_replication(started["bootstrap"], f"{prefix}.usage"))
-        assert replicas == [3, 3] and min_isr == "2"
-
-        cluster.stop(node=2, crash=True)
-        assert [n.pid is None for n in cluster.status().nodes] == [False, True, False]
-        assert main(["kafka", "status", *cli]) == 1
-        assert "node 2: not running" in capsys.readouterr().out
-        again = cluster.start()
-        assert again.bootstrap == started["bootstrap"] and all(n.pid is not None for n in again.nodes)
-        pids = [n.pid for n in again.nodes]
-        assert main(["kafka", "stop", *cli]) == 0
-        assert "stopped 3 node(s)" in capsys.readouterr().out
-        assert cluster.status() is None and not any(pid_alive(pid) for pid in pids)
-    finally:
-        cluster.stop(timeout=10)
-    with pytest.raises(BrokerError, match="formatted with 3 node"):
-        LocalKafka(home=tmp_path / "home", cache=local_kafka.cache, brokers=1, log=lambda _: None).start()
-
-
-async def _replication(bootstrap: str, topic: str, wait: float = 15.0) -> tuple[list[int], str | None]:
-    """Replicas of each partition of ``topic`` and its min.insync.replicas, as the admin client describes them (a
-    node that has not applied the new topic's metadata yet answers without its configs: asked again)."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    deadline = time.monotonic() + wait
-    try:
-        while True:
-            (described,) = await admin.describe_topics([topic])
-            (response,) = await admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic)])
-            configs = {entry[0]: entry[1] for resource in response.resources for entry in resource[4]}
-            if "min.insync.replicas" in configs or time.monotonic() > deadline:
-                break
-            await asyncio.sleep(0.2)
-    finally:
-        await admin.close()
-    return [len(p["replicas"]) for p in sorted(described["partitions"], key=lambda p: p["partition"])], configs.get(
-        "min.insync.replicas"
-    )
 
 
 def test_default_cache_follows_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

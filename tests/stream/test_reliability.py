@@ -12,7 +12,6 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 from aiokafka import AIOKafkaProducer, TopicPartition
@@ -30,7 +29,7 @@ from stream.decisions import DecisionEngine, Incoming
 from stream.records import PolicyVersion, UsageEvent, decode_action, decode_dead_letter
 from stream.topics import TopicNames, committed_offsets, end_offsets, ensure_topics, latest_values, topic_specs
 from tests.stream.conftest import WINDOW, two_resource_workload
-from tests.support.chaos import BROKER, FREEZE, Chaos, audit
+from tests.support.chaos import audit
 from tests.support.kafka import committed_everything, consume, produce, unique, usage_json, wait_until
 from tests.support.processes import picrl_process, spawn, stop, tail
 from tests.support.web import free_port, http_get, metric
@@ -81,38 +80,6 @@ def _assert_exactly_once_and_equal(
 @pytest.fixture()
 def workload(native_trace: Trace) -> Workload:
     return copies_of(native_trace, 3, WINDOW + 40, start=900, seed=11)
-
-
-def test_sigkilled_worker_restarts_from_the_changelog_without_losing_or_repeating_decisions(
-    kafka_bootstrap: str, tiny_model_dir: Path, tiny_artifact: ModelArtifact, workload: Workload, tmp_path: Path
-) -> None:
-    prefix = _topics(kafka_bootstrap, "crash")
-    args = _worker_args(tiny_model_dir, kafka_bootstrap, prefix)
-    log = tmp_path / "worker.log"
-    workers = [spawn(args, log)]
-    tick_seen: dict[int, float] = {}
-    kill_at = WINDOW + 15
-
-    def on_tick(summary: TickSummary) -> None:
-        tick_seen[summary.tick] = time.monotonic()
-        if summary.tick == kill_at:
-            workers[0].send_signal(signal.SIGKILL)
-            workers[0].wait()
-            workers.append(spawn(args, log))
-
-    try:
-        record = _play(kafka_bootstrap, prefix, workload, on_tick)
-    finally:
-        for worker in workers:
-            stop(worker)
-    assert workers[0].returncode == -signal.SIGKILL
-    recovery = tick_seen[kill_at + 1] - tick_seen[kill_at]
-    checked = _assert_exactly_once_and_equal(record, kafka_bootstrap, prefix, tiny_artifact)
-    print(
-        f"\nrecovery after SIGKILL: {recovery:.1f} s (restart, changelog recovery, first decision); "
-        f"{checked} actions checked, 0 missing, 0 repeated"
-    )
-    assert record.duplicate_actions == 0
 
 
 def test_two_resources_survive_a_killed_worker_exactly_once_and_bad_records_are_refused_with_a_reason(
@@ -613,71 +580,3 @@ async def _versions(bootstrap: str, prefix: str) -> list[PolicyVersion]:
     from stream.policy_follower import read_policy_versions
 
     return await read_policy_versions(bootstrap, TopicNames(prefix).policy, "default")
-
-
-def _chaos_plan(ticks: int, seed: int, workers: int) -> dict[int, int | str]:
-    """One fault near the middle of each fifth of the control ticks (seeded): first a worker frozen past its
-    session (both workers own partitions then), then three worker SIGKILLs and one broker SIGKILL in a
-    seeded order."""
-    rng = np.random.default_rng(seed)
-    bounds = np.linspace(WINDOW + 4, ticks - 8, 6).astype(int)
-    targets: list[int | str] = [int(i) for i in rng.integers(0, workers, 3)] + [BROKER]
-    rng.shuffle(targets)
-    targets.insert(0, f"{FREEZE}{rng.integers(workers)}")
-    return {
-        int((low + high) // 2 + rng.integers(-2, 3)): target
-        for low, high, target in zip(bounds[:-1], bounds[1:], targets)
-    }
-
-
-def test_chaos_two_workers_survive_three_worker_kills_and_a_broker_kill_deciding_every_tick_once(
-    local_kafka: LocalKafka | None,
-    tiny_model_dir: Path,
-    tiny_artifact: ModelArtifact,
-    native_trace: Trace,
-    tmp_path: Path,
-) -> None:
-    """Two workers of one app id on 4 partitions, 12 services in closed loop for 84 ticks; three SIGKILLs of a
-    worker (restarted at once), one of the broker (started again on its port and data) and one worker frozen
-    (SIGSTOP) until the other has taken its partitions over, at seeded ticks. Every (service, tick) must get
-    exactly one action, equal to the uninterrupted reference; no worker may exit by itself. Before the
-    workarounds in stream/transport.py every take-over crashed in Faust's table recovery or lost a partition's
-    rows (faust-streaming #158), and a worker whose producers were fenced crashed."""
-    if local_kafka is None:
-        pytest.fail("this test kills a broker it owns: it needs the provisioned one (unset KAFKA_BOOTSTRAP_SERVERS)")
-    broker = LocalKafka(home=tmp_path / "kafka", cache=local_kafka.cache, log=lambda _: None)
-    bootstrap = broker.start().bootstrap
-    partitions, workload = 4, copies_of(native_trace, 12, 84, start=900, seed=15)
-    plan = _chaos_plan(workload.ticks, seed=15, workers=2)
-    prefix = _topics(bootstrap, "chaos", partitions)
-    args = _worker_args(tiny_model_dir, bootstrap, prefix, "--session-timeout", "6", partitions=partitions)
-    chaos = Chaos(args, tmp_path, 2, broker, plan.get)
-    started = time.monotonic()
-    try:
-        chaos.start()
-        try:
-            record = _play(bootstrap, prefix, workload, chaos.on_tick, timeout=120)
-        except Exception as exc:
-            raise AssertionError(
-                "\n".join(
-                    [
-                        str(exc),
-                        *chaos.exited_by_themselves(),
-                        chaos.diagnose(bootstrap, prefix, partitions, f"{prefix}-worker"),
-                    ]
-                )
-            ) from exc
-        exited = chaos.exited_by_themselves()
-        assert not exited, "\n".join(exited)
-        result = audit(record, bootstrap, prefix, tiny_artifact, WINDOW)
-    finally:
-        chaos.stop()
-        broker.stop()
-    print(
-        f"\nchaos: {len(workload.services)} services x {workload.ticks} ticks on {partitions} partitions in "
-        f"{time.monotonic() - started:.0f} s\n{chaos.report()}\n{result.checked} actions checked: "
-        f"{len(result.missing)} missing, {len(result.repeated)} repeated, {result.mismatches} differ"
-    )
-    assert [f.target for f in chaos.faults].count(BROKER) == 1 and len(chaos.faults) == 5
-    assert all(p.returncode == -signal.SIGKILL for p in chaos.killed)
-    assert result.clean, f"missing {result.missing[:5]}, repeated {result.repeated[:5]}, {result.mismatches} differ"

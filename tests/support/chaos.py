@@ -1,15 +1,19 @@
-"""Real faults during a closed loop: stream workers of one app id SIGKILLed and restarted, and a broker SIGKILLed
-and started again on the same port and data; then an audit of the actions against an uninterrupted reference.
+"""Real faults during a closed loop: stream workers of one app id SIGKILLed and restarted, or frozen; Kafka nodes
+SIGKILLed (the one that leads the most partitions, the active controller, or the only one) and started again on
+the same ports and data, at once or after some ticks away; then an audit of the actions against an uninterrupted
+reference.
 
-Shared by the chaos test (tests/stream/test_reliability.py) and the soak (benchmarks/soak.py)."""
+Shared by the chaos test (tests/stream/test_cluster.py) and the soak (benchmarks/soak.py)."""
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import concurrent.futures
 import math
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -27,40 +31,67 @@ from tests.support.kafka import consume
 from tests.support.processes import spawn, stop, tail
 from tests.support.reference import coupled_reference_run, reference_run
 
-BROKER = "broker"
+BROKER = "broker"  # the only node of a single-node cluster
+LEADER = "leader"  # the node that leads the most partitions (every topic, Kafka's internal ones included)
+CONTROLLER = "controller"  # the node that leads the KRaft controller quorum
+NODES = (BROKER, LEADER, CONTROLLER)
 FREEZE = "freeze "  # + a worker index: SIGSTOP for longer than the session timeout, then SIGCONT (a zombie)
+
+
+async def _leader_counts(bootstrap: str) -> collections.Counter[int]:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        topics = await admin.describe_topics()
+    finally:
+        await admin.close()
+    return collections.Counter(p["leader"] for t in topics for p in t["partitions"] if p["leader"] >= 0)
+
+
+def leader_counts(bootstrap: str) -> collections.Counter[int]:
+    """How many partitions each node leads (from any thread, a running event loop's included)."""
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, _leader_counts(bootstrap)).result()
 
 
 @dataclass
 class Fault:
     """One fault right after ``tick`` was revealed: a SIGKILL of ``target`` (``worker 0``, ``worker 1``, ... or
-    ``broker``), or a freeze (``freeze 0``: SIGSTOP, then SIGCONT once the group has gone on without it);
+    ``node N``), or a freeze (``freeze 0``: SIGSTOP, then SIGCONT once the group has gone on without it);
     ``recovered`` is the time from the fault until the actions of the next tick were all in force."""
 
     tick: int
     target: str
-    down: float = 0.0  # seconds the broker was away (its restart included); 0 for a worker
+    down: float = 0.0  # seconds a node killed and started again at once was away (its restart included)
     recovered: float = math.nan
+
+    @property
+    def node(self) -> bool:
+        return self.target.startswith("node")
 
 
 @dataclass
 class Chaos:
     """Runs ``workers`` workers (``python -m picrl worker ARGS``) and, through :meth:`on_tick`, inflicts what
-    ``plan(tick)`` names at that tick: a worker index (SIGKILL, restarted at once), :data:`BROKER` (SIGKILL,
-    started again as soon as it is gone) or :data:`FREEZE` and an index (stopped for ``freeze`` seconds, more
-    than the workers' session timeout, and continued: it comes back as a zombie whose producers were fenced)."""
+    ``plan(tick)`` names at that tick: a worker index (SIGKILL, restarted at once), a Kafka node of ``cluster``
+    (:data:`BROKER`, :data:`LEADER` or :data:`CONTROLLER`: SIGKILL, started again after ``node_away`` ticks, at once
+    when 0) or :data:`FREEZE` and an index (stopped for ``freeze`` seconds, more than the workers' session timeout,
+    and continued: it comes back as a zombie whose producers were fenced)."""
 
     worker_args: list[str]
     logs: Path
     workers: int
-    broker: LocalKafka
+    cluster: LocalKafka
     plan: Callable[[int], int | str | None]
     freeze: float = 12.0
+    node_away: int = 0
     faults: list[Fault] = field(default_factory=list)
     running: list[subprocess.Popen] = field(default_factory=list)
     killed: list[subprocess.Popen] = field(default_factory=list)
     gone: list[str] = field(default_factory=list)  # workers found dead when their kill came
     _killed_at: float = 0.0
+    _node_back_at: int | None = None  # tick at which the node away starts again
+    _restart: threading.Thread | None = None  # a node starting again while the loop goes on
 
     def start(self) -> None:
         self.running = [spawn(self.worker_args, self.log(i)) for i in range(self.workers)]
@@ -69,21 +100,24 @@ class Chaos:
         return self.logs / f"worker{index}.log"
 
     def on_tick(self, summary: TickSummary) -> None:
-        """The closed loop's tick callback: time the recovery of the last fault, then inflict the next one."""
+        """The closed loop's tick callback: time the recovery of the last fault, start a node whose time away is
+        over, then inflict the next fault."""
         if self.faults and math.isnan(self.faults[-1].recovered) and summary.tick > self.faults[-1].tick:
             self.faults[-1].recovered = time.monotonic() - self._killed_at
+        if self._node_back_at is not None and summary.tick >= self._node_back_at:
+            self._node_back_at = None
+            self._restart = threading.Thread(target=self.cluster.start, daemon=True)
+            self._restart.start()
         target = self.plan(summary.tick)
         if target is not None:
             self.kill(summary.tick, target)
 
     def kill(self, tick: int, target: int | str) -> None:
-        """SIGKILL ``target`` and start it again (same arguments, same log; the broker on its port and data)."""
-        self._killed_at = time.monotonic()
-        if target == BROKER:
-            self.broker.stop(crash=True)
-            self.broker.start()
-            self.faults.append(Fault(tick, BROKER, down=time.monotonic() - self._killed_at))
+        """SIGKILL ``target`` and start it again (a worker: same arguments and log; a node: on its ports and data)."""
+        if target in NODES:
+            self._kill_node(tick, str(target))
             return
+        self._killed_at = time.monotonic()
         if isinstance(target, str) and target.startswith(FREEZE):
             frozen = self.running[int(target[len(FREEZE) :])]
             frozen.send_signal(signal.SIGSTOP)
@@ -102,6 +136,33 @@ class Chaos:
         self.killed.append(victim)
         self.running[index] = spawn(self.worker_args, self.log(index))
         self.faults.append(Fault(tick, f"worker {index}"))
+
+    def _kill_node(self, tick: int, target: str) -> None:
+        """SIGKILL the node ``target`` names, once every node is back from the last such fault."""
+        if self._restart is not None:
+            self._restart.join()
+            self._restart = None
+        if self._node_back_at is not None:  # the last node killed is still away: it comes back first
+            self._node_back_at = None
+            self.cluster.start()
+        info = self.cluster.status()
+        assert info is not None, "the cluster is not running"
+        if target == LEADER:
+            node = leader_counts(info.bootstrap).most_common(1)[0][0]
+        elif target == CONTROLLER:
+            controller = self.cluster.active_controller()
+            assert controller is not None, "no active controller is known"
+            node = controller
+        else:
+            node = info.nodes[0].node_id
+        self._killed_at = time.monotonic()
+        self.cluster.stop(node=node, crash=True)
+        if self.node_away:
+            self._node_back_at = tick + self.node_away
+            self.faults.append(Fault(tick, f"node {node} ({target})"))
+            return
+        self.cluster.start()
+        self.faults.append(Fault(tick, f"node {node} ({target})", down=time.monotonic() - self._killed_at))
 
     def exited_by_themselves(self) -> list[str]:
         """A line (exit code and log tail) for every worker that ended without being killed."""
@@ -144,11 +205,13 @@ class Chaos:
     def stop(self) -> None:
         for process in self.running:
             stop(process)
+        if self._restart is not None:
+            self._restart.join()
 
     def report(self) -> str:
         """One line per fault: what was killed at which tick and how long the loop took to recover."""
         return "\n".join(
-            f"  tick {f.tick:>4}: {'' if f.target.startswith(FREEZE) else 'SIGKILL '}{f.target:<8} "
+            f"  tick {f.tick:>4}: {'' if f.target.startswith(FREEZE) else 'SIGKILL '}{f.target:<18} "
             + (f"(down and back in {f.down:.1f} s) " if f.down else "")
             + f"recovered in {f.recovered:.1f} s"
             for f in self.faults

@@ -1,0 +1,157 @@
+"""A replicated three-node Kafka cluster (`picrl kafka start --brokers 3`): what picrl creates on it, a node lost
+and back, the stream under the loss of the node leading the most partitions, of the active controller and of a
+worker, and `picrl kafka stop` ending every node. One cluster serves the module (its tests run in file order)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+
+from picrl.cli import main
+from picrl.datasets import Trace
+from picrl.kafka import BrokerError, LocalKafka
+from picrl.kafka.local_broker import pid_alive
+from picrl.workloads import copies_of
+from picrl_core.artifact import ModelArtifact
+from producers.closed_loop import ClosedLoopEnvironment
+from stream.topics import Replication, TopicNames, ensure_topics, topic_specs
+from tests.stream.conftest import WINDOW
+from tests.support.chaos import CONTROLLER, FREEZE, LEADER, Chaos, audit
+from tests.support.kafka import unique
+
+PARTITIONS = 4
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory, local_kafka: LocalKafka | None) -> Iterator[LocalKafka]:
+    """Three nodes started by the CLI, each a broker and a controller voter (stopped at the end if still up)."""
+    if local_kafka is None:
+        pytest.fail("these tests start and kill their own nodes: unset KAFKA_BOOTSTRAP_SERVERS to run them")
+    home = tmp_path_factory.mktemp("cluster")
+    nodes = LocalKafka(home=home, cache=local_kafka.cache, log=lambda _: None)
+    assert main(["kafka", "start", "--brokers", "3", "--home", str(home), "--cache", str(local_kafka.cache)]) == 0
+    try:
+        yield nodes
+    finally:
+        nodes.stop(timeout=10)
+
+
+def _cli(cluster: LocalKafka) -> list[str]:
+    return ["--home", str(cluster.home), "--cache", str(cluster.cache)]
+
+
+def test_topics_get_three_replicas_and_a_node_killed_comes_back(
+    cluster: LocalKafka, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """picrl's topics get three replicas and min.insync.replicas 2 by default; `status` names every node and the
+    active controller, and fails while a node is down; a node killed comes back on its ports."""
+    capsys.readouterr()
+    assert main(["kafka", "status", "--json", *_cli(cluster)]) == 0
+    status = json.loads(capsys.readouterr().out)
+    assert status["answers"] and [n["brokers_seen"] for n in status["nodes"]] == [3, 3, 3]
+    assert len({n["pid"] for n in status["nodes"]}) == 3 and len(status["bootstrap"].split(",")) == 3
+    assert status["active_controller"] in (1, 2, 3)
+    prefix = unique("replicated")
+    assert main(["topics", "create", "--bootstrap", status["bootstrap"], "--prefix", prefix, "--partitions", "2"]) == 0
+    assert capsys.readouterr().out.count("replicas=3  min.insync.replicas=2") == 5
+    replicas, min_isr = asyncio.run(_replication(status["bootstrap"], f"{prefix}.usage"))
+    assert replicas == [3, 3] and min_isr == "2"
+
+    cluster.stop(node=2, crash=True)
+    assert [n.pid is None for n in cluster.status().nodes] == [False, True, False]
+    assert main(["kafka", "status", *_cli(cluster)]) == 1
+    assert "node 2: not running" in capsys.readouterr().out
+    again = cluster.start()
+    assert again.bootstrap == status["bootstrap"] and all(n.pid is not None for n in again.nodes)
+
+
+async def _replication(bootstrap: str, topic: str, wait: float = 15.0) -> tuple[list[int], str | None]:
+    """Replicas of each partition of ``topic`` and its min.insync.replicas, as the admin client describes them (a
+    node that has not applied the new topic's metadata yet answers without its configs: asked again)."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    deadline = time.monotonic() + wait
+    try:
+        while True:
+            (described,) = await admin.describe_topics([topic])
+            (response,) = await admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic)])
+            configs = {entry[0]: entry[1] for resource in response.resources for entry in resource[4]}
+            if "min.insync.replicas" in configs or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.2)
+    finally:
+        await admin.close()
+    return [len(p["replicas"]) for p in sorted(described["partitions"], key=lambda p: p["partition"])], configs.get(
+        "min.insync.replicas"
+    )
+
+
+def test_chaos_two_workers_survive_losing_the_lead_node_the_controller_and_a_worker(
+    cluster: LocalKafka, tiny_model_dir: Path, tiny_artifact: ModelArtifact, native_trace: Trace, tmp_path: Path
+) -> None:
+    """Two workers of one app id on 4 partitions, 12 services in closed loop for 84 ticks, on three nodes. At set
+    ticks: a worker frozen (SIGSTOP) until the other has taken its partitions over (it comes back as a zombie);
+    a SIGKILL of the node leading the most partitions, away for 6 ticks (the loop goes on on two); a worker
+    SIGKILLed and restarted at once; then a SIGKILL of the active controller, away for 6 ticks. Every (service,
+    tick) must get exactly one action, equal to the uninterrupted reference; no worker may exit by itself."""
+    bootstrap = cluster.status().bootstrap
+    workload = copies_of(native_trace, 12, 84, start=900, seed=15)
+    plan = {WINDOW + 6: f"{FREEZE}1", WINDOW + 20: LEADER, WINDOW + 36: 0, WINDOW + 50: CONTROLLER}
+    prefix = unique("chaos3")
+    asyncio.run(ensure_topics(bootstrap, topic_specs(prefix, PARTITIONS), Replication.for_brokers(3)))
+    args = [
+        "worker",
+        "--model",
+        str(tiny_model_dir),
+        "--bootstrap",
+        bootstrap,
+        "--prefix",
+        prefix,
+        "--partitions",
+        str(PARTITIONS),
+        "--app-id",
+        f"{prefix}-worker",
+        "--log-level",
+        "warning",
+    ]
+    chaos = Chaos(args, tmp_path, 2, cluster, plan.get, node_away=6)
+    started = time.monotonic()
+    try:
+        chaos.start()
+        loop = ClosedLoopEnvironment(bootstrap, TopicNames(prefix), workload, action_timeout=120, on_tick=chaos.on_tick)
+        try:
+            record = asyncio.run(loop.run())
+        except Exception as exc:
+            diagnosis = chaos.diagnose(bootstrap, prefix, PARTITIONS, f"{prefix}-worker")
+            raise AssertionError("\n".join([str(exc), *chaos.exited_by_themselves(), diagnosis])) from exc
+        exited = chaos.exited_by_themselves()
+        assert not exited, "\n".join(exited)
+        result = audit(record, bootstrap, prefix, tiny_artifact, WINDOW)
+    finally:
+        chaos.stop()
+    print(
+        f"\nchaos on 3 nodes: {len(workload.services)} services x {workload.ticks} ticks on {PARTITIONS} partitions "
+        f"in {time.monotonic() - started:.0f} s\n{chaos.report()}\n{result.checked} actions checked: "
+        f"{len(result.missing)} missing, {len(result.repeated)} repeated, {result.mismatches} differ"
+    )
+    assert [f.target.split(" (")[-1] for f in chaos.faults if f.node] == [f"{LEADER})", f"{CONTROLLER})"]
+    assert len(chaos.faults) == 4 and all(p.returncode == -signal.SIGKILL for p in chaos.killed)
+    assert result.clean, f"missing {result.missing[:5]}, repeated {result.repeated[:5]}, {result.mismatches} differ"
+
+
+def test_stop_ends_every_node(cluster: LocalKafka, capsys: pytest.CaptureFixture[str]) -> None:
+    pids = [n.pid for n in cluster.start().nodes]
+    capsys.readouterr()
+    assert main(["kafka", "stop", *_cli(cluster)]) == 0
+    assert "stopped 3 node(s)" in capsys.readouterr().out
+    assert cluster.status() is None and not any(pid_alive(pid) for pid in pids)
+    with pytest.raises(BrokerError, match="formatted with 3 node"):
+        LocalKafka(home=cluster.home, cache=cluster.cache, brokers=1, log=lambda _: None).start()
