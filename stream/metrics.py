@@ -120,6 +120,11 @@ class TrainerMetrics:
             "picrl_trainer_refused_transitions_total", "Replay messages that did not decode", registry=r
         )
         self.versions = Counter("picrl_trainer_versions_total", "Policy versions published", registry=r)
+        self.skipped = Counter(
+            "picrl_trainer_skipped_total",
+            "Candidates not published (too close to their parent, or no better)",
+            registry=r,
+        )
         self.policy_version = Gauge("picrl_trainer_policy_version", "Newest version published", registry=r)
         self.kl = Gauge("picrl_trainer_kl_to_parent", "KL of the newest version to its parent", registry=r)
         self.score = Gauge("picrl_trainer_validation_score", "Validation score of the newest version", registry=r)

@@ -6,8 +6,12 @@ acting policy is scored off-policy on held-out transitions (every ``holdout_ever
 trains) next to its parent, the version last published, and published on the compacted ``<prefix>.policy`` topic
 as the next version with its parent, KL to the parent on the held-out states and both scores, only when it differs
 from the parent (KL at least ``min_kl``) and scores better; otherwise it is skipped (counted, logged at info) and
-the learner goes on from it, so small updates can add up to a version. Offsets are committed after each publish,
-so a restarted trainer resumes where the last published version left off.
+the learner goes on from it, so small updates can add up to a version. Offsets are committed after each candidate,
+published or skipped, so a restarted trainer resumes after the last transitions it trained on. A skipped candidate's
+transitions are committed too: the learner has consumed them (it goes on from that candidate), and its state beyond
+the published version (weights, value network, buffers) lives in memory only, so a restart loses it whether they are
+replayed or not; replaying from the last publish instead would grow without bound while a converged policy keeps
+being skipped (consumer lag that never falls, and a restart that retrains on everything since).
 
 On start it continues from the newest version of its policy on the topic; on an empty topic it
 first publishes the model artifact's policy as version 0. It publishes as the policy's only writer
@@ -169,7 +173,9 @@ class PolicyTrainer:
                     kl = policy_kl(learner.acting, parent, held_out["features"])
                     score, parent_score = off_policy_score(learner.acting, held_out), off_policy_score(parent, held_out)
                     if kl < settings.min_kl or score <= parent_score:
+                        await consumer.commit()
                         self.skipped += 1
+                        self.metrics.skipped.inc()
                         log.info(
                             "skipped a candidate for policy %s after version %d (%d skipped): KL %.2g to it (publish "
                             "from %.2g), held-out score %.6g against its %.6g",

@@ -34,8 +34,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Consume <prefix>.replay as a consumer group, keep a bounded replay buffer and every "
         "--update-every transitions run one slow KL-regularised actor-critic update. Each new acting "
         "policy is scored off-policy on held-out transitions next to its parent and published on "
-        "<prefix>.policy as the next version (parent, KL to parent, both scores). Offsets commit after "
-        "each publish, so a restart resumes where it stopped. Stops on Ctrl-C or SIGTERM.",
+        "<prefix>.policy as the next version (parent, KL to parent, both scores) when it differs from its parent "
+        "(--min-kl) and scores better; other candidates are skipped. Offsets commit after each candidate, "
+        "published or skipped, so a restart resumes where it stopped. Stops on Ctrl-C or SIGTERM.",
     )
     parser.add_argument("--model", type=Path, required=True, help="a model folder from `picrl train`")
     add_bus_arguments(parser)
@@ -124,5 +125,9 @@ def _run(args: argparse.Namespace, resolved: Settings) -> int:
         await trainer.run()
 
     asyncio.run(main())
-    log.info("picrl trainer: stopped after %d version(s)", len(trainer.published))
+    log.info(
+        "picrl trainer: stopped after %d version(s) published, %d candidate(s) skipped",
+        len(trainer.published),
+        trainer.skipped,
+    )
     return 0
