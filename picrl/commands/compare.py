@@ -8,6 +8,7 @@ import os
 import platform
 import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
@@ -16,6 +17,7 @@ from tqdm import tqdm
 from picrl.commands.source import load_trace
 from picrl.comparison.figures import plot_ablation_bars, plot_cumulative_regret, plot_resources, plot_trajectories
 from picrl.comparison.growth_table import growth_means, markdown_growth, write_growth_csv
+from picrl.comparison.recommendation import cached_summaries, markdown_recommendation, recommend
 from picrl.comparison.runner import FULL, PROTOCOLS, QUICK, CellCache, CellResult, run_comparison, test_series
 from picrl.comparison.tables import (
     full_information_pairs,
@@ -48,7 +50,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         "resources.md and resources.png (for services provisioned several resources: each resource's regret "
         "and shortages; resources-<dataset>.png when there are several such datasets), results.json and figures "
         "(trajectories.png, ablation_bars.png, cumulative_regret.png) to --out. Finished cells are "
-        "cached, so a rerun (or a run with more seeds or methods) trains only what is new.",
+        "cached, so a rerun (or a run with more seeds or methods) trains only what is new. It ends with a "
+        "recommendation (recommendation.md): per dataset, the method with the lowest mean validation regret "
+        "(each cell's trained method run on the validation episode; the test split plays no part, references are "
+        "not candidates), its margin over the next, and whether the other budget (--quick or not) agrees, read "
+        "from the cache when a run with the other budget and the same options left its cells there.",
         epilog="methods:\n"
         + "\n".join(f"  {name:<13} {m.label} [{m.group}]: {m.reference}" for name, m in REGISTRY.items()),
     )
@@ -336,6 +342,14 @@ def run(args: argparse.Namespace) -> int:
         )
         if p is not None
     ]
+    other_budget = FULL if budget is QUICK else QUICK
+    other = cached_summaries(CellCache(cache.root, traces, config, other_budget, args.protocol), datasets, methods)
+    advice = {d: recommend(summaries, methods, d) for d in datasets}
+    recommendation = markdown_recommendation(
+        advice, {d: recommend(other, methods, d) for d in datasets}, budget, other_budget
+    )
+    (args.out / "recommendation.md").write_text(recommendation)
+    written.append(args.out / "recommendation.md")
     failed = [r for r in results if r.error]
     report = {
         "command": " ".join(["picrl", *sys.argv[1:]]) if sys.argv[0].endswith("picrl") else " ".join(sys.argv),
@@ -380,12 +394,14 @@ def run(args: argparse.Namespace) -> int:
             {"method": s.method, "dataset": s.dataset, "seeds": s.n, "failed": s.failed, "mean": s.mean, "std": s.std}
             for s in summaries.values()
         ],
+        "recommendation": {d: None if r is None else asdict(r) for d, r in advice.items()},
     }
     (args.out / "results.json").write_text(json.dumps(report, indent=2) + "\n")
     written.append(args.out / "results.json")
     computed = sum(not r.cached for r in results)
     print(f"{len(results)} cells ({computed} computed, {len(results) - computed} from the cache) in {wall:.0f} s")
     print("written: " + ", ".join(str(p) for p in written))
+    print("\n" + recommendation)
     for result in failed:
         print(
             f"\nFAILED {result.cell.method} on {result.cell.dataset} seed {result.cell.seed}:\n{result.error}",
