@@ -2,7 +2,7 @@
 
 Run on demand (not part of the test suite); it starts its own local broker and stops it at the end:
 
-    python benchmarks/stream_throughput.py [--quick] [--events 200000 --services 1000] [--rates 1000 2500 5000]
+    python benchmarks/stream_throughput.py [--quick] [--events 200000 --services 1000] [--shares 0.15 0.3 0.5 0.7]
 
 One broker, one run:
 
@@ -18,9 +18,10 @@ One broker, one run:
    from the moment every partition's committed offset has passed its warm-up events to the moment
    all events are committed; throughput = events committed in the window / its length. So every
    measured event is past its service's warm-up (full PIC-RL decision: one action and one transition).
-2. **Latency.** For each ``--rates`` value, a fresh worker (``--latency-guarantee``) on a fresh
-   prefix: ``W`` warm-up ticks per service are produced and drained unmeasured, then events are
-   offered at the fixed rate for ``--lead-in`` and then ``--duration`` seconds with
+2. **Latency.** For each ``--shares`` value (an offered load as a share of the raw pipe's events/s measured in
+   step 1, since hosts differ by 3x; or each ``--rates`` value in events/s), a fresh worker
+   (``--latency-guarantee``) on a fresh prefix: ``W`` warm-up ticks per service are produced and drained
+   unmeasured, then events are offered at the fixed rate for ``--lead-in`` and then ``--duration`` seconds with
    ``UsageEvent.produced_at`` stamped at send. Per control action: ``decided_at - source_produced_at``
    (the worker's clock; same machine) and the time it became visible to a ``read_committed`` consumer
    minus ``produced_at``; the row's percentiles are those of the ``--duration`` part, at the offered rate,
@@ -399,6 +400,8 @@ class Setup:
             str(a.commit_interval),
             "--log-level",
             "warning",
+            "--web-port",  # no web server: workers of other sessions on this host may hold the ports it would try
+            "0",
         ]
 
     def workload(self, services: int, ticks: int) -> tuple[Workload, np.ndarray]:
@@ -816,13 +819,16 @@ async def run(args: argparse.Namespace, folder: Path) -> dict:
                 cwd=REPO,
                 stdout=subprocess.DEVNULL,
             )
-        setup = Setup(args, info.bootstrap, info.pid, folder, model, DecisionEngine(load_artifact(model)))
-        steps = 2 + len(args.guarantees) + (args.workers > 1) + len(args.rates)
+        (node,) = info.nodes
+        assert node.pid is not None, "the broker started but has no pid"
+        setup = Setup(args, info.bootstrap, node.pid, folder, model, DecisionEngine(load_artifact(model)))
+        steps = 2 + len(args.guarantees) + (args.workers > 1) + len(args.rates or args.shares)
         with tqdm(total=steps, desc="stream benchmark", unit="phase", dynamic_ncols=True) as bar:
             rows = await throughput(setup, bar) if args.events else []
+            raw = rows[0]["events_per_second"] if rows else float("nan")
             latencies = []
-            for rate in args.rates:
-                latencies.append(await latency(setup, rate))
+            for rate in args.rates or [share * raw for share in args.shares]:
+                latencies.append({**await latency(setup, rate), "share_of_raw_pipe": rate / raw})
                 bar.update(1)
         return {
             "throughput": rows,
@@ -848,14 +854,15 @@ def print_tables(result: dict) -> None:
             )
     if result["latency"]:
         print(
-            f"\n{'offered/s':>10}{'achieved/s':>11}{'actions':>9}  {'decided p50/p99/max ms':<24}"
+            f"\n{'x raw':>6}{'offered/s':>10}{'achieved/s':>11}{'actions':>9}  {'decided p50/p99/max ms':<24}"
             f"{'visible p50/p99/max ms':<24}{'CPU/s':>6}{'ev/batch':>9}{'steal':>7}{'others':>7}"
             f"{'lead-in p99 ms (dec/vis)':>26}"
         )
         for r in result["latency"]:
             d, v, lead = r["decided"], r["visible_read_committed"], r["lead_in"]
             print(
-                f"{r['offered_rate']:>10,.0f}{r['achieved_rate']:>11,.0f}{r['control_actions']:>9,}  "
+                f"{r['share_of_raw_pipe']:>6.2f}{r['offered_rate']:>10,.0f}{r['achieved_rate']:>11,.0f}"
+                f"{r['control_actions']:>9,}  "
                 f"{d['p50_ms']:>6.1f} {d['p99_ms']:>7.1f} {d['max_ms']:>7.0f}   "
                 f"{v['p50_ms']:>6.1f} {v['p99_ms']:>7.1f} {v['max_ms']:>7.0f}   {r['worker_cpu_share']:>4.2f}"
                 f"{r['events_per_decision_batch']:>9.1f}{r['cpu_steal_share']:>7.0%}{r['other_cpu_share']:>7.0%}"
@@ -881,11 +888,19 @@ def main() -> None:
     )
     parser.add_argument("--services", type=int, help="services of the throughput part (default 1,000)")
     parser.add_argument(
+        "--shares",
+        type=float,
+        nargs="*",
+        default=[0.15, 0.3, 0.5, 0.7],
+        help="offered loads of the latency part as shares of the raw pipe's events/s measured in the same run "
+        "(default 0.15 0.3 0.5 0.7; none: skip it)",
+    )
+    parser.add_argument(
         "--rates",
         type=float,
         nargs="*",
-        default=[1000.0, 2500.0, 5000.0],
-        help="offered loads of the latency part, events/s (default 1000 2500 5000; none: skip it)",
+        default=[],
+        help="offered loads of the latency part in events/s instead of --shares (also without the throughput part)",
     )
     parser.add_argument("--duration", type=float, help="seconds per offered load (default 20)")
     parser.add_argument(
@@ -911,13 +926,17 @@ def main() -> None:
     parser.add_argument("--latency-guarantee", default="exactly_once", choices=("exactly_once", "at_least_once"))
     parser.add_argument("--partitions", type=int, default=8, help="partitions of the topics (default 8)")
     parser.add_argument(
-        "--batch-max", type=int, default=1000, help="worker --batch-max and raw pipe batch (default 1000)"
+        "--batch-max",
+        type=int,
+        default=WorkerSettings.batch_max,
+        help=f"worker --batch-max and raw pipe batch (default {WorkerSettings.batch_max}, the worker's)",
     )
     parser.add_argument(
         "--batch-within",
         type=float,
-        default=0.005,
-        help="worker --batch-within: seconds it waits for more events before deciding (default 0.005)",
+        default=WorkerSettings.batch_within,
+        help=f"worker --batch-within: seconds it waits for more events before deciding (default "
+        f"{WorkerSettings.batch_within:g}, the worker's)",
     )
     parser.add_argument(
         "--commit-interval",
@@ -942,6 +961,8 @@ def main() -> None:
     args.services = args.services or (200 if quick else 1_000)
     args.duration = args.duration or (10.0 if quick else 20.0)
     args.latency_services = args.latency_services or (200 if quick else 1_000)
+    if args.shares and not args.rates and not args.events:
+        parser.error("--shares are shares of the raw pipe's events/s: give --events > 0, or --rates")
     if args.py_spy is not None:
         search = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
         if shutil.which("py-spy", path=search) is None:

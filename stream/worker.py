@@ -13,9 +13,12 @@ per usage partition: the batch's actions, transitions, dead letters and changelo
 pass and handed to the transactional producer of their source partition as one aiokafka record batch per
 topic partition (stream/outbox.py; Faust would send outputs outside any transaction: faust-streaming issue
 #177), and the commit, not the batch, waits for their delivery. Commits run between batches, never within
-one: the agent decides batches while a commit may be under way and queues them (up to ``SEND_QUEUE``) for a
-sender task that hands each to the producers between commits and acknowledges its events (under
-``at_least_once``, once its records are delivered, while the next batches go on); after a rebalance the
+one: the agent decides batches while a commit may be under way and queues them (up to ``SEND_AHEAD`` batches'
+worth of events) for a sender task that hands each to the producers between commits and acknowledges its events
+(under ``at_least_once``, once its records are delivered, while the next batches go on). The commits clock
+themselves: one starts as soon as the previous one has ended and something has been acknowledged since (at most
+one per ``commit_interval``), so a transaction holds what arrived while the last one committed, small under a
+light load and large under a heavy one, and no queue builds up behind a fixed commit rate; after a rebalance the
 agent gets no record before Faust has seeked to the committed offsets (faust-streaming issue #596), and
 none of a partition whose restored rows fall short of its committed offsets (a watermark row per partition
 says how far they go). Faust's app here (stream/transport.py) restores tables up to the broker's end
@@ -65,7 +68,7 @@ RECENT_DECISIONS = 10  # last decisions kept per service for /services/<id>
 RECENT_SERVICES = 10_000  # services whose recent decisions are kept (least recently seen dropped)
 OUTPUT_BATCH_BYTES = 512 << 10  # record batch size: a decision batch's records for one topic partition in one or a few
 FAUST_COMMITS_OFF = 1 << 30  # Faust's own periodic commits (seconds, events): the worker commits between batches
-SEND_QUEUE = 4  # decided batches that may wait for the sender (while a commit runs) before the agent waits too
+SEND_AHEAD = 8  # the agent waits while this many batch_max's of decided events wait for the sender (a commit runs)
 HEARTBEAT = 0.5  # seconds between heartbeats: the others see a worker leave (a rebalance) this soon
 WATCH_EVERY = 7.5  # seconds between reads of a held partition's rows when the stall watch is off
 
@@ -82,7 +85,7 @@ class WorkerSettings:
     policy_name: str = "default"
     batch_max: int = 1_000
     batch_within: float = 0.005  # seconds to wait for more events before deciding on a batch
-    commit_interval: float = 0.05  # seconds between commits (= transactions under exactly_once)
+    commit_interval: float = 0.05  # least seconds from one commit (= transaction under exactly_once) to the next
     session_timeout: float = 6.0  # a worker silent this long (killed, not restarted) loses its partitions
     instance_id: str | None = None  # static group membership (stream.membership); None: a dynamic member
     stall_timeout: float = 30.0  # records waiting on a partition and nothing committed this long: rejoin (0: never)
@@ -175,11 +178,14 @@ class StreamWorker:
         self._producer_for = ProducerFor(self.app, self.topics.usage)
         self._partitions: dict[str, int] = {}
         self._batch = asyncio.Lock()  # held while a batch is sent, and while offsets commit
-        self._outgoing: asyncio.Queue[PreparedBatch] = asyncio.Queue(SEND_QUEUE)  # decided, in order, to be sent
+        self._outgoing: asyncio.Queue[PreparedBatch] = asyncio.Queue()  # decided, in order, to be sent
+        self._ahead = 0  # events in self._outgoing
+        self._room = asyncio.Event()  # set when the sender has taken a batch from self._outgoing
+        self._handled = asyncio.Event()  # set when events were acknowledged since the last commit began
         self._acknowledged: asyncio.Future | None = (
             None  # at_least_once: the last batch's acknowledgement, once delivered
         )
-        self.app.timer(settings.commit_interval, name="commit")(self._commit_between_batches)
+        self.app.task(self._commit_between_batches)
         self._stalls = StallWatch(settings.stall_timeout)
         watch_every = max(1.0, settings.stall_timeout / 4) if settings.stall_timeout > 0 else WATCH_EVERY
         self.app.timer(watch_every, name="partition-watch")(self._watch_partitions)
@@ -381,7 +387,11 @@ class StreamWorker:
                 acknowledge(events)  # forgotten after the rebalance, and the rows this batch set are read again
                 consumer.transaction_failed(exc)
                 continue
-            await self._outgoing.put(batch)
+            while self._ahead >= SEND_AHEAD * self.settings.batch_max:
+                self._room.clear()
+                await self._room.wait()
+            self._ahead += len(events)
+            self._outgoing.put_nowait(batch)
 
     async def _send_decided(self) -> None:
         """Send the decided batches in the order they were decided, each between two commits, and acknowledge
@@ -397,6 +407,8 @@ class StreamWorker:
         consumer = cast(HoldingConsumer, self.app.consumer)
         while True:
             batch = await self._outgoing.get()
+            self._ahead -= len(batch.events)
+            self._room.set()
             if any(e.message.generation_id != self.app.consumer_generation_id for e in batch.events):
                 forget(consumer, batch.events)  # fetched before a rebalance: decided again from the committed offsets
                 continue
@@ -409,6 +421,7 @@ class StreamWorker:
                 consumer.transaction_failed(exc)
             if self.app.in_transaction:
                 acknowledge(batch.events)
+                self._handled.set()
             else:
                 self._acknowledged = asyncio.ensure_future(
                     self._acknowledge_delivered(batch.events, deliveries, self._acknowledged)
@@ -428,17 +441,31 @@ class StreamWorker:
         if previous is not None:
             await previous
         acknowledge(events)
+        self._handled.set()
 
     async def _commit_between_batches(self) -> None:
-        """Commit the offsets of the batches handled so far, never in the middle of one.
+        """Commit the offsets of the batches handled so far, never in the middle of one, as soon as the previous
+        commit has ended and events were acknowledged since it began (at most once per ``commit_interval``).
 
         Faust commits on a timer of its own, and under exactly_once a commit ends the open transaction:
         one landing mid-batch would commit part of the batch's actions and rows with the previous
         batch's offsets, and a crash before the next commit would decide the rest again on rows that
-        already hold some of it. So Faust's timer is off and this one takes the batch lock. (Faust still
-        commits itself on rebalance and shutdown, after the streams have acked their events.)"""
-        async with self._batch:
-            await self.app.consumer.commit()  # a failed transaction rejoins the group (HoldingConsumer)
+        already hold some of it. So Faust's timer is off and this loop takes the batch lock. (Faust still
+        commits itself on rebalance and shutdown, after the streams have acked their events.)
+
+        Self-clocked rather than on a timer: a commit takes longer the busier the worker is (its round trips to
+        the transaction coordinator wait for the batches decided meanwhile: 0.3-1.5 s on a loaded host), and a
+        timer with a send queue of 4 batches capped the events per commit at 4 batches, so a backlog, once formed,
+        stayed (1.1 s behind at 30% of the raw pipe's events/s, docs/performance.md). Here what was decided during
+        one commit goes into the next, up to ``SEND_AHEAD`` batch_max's."""
+        loop = asyncio.get_running_loop()
+        while True:
+            await self._handled.wait()
+            self._handled.clear()
+            began = loop.time()
+            async with self._batch:
+                await self.app.consumer.commit()  # a failed transaction rejoins the group (HoldingConsumer)
+            await asyncio.sleep(self.settings.commit_interval - (loop.time() - began))
 
     async def send(self, batch: PreparedBatch) -> list[asyncio.Future]:
         """Hand a prepared batch's records to the producer of each source partition, one record batch per topic
