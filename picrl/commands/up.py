@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import re
 import subprocess
 import sys
 import time
@@ -133,6 +134,18 @@ def _child(args: list[str], log: Path) -> Iterator[subprocess.Popen]:
                     process.wait()
 
 
+def trainer_tally(log: Path) -> str:
+    """What the trainer said when it stopped: the versions it published and the candidates it skipped (a candidate
+    is published only when it differs from its parent by ``--min-kl`` and scores better on held-out transitions)."""
+    said = re.search(r"stopped after (\d+) version\(s\) published, (\d+) candidate\(s\) skipped", log.read_text())
+    if said is None:
+        return f"trainer: did not say what it published (see {log})"
+    return (
+        f"trainer: {said[1]} version(s) published, {said[2]} candidate(s) skipped (a candidate is published only "
+        "when it differs from its parent and scores better on held-out transitions)"
+    )
+
+
 class _LeaderElection(logging.Filter):
     """Drops aiokafka's "Failed fetch offsets ... NotLeaderForPartitionError": the closed loop's first offset
     look-up on a topic created a moment ago, which the fetcher retries by itself; other errors pass."""
@@ -204,6 +217,7 @@ def run(args: argparse.Namespace) -> int:
     what = f"{args.services} pods of {trace.name}" if trace.resources else f"{args.services} copies of {trace.name}"
     summary = write_report(record, args.out, f"picrl up: {what} (test split) over Kafka")
     print_summary(summary, args.out)
+    print(trainer_tally(args.out / "trainer.log"))
     print(
         f"how to read these next to `picrl evaluate` (the README's results): here MAE and the rates are means over "
         f"the {summary['control_ticks']} control ticks of {args.services} services, each scaled by its own demand "
