@@ -12,7 +12,7 @@ from picrl_core.controller import PicRLController
 from picrl_core.controller_state import ControllerState, rescale_state
 from picrl_core.noise import service_key
 from picrl_core.resources import coupled_flags, impute_served_share, observe, unobserved
-from picrl_core.scaling import from_unit, grown_high, outgrown, to_unit, window_range
+from picrl_core.scaling import from_unit, next_high, to_unit, window_range
 from picrl_core.series import MinMaxScaler
 from picrl_core.simulator import DECISION_FIELDS, Trajectory, censor
 from producers.workload import Workload
@@ -162,13 +162,10 @@ def _advance(
     """One controller step and the worker's range growth: the next state, the top of the ranges and the
     transition's rewards."""
     new, transition = controller.step(state, observed, censored, context, missing)
-    if range_growth > 1:
-        grow = outgrown(
-            state.action, censored if missing is None else censored & ~missing, new.censor_streak, grow_after
-        )
-        if grow.any():
-            new_high = np.where(grow, grown_high(low, high, range_growth), high)
-            new, high = rescale_state(new, low, high, low, new_high), new_high
+    short = censored if missing is None else censored & ~missing
+    new_high = next_high(low, high, state.action, short, new.censor_streak, after=grow_after, factor=range_growth)
+    if (new_high != high).any():
+        new, high = rescale_state(new, low, high, low, new_high), new_high
     return new, high, transition.reward
 
 
