@@ -75,6 +75,9 @@ def _arguments() -> argparse.Namespace:
         default=300.0,
         help="seconds without a tick's actions after which the round counts as stalled (default 300)",
     )
+    parser.add_argument(
+        "--worker-log-level", default="warning", choices=("debug", "info", "warning"), help="(default warning)"
+    )
     parser.add_argument("--seed", type=int, default=15)
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/soak"))
     return parser.parse_args()
@@ -148,7 +151,7 @@ def main() -> int:
                     "--app-id",
                     f"{prefix}-worker",
                     "--log-level",
-                    "warning",
+                    args.worker_log_level,
                 ]
                 logs = args.out / "logs" / prefix  # kept: the workers' logs of every round
                 logs.mkdir(parents=True)

@@ -9,10 +9,10 @@ from typing import Any
 
 import faust
 from aiokafka.partitioner import murmur2
-from faust.types import FutureMessage
+from faust.types import TP, FutureMessage
 from faust.types.codecs import CodecArg
 
-from stream.topics import latest_values
+from stream.topics import read_partition
 
 WATERMARK_KEY = b"\x00watermark/"  # + partition number; never a service id (those refuse control characters)
 
@@ -37,9 +37,43 @@ class ServiceStateTable(faust.Table):
     So after a restore the watermark of a partition must reach the offset its consumer group committed
     there; when it does not, the rows of that partition were not restored (:meth:`watermark`)."""
 
+    #: the cluster the changelog is read from in bulk (set by the worker; None: Faust restores every partition)
+    bootstrap: str | None = None
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._unwritten: list[FutureMessage] = []
+        self._actives: set[TP] = set()  # the changelog partitions active here since the last rebalance
+        self._read: dict[TP, int] = {}  # those read in bulk at the last rebalance: the last offset read
+
+    async def on_rebalance(
+        self, assigned: set[TP], revoked: set[TP], newly_assigned: set[TP], generation_id: int = 0
+    ) -> None:
+        """Read the rows of every newly active changelog partition in bulk, before Faust's recovery starts.
+
+        With the in-memory store Faust restores a partition that becomes active (a start, a take-over, a
+        standby promoted) from its first record, one record at a time through its recovery loop: about 1,000
+        records a second here, 5 minutes for 100,000 services. Read with one consumer per partition in batches
+        of up to 10,000 (:func:`stream.topics.read_partition`, ``read_committed``, to the last stable offset),
+        the same rows take seconds; :meth:`persisted_offset` then tells Faust where its own reading starts (the
+        records written since, usually none). The rows of partitions no longer active are dropped, as Faust's
+        in-memory store drops them once recovery completes."""
+        await super().on_rebalance(assigned, revoked, newly_assigned, generation_id)
+        topic = self.changelog_topic.get_topic_name()
+        actives = {tp for tp in self.app.assignor.assigned_actives() if tp.topic == topic}
+        fresh, self._actives, self._read = sorted(actives - self._actives), actives, {}
+        if self.bootstrap is None:
+            return
+        kept = {tp.partition for tp in actives}
+        for key in [k for k in self.data.keys() if self.partition_of(k) not in kept]:
+            del self.data[key]
+        for tp, end in zip(fresh, await asyncio.gather(*(self._load(tp.partition) for tp in fresh))):
+            self._read[tp] = end - 1
+
+    def persisted_offset(self, tp: TP) -> int | None:
+        """The last offset of ``tp`` read in bulk at this rebalance (:meth:`on_rebalance`); None (Faust reads the
+        partition from its start) for the others."""
+        return self._read.get(tp)
 
     def send_changelog(
         self,
@@ -103,10 +137,17 @@ class ServiceStateTable(faust.Table):
     async def reload(self, bootstrap: str, partition: int) -> None:
         """Replace the rows of ``partition`` in memory with the committed ones, read again from the changelog
         (no write goes to the changelog)."""
-        latest = await latest_values(bootstrap, self.changelog_topic.get_topic_name(), partition)
+        self.bootstrap = self.bootstrap or bootstrap
+        await self._load(partition)
+
+    async def _load(self, partition: int) -> int:
+        """Replace the rows of ``partition`` with those its changelog holds; returns the end offset read to."""
+        assert self.bootstrap is not None
+        latest, end = await read_partition(self.bootstrap, self.changelog_topic.get_topic_name(), partition)
         for key in [k for k in self.data.keys() if self.partition_of(k) == partition]:
             del self.data[key]
         self.data.update({key: value for key, value in latest.items() if value is not None})
+        return end
 
     def services(self) -> int:
         """How many services have a row (the watermarks are not services)."""

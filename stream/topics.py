@@ -272,6 +272,13 @@ async def committed_offsets(admin: AIOKafkaAdminClient, group: str, topic: str) 
 async def latest_values(bootstrap: str, topic: str, partition: int, timeout: float = 60.0) -> dict[bytes, bytes | None]:
     """The last committed value of every key of one partition of ``topic`` (None: deleted), read from its
     start to its end (the last stable offset) with ``read_committed``."""
+    return (await read_partition(bootstrap, topic, partition, timeout))[0]
+
+
+async def read_partition(
+    bootstrap: str, topic: str, partition: int, timeout: float = 60.0
+) -> tuple[dict[bytes, bytes | None], int]:
+    """:func:`latest_values`, and the end offset it read to."""
     tp = TopicPartition(topic, partition)
     consumer = AIOKafkaConsumer(
         bootstrap_servers=bootstrap,
@@ -293,8 +300,8 @@ async def latest_values(bootstrap: str, topic: str, partition: int, timeout: flo
         while await consumer.position(tp) < end:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"{topic}[{partition}] not read to its end ({end}) within {timeout:.0f} s")
-            for message in (await consumer.getmany(tp, timeout_ms=500)).get(tp, []):
+            for message in (await consumer.getmany(tp, timeout_ms=500, max_records=10_000)).get(tp, []):
                 latest[message.key] = message.value
     finally:
         await consumer.stop()
-    return latest
+    return latest, end

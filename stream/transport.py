@@ -239,6 +239,16 @@ class _FreshTransactions(TransactionManager):
         committed offsets (``StreamWorker._check_restored_state``)."""
         await super().on_rebalance(assigned, revoked | assigned, newly_assigned)
 
+    async def _stop_transactions(self, tids: Iterable[str]) -> None:
+        """Stop the producers of ``tids`` side by side (Faust stops them one after the other)."""
+        await asyncio.gather(*(self.producer.stop_transaction(tid) for tid in tids))
+
+    async def _start_transactions(self, tids: Iterable[str]) -> None:
+        """Start the producers of ``tids`` side by side: each start is a connection, a coordinator look-up and an
+        ``InitProducerId`` that aborts what its predecessor left open, and Faust made them one after the other,
+        a take-over's largest wait once recovery is prompt (0.4-0.5 s each on a loaded host)."""
+        await asyncio.gather(*(self.producer.maybe_begin_transaction(tid) for tid in tids))
+
     async def send(
         self,
         topic: str,

@@ -173,6 +173,7 @@ class StreamWorker:
                 extra_topic_configs=settings.replication.config,
             ),
         )
+        self.states.bootstrap = settings.bootstrap  # newly active partitions are read in bulk (ServiceStateTable)
         prompt_recovery(self.app)
         self.app.agent(self.usage, name="decide")(self._decide)
         self._producer_for = ProducerFor(self.app, self.topics.usage)
@@ -194,6 +195,8 @@ class StreamWorker:
         # its own shape; the signal calls each as handler(app, signal=..., **kwargs), which these accept
         for handler in (self._hold_records_until_seeked, self._check_restored_state, self._freeze_heap):
             self.app.on_rebalance_complete.connect(cast(SignalHandlerT, handler))
+        self._admin: AIOKafkaAdminClient | None = None  # for the committed offsets (_committed)
+        self.app.on_before_shutdown.connect(cast(SignalHandlerT, self._close_admin))
         self.app.task(self.follower.run)
         if settings.web_port is not None:
             add_views(self.app, self)
@@ -288,12 +291,23 @@ class StreamWorker:
         }
 
     async def _committed(self) -> dict[int, int]:
-        """The offsets the worker's group committed on the usage topic (asked of the broker)."""
-        admin = AIOKafkaAdminClient(bootstrap_servers=self.settings.bootstrap)
-        try:
+        """The offsets the worker's group committed on the usage topic (asked of the broker), through one admin
+        client kept for the worker's life (a new one costs a bootstrap on every rebalance and watch round); after
+        a failure the next call connects afresh."""
+        if self._admin is None:
+            admin = AIOKafkaAdminClient(bootstrap_servers=self.settings.bootstrap)
             await admin.start()
-            return await committed_offsets(admin, self.settings.app_id, self.topics.usage)
-        finally:
+            self._admin = admin
+        try:
+            return await committed_offsets(self._admin, self.settings.app_id, self.topics.usage)
+        except BaseException:
+            await self._close_admin()
+            raise
+
+    async def _close_admin(self, *_: object, **__: object) -> None:
+        """Close the admin client of :meth:`_committed` (also when the app stops)."""
+        admin, self._admin = self._admin, None
+        if admin is not None:
             await admin.close()
 
     async def _watch_partitions(self) -> None:

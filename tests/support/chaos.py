@@ -25,7 +25,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 from picrl.kafka import LocalKafka
 from picrl_core.artifact import ModelArtifact
 from producers.closed_loop import ClosedLoopRecord, TickSummary
-from stream.records import decode_action
+from stream.records import decode_action, decode_dead_letter
 from stream.topics import TopicNames, committed_offsets, end_offsets
 from tests.support.kafka import consume
 from tests.support.processes import spawn, stop, tail
@@ -175,7 +175,8 @@ class Chaos:
     def diagnose(self, bootstrap: str, prefix: str, partitions: int, group: str) -> str:
         """What a stalled loop leaves to read: per usage partition the offset ``group`` committed and the end;
         per actions partition its end and last stable offset (below the end, an open transaction holds back the
-        actions after it from ``read_committed`` readers); each worker's last warnings and errors."""
+        actions after it from ``read_committed`` readers); the last dead letters; each worker's last warnings and
+        errors."""
         topics = TopicNames(prefix)
 
         async def offsets() -> list[str]:
@@ -192,10 +193,14 @@ class Chaos:
                 f"actions[{p}]: end {actions[p]}, last stable {stable[p]}" for p in range(partitions)
             ]
 
+        async def letters() -> list[str]:
+            messages = await consume(bootstrap, topics.deadletter, 10_000, timeout=5)
+            return [f"dead letter: {decode_dead_letter(m.value)}"[:400] for m in messages][-20:]
+
         try:
-            lines = asyncio.run(offsets())
+            lines = asyncio.run(offsets()) + asyncio.run(letters())
         except Exception as exc:  # the broker may be what stalled
-            lines = [f"offsets unavailable: {type(exc).__name__}: {exc}"]
+            lines = [f"offsets or dead letters unavailable: {type(exc).__name__}: {exc}"]
         for i in range(self.workers):
             log = self.log(i).read_text(errors="replace").splitlines() if self.log(i).exists() else []
             noted = [line[:300] for line in log if '"level": "warning"' in line or '"level": "error"' in line]
