@@ -50,12 +50,30 @@ def _tail_gap(w: np.ndarray) -> np.ndarray:
     return t
 
 
-def _mills_terms(z: ArrayLike) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(lambda(z), lambda(z) - z, log(1 - Phi(z)))`` as float64 arrays of ``z``'s shape (NaN stays NaN)."""
+def _scaled(z: ArrayLike) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``z`` as float64, its values flat and contiguous, and ``erfcx(z / sqrt 2) = (1 - Phi(z)) / phi(z) / sqrt(pi/2)``
+    of them: the one pass every term below starts from."""
     z = np.asarray(z, dtype=np.float64)
     flat = np.ascontiguousarray(z.reshape(-1))
-    # (1 - Phi(z)) / phi(z) = sqrt(pi/2) * scaled; the scaling in numpy (the same IEEE product as torch's)
-    scaled = torch.special.erfcx(torch.from_numpy(flat * _SQRT_HALF)).numpy()
+    # the scaling in numpy (the same IEEE product as torch's)
+    return z, flat, torch.special.erfcx(torch.from_numpy(flat * _SQRT_HALF)).numpy()
+
+
+def _ratio_terms(flat: np.ndarray, scaled: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(lambda(z), lambda(z) - z)`` of :func:`_scaled`'s ``flat`` values (NaN stays NaN)."""
+    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+        lam = _SQRT_2_OVER_PI / scaled
+        gap = lam - flat
+        upper = (flat >= _TAIL_START).nonzero()[0]
+        if upper.size:
+            w = flat[upper]
+            gap[upper] = tail = _tail_gap(w)
+            lam[upper] = w + tail
+    return lam, gap
+
+
+def _log_survival(flat: np.ndarray, scaled: np.ndarray) -> np.ndarray:
+    """``log(1 - Phi(z))`` of :func:`_scaled`'s ``flat`` values (NaN stays NaN)."""
     with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
         # 1 - Phi(z) = erfc(z/sqrt 2)/2 = erfcx(z/sqrt 2) exp(-z^2/2)/2: exact from the erfcx already at hand
         # where nothing cancels (z >= _LOG_SF_FROM_ERFCX); below, log1p(-Phi(z)) (there log(1 - Phi) -> 0 while
@@ -64,14 +82,15 @@ def _mills_terms(z: ArrayLike) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         lower = (~(flat >= _LOG_SF_FROM_ERFCX)).nonzero()[0]  # NaN too
         if lower.size:  # log(1 - q) with q = Phi(z) = erfc(-z/sqrt 2)/2 <= 0.16 (torch's log_ndtr is slow there)
             log_sf[lower] = np.log1p(-0.5 * torch.special.erfc(torch.from_numpy(flat[lower] * -_SQRT_HALF)).numpy())
-        lam = _SQRT_2_OVER_PI / scaled
-        gap = lam - flat
-        upper = (flat >= _TAIL_START).nonzero()[0]
-        if upper.size:
-            w = flat[upper]
-            gap[upper] = tail = _tail_gap(w)
-            lam[upper] = w + tail
-    return lam.reshape(z.shape), gap.reshape(z.shape), log_sf.reshape(z.shape)
+    return log_sf
+
+
+def _mills_terms(z: ArrayLike) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(lambda(z), lambda(z) - z, log(1 - Phi(z)))`` as float64 arrays of ``z``'s shape (NaN stays NaN); each
+    function below computes only the terms it returns."""
+    z, flat, scaled = _scaled(z)
+    lam, gap = _ratio_terms(flat, scaled)
+    return lam.reshape(z.shape), gap.reshape(z.shape), _log_survival(flat, scaled).reshape(z.shape)
 
 
 def inverse_mills_ratio(z: ArrayLike) -> np.ndarray:
@@ -80,7 +99,8 @@ def inverse_mills_ratio(z: ArrayLike) -> np.ndarray:
     Relative error < 1e-12 wherever the value is a normal double (``z > -37.5``); finite for all
     finite ``z`` (``~ z`` for large ``z``, ``~ phi(z)`` down to 0 for very negative ``z``).
     """
-    return _mills_terms(z)[0]
+    z, flat, scaled = _scaled(z)
+    return _ratio_terms(flat, scaled)[0].reshape(z.shape)
 
 
 def inverse_mills_gap(z: ArrayLike) -> np.ndarray:
@@ -89,7 +109,8 @@ def inverse_mills_gap(z: ArrayLike) -> np.ndarray:
     For large ``z`` it is ``~ 1/z`` (continued fraction); it is the standardised expected shortage
     that the surrogate reward's gap ``mu + sigma * lambda((a - mu)/sigma) - a`` is ``sigma`` times.
     """
-    return _mills_terms(z)[1]
+    z, flat, scaled = _scaled(z)
+    return _ratio_terms(flat, scaled)[1].reshape(z.shape)
 
 
 def _derivative(z: ArrayLike, lam: np.ndarray, gap: np.ndarray) -> np.ndarray:
@@ -108,7 +129,9 @@ def inverse_mills_ratio_derivative(z: ArrayLike) -> np.ndarray:
     The factor ``lambda(z) - z`` comes from :func:`inverse_mills_gap`, so ``1 - lambda'(z)``
     (``~ 1/z^2``) keeps its precision for large ``z`` instead of collapsing to 0 or below.
     """
-    return _derivative(z, *_mills_terms(z)[:2])
+    z, flat, scaled = _scaled(z)
+    lam, gap = _ratio_terms(flat, scaled)
+    return _derivative(z, lam.reshape(z.shape), gap.reshape(z.shape))
 
 
 def censored_normal_terms(z: ArrayLike) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -124,7 +147,8 @@ def log_normal_survival(z: ArrayLike) -> np.ndarray:
     Accurate both where ``1 - Phi(z)`` underflows (large ``z``) and where it rounds to 1 (very
     negative ``z``; there the value is ``~ -phi(z)/|z|``, not 0).
     """
-    return _mills_terms(z)[2]
+    z, flat, scaled = _scaled(z)
+    return _log_survival(flat, scaled).reshape(z.shape)
 
 
 def mean_above(mu: ArrayLike, sigma: ArrayLike, bound: ArrayLike) -> np.ndarray:

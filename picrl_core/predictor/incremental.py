@@ -44,15 +44,8 @@ def memory_size(cfg: PredictorConfig) -> int:
     return 2 * cfg.layers * cfg.hidden
 
 
-def _split_memory(memory: np.ndarray, cfg: PredictorConfig) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-    """``(B, 2 L H)`` rows -> ``(h, c)``, each a list of the ``L`` layers' contiguous ``(B, H)`` tensors."""
-    hidden, half = cfg.hidden, cfg.layers * cfg.hidden
-    layer = [torch.from_numpy(np.ascontiguousarray(memory[:, lo : lo + hidden])) for lo in range(0, 2 * half, hidden)]
-    return layer[: cfg.layers], layer[cfg.layers :]
-
-
 def _join_memory(h: list[torch.Tensor] | torch.Tensor, c: list[torch.Tensor] | torch.Tensor) -> np.ndarray:
-    """The inverse of :func:`_split_memory`: each layer's ``(B, H)`` ``h`` then ``c`` side by side, ``(B, 2 L H)``."""
+    """Each layer's ``(B, H)`` ``h`` then ``c`` side by side: the ``(B, 2 L H)`` memory rows."""
     return np.concatenate([layer.numpy() for layer in (*h, *c)], axis=1)
 
 
@@ -83,13 +76,16 @@ def advance_memory(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """One LSTM cell step per service: the newest input row ``(B, 2 + C)`` and the carried memory
     ``(B, 2 L H)`` -> ``(mu, sigma)`` float64 for the next step and the new memory (batch-invariant for
-    a fixed ``chunk``: the rows travel through :func:`~picrl_core.batching.in_fixed_chunks` together)."""
-    cfg = model.cfg
-    inputs = newest.shape[1]
-    rows = np.concatenate([np.asarray(newest, dtype=np.float32), np.asarray(memory, dtype=np.float32)], axis=1)
-    if rows.shape[0] == 0:
-        return np.empty(0), np.empty(0), np.zeros((0, memory_size(cfg)), np.float32)
+    a fixed ``chunk``: every matrix product runs on exactly ``chunk`` rows, as in
+    :func:`~picrl_core.batching.in_fixed_chunks`, and the elementwise rest on a chunk's own rows only).
 
+    A short last chunk leaves the rows after its own in the products' input buffers as they are: a product's row
+    reads its own input row only, so they change no bit of the others (and cost a small batch no elementwise work)."""
+    cfg = model.cfg
+    rows, hidden, layers = newest.shape[0], cfg.hidden, cfg.layers
+    if rows == 0:
+        return np.empty(0), np.empty(0), np.zeros((0, memory_size(cfg)), np.float32)
+    newest, memory = np.asarray(newest, dtype=np.float32), np.asarray(memory, dtype=np.float32)
     lstm = model.lstm
     weights = [
         (
@@ -98,45 +94,54 @@ def advance_memory(
             getattr(lstm, f"bias_ih_l{k}"),
             getattr(lstm, f"bias_hh_l{k}"),
         )
-        for k in range(cfg.layers)
+        for k in range(layers)
     ]
-
-    def forward(part: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        x = torch.from_numpy(part[:, :inputs])
-        h, c = _split_memory(part[:, inputs:], cfg)
-        layer_in, hs, cs = x, [], []
-        for k, (w_ih, w_hh, b_ih, b_hh) in enumerate(weights):  # one cell step per layer (no nn.LSTM call overhead)
-            h_k, c_k = _cell_step(layer_in, h[k], c[k], w_ih, w_hh, b_ih, b_hh)
-            hs.append(h_k)
-            cs.append(c_k)
-            layer_in = h_k
-        mu, sigma = gaussian_output(model.head, layer_in, x[:, 0], cfg.sigma_min)
-        return mu.numpy(), sigma.numpy(), _join_memory(hs, cs)
-
+    # the products' inputs, ``chunk`` rows each: every layer's input (the newest row, then the layer below's h; the
+    # last one is the head's) and every layer's previous h
+    layer_in = [np.zeros((chunk, newest.shape[1]), np.float32)] + [
+        np.zeros((chunk, hidden), np.float32) for _ in range(layers)
+    ]
+    previous = [np.zeros((chunk, hidden), np.float32) for _ in range(layers)]
+    layer_in_t, previous_t = [torch.from_numpy(x) for x in layer_in], [torch.from_numpy(h) for h in previous]
+    mu, sigma = np.empty(rows, np.float32), np.empty(rows, np.float32)
+    new_memory = np.empty((rows, memory_size(cfg)), np.float32)
     with torch.inference_mode():
-        mu, sigma, new_memory = in_fixed_chunks(forward, rows, chunk)
+        for lo in range(0, rows, chunk):
+            count = min(chunk, rows - lo)
+            part = slice(lo, lo + count)
+            layer_in[0][:count] = newest[part]
+            for k, (w_ih, w_hh, b_ih, b_hh) in enumerate(weights):  # one cell step per layer (no nn.LSTM overhead)
+                h_at = slice(k * hidden, (k + 1) * hidden)
+                c_at = slice((layers + k) * hidden, (layers + k + 1) * hidden)
+                previous[k][:count] = memory[part, h_at]
+                h_k, c_k = _cell_step(layer_in_t[k], previous_t[k], memory[part, c_at], w_ih, w_hh, b_ih, b_hh)
+                new_memory[part, h_at], new_memory[part, c_at] = h_k, c_k
+                layer_in[k + 1][:count] = h_k
+            m, s = gaussian_output(model.head, layer_in_t[layers], layer_in_t[0][:, 0], cfg.sigma_min)
+            mu[part], sigma[part] = m.numpy()[:count], s.numpy()[:count]
     return mu.astype(np.float64), sigma.astype(np.float64), new_memory
 
 
 def _cell_step(
     x: torch.Tensor,
     h: torch.Tensor,
-    c: torch.Tensor,
+    c: np.ndarray,
     w_ih: torch.Tensor,
     w_hh: torch.Tensor,
     b_ih: torch.Tensor,
     b_hh: torch.Tensor,
-) -> tuple[torch.Tensor, torch.Tensor]:
+) -> tuple[np.ndarray, np.ndarray]:
     """One LSTM cell step, ``torch.lstm_cell``'s arithmetic in its order (gates ``[i, f, g, o] = W_ih x + b_ih +
     W_hh h + b_hh``; ``c' = f c + i g``, ``h' = o tanh(c')``), with numpy's float32 tanh: ~10x faster than torch's
-    on this CPU, within an ulp of it, and per element the same in any batch."""
+    on this CPU, within an ulp of it, and per element the same in any batch. ``x`` and ``h`` are a chunk's
+    product inputs, ``c`` ``(n, H)`` the chunk's own rows (its first ``n``); returns their ``(h', c')``."""
     gates = torch.nn.functional.linear(x, w_ih, b_ih) + torch.nn.functional.linear(h, w_hh, b_hh)
-    squashed = torch.sigmoid(gates).numpy()  # one call for i, f and o (g's sigmoid is unused)
-    hidden = h.shape[1]
+    count, hidden = c.shape
+    squashed = torch.sigmoid(gates).numpy()[:count]  # one call for i, f and o (g's sigmoid is unused)
     ingate, forget, outgate = squashed[:, :hidden], squashed[:, hidden : 2 * hidden], squashed[:, 3 * hidden :]
-    cell = np.tanh(gates.numpy()[:, 2 * hidden : 3 * hidden])
-    c_new = forget * c.numpy() + ingate * cell
-    return torch.from_numpy(outgate * np.tanh(c_new)), torch.from_numpy(c_new)
+    cell = np.tanh(gates.numpy()[:count, 2 * hidden : 3 * hidden])
+    c_new = forget * c + ingate * cell
+    return outgate * np.tanh(c_new), c_new
 
 
 class IncrementalForecaster:
