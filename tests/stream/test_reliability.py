@@ -253,8 +253,14 @@ def test_a_closed_loop_that_gave_up_resumes_where_the_actions_topic_shows_it_sto
     worker is back, a resumed run (start_tick=None) rebuilds the ticks already played from the actions topic
     and finishes: every (service, tick) decided once, equal to the uninterrupted reference."""
     prefix = _topics(kafka_bootstrap, "resume")
-    args = _worker_args(tiny_model_dir, kafka_bootstrap, prefix)
+    port = free_port()
+    args = _worker_args(tiny_model_dir, kafka_bootstrap, prefix, "--web-port", str(port))
     with picrl_process(args, tmp_path / "a.log") as worker:
+        # in its group before the loop starts: the 8 s the loop waits for an action is less than a loaded host's
+        # start of a worker (torch and Faust imported, the group joined)
+        assert asyncio.run(
+            wait_until(lambda: http_get(port, "/healthz/")[1]["partitions"], timeout=120, interval=0.5)
+        ), f"the worker did not get its partitions:\n{tail(tmp_path / 'a.log')}"
 
         def stop_worker(summary: TickSummary) -> None:
             if summary.tick == WINDOW + 12:
@@ -266,7 +272,7 @@ def test_a_closed_loop_that_gave_up_resumes_where_the_actions_topic_shows_it_sto
         with pytest.raises(NoActionError) as gave_up:
             asyncio.run(env.run())
     assert gave_up.value.tick in (WINDOW + 13, WINDOW + 14), gave_up.value
-    with picrl_process(args, tmp_path / "b.log"):
+    with picrl_process(_worker_args(tiny_model_dir, kafka_bootstrap, prefix), tmp_path / "b.log"):
         resumed = ClosedLoopEnvironment(
             kafka_bootstrap, TopicNames(prefix), workload, action_timeout=120, start_tick=None
         )
