@@ -26,6 +26,7 @@ from stream.topics import Replication, TopicNames, ensure_topics, topic_specs
 from tests.stream.conftest import WINDOW
 from tests.support.chaos import CONTROLLER, FREEZE, LEADER, Chaos, audit
 from tests.support.kafka import unique
+from tests.support.processes import worker_args
 
 PARTITIONS = 4
 
@@ -107,21 +108,7 @@ def test_chaos_two_workers_survive_losing_the_lead_node_the_controller_and_a_wor
     plan = {WINDOW + 6: f"{FREEZE}1", WINDOW + 20: LEADER, WINDOW + 36: 0, WINDOW + 50: CONTROLLER}
     prefix = unique("chaos3")
     asyncio.run(ensure_topics(bootstrap, topic_specs(prefix, PARTITIONS), Replication.for_brokers(3)))
-    args = [
-        "worker",
-        "--model",
-        str(tiny_model_dir),
-        "--bootstrap",
-        bootstrap,
-        "--prefix",
-        prefix,
-        "--partitions",
-        str(PARTITIONS),
-        "--app-id",
-        f"{prefix}-worker",
-        "--log-level",
-        "warning",
-    ]
+    args = worker_args(tiny_model_dir, bootstrap, prefix, partitions=PARTITIONS)
     chaos = Chaos(args, tmp_path, 2, cluster, plan.get, node_away=6)
     started = time.monotonic()
     try:

@@ -31,29 +31,14 @@ from stream.topics import TopicNames, committed_offsets, end_offsets, ensure_top
 from tests.stream.conftest import WINDOW, two_resource_workload
 from tests.support.chaos import audit
 from tests.support.kafka import committed_everything, consume, produce, unique, usage_json, wait_until
-from tests.support.processes import picrl_process, spawn, stop, tail
+from tests.support.processes import picrl_process, spawn, stop, tail, worker_args
 from tests.support.web import free_port, http_get, metric
 
 PARTITIONS = 2
 
 
 def _worker_args(model: Path, bootstrap: str, prefix: str, *extra: str, partitions: int = PARTITIONS) -> list[str]:
-    return [
-        "worker",
-        "--model",
-        str(model),
-        "--bootstrap",
-        bootstrap,
-        "--prefix",
-        prefix,
-        "--partitions",
-        str(partitions),
-        "--app-id",
-        f"{prefix}-worker",
-        "--log-level",
-        "warning",
-        *extra,
-    ]
+    return worker_args(model, bootstrap, prefix, *extra, partitions=partitions)
 
 
 def _topics(bootstrap: str, name: str, partitions: int = PARTITIONS) -> str:

@@ -21,7 +21,7 @@ from stream.records import decode_policy, decode_transition
 from stream.topics import TopicNames, ensure_topics, topic_specs
 from tests.stream.conftest import WINDOW
 from tests.support.kafka import committed_everything, consume, unique
-from tests.support.processes import picrl_process, tail
+from tests.support.processes import picrl_process, tail, worker_args
 from tests.support.reference import reference_run, tripled
 from tests.support.web import free_port
 
@@ -34,23 +34,7 @@ def _play(bootstrap: str, prefix: str, workload, timeout: float = 120.0, on_tick
 
 
 def _worker_args(model: Path, bootstrap: str, prefix: str, guarantee: str = "exactly_once") -> list[str]:
-    return [
-        "worker",
-        "--model",
-        str(model),
-        "--bootstrap",
-        bootstrap,
-        "--prefix",
-        prefix,
-        "--partitions",
-        str(PARTITIONS),
-        "--app-id",
-        f"{prefix}-worker",
-        "--log-level",
-        "warning",
-        "--guarantee",
-        guarantee,
-    ]
+    return worker_args(model, bootstrap, prefix, "--guarantee", guarantee, partitions=PARTITIONS)
 
 
 @pytest.fixture(scope="module", params=["exactly_once", "at_least_once"])

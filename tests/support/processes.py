@@ -16,6 +16,26 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 
 
+def worker_args(model: Path, bootstrap: str, prefix: str, *extra: str, partitions: int) -> list[str]:
+    """``picrl worker``'s arguments for a test: the app id ``<prefix>-worker``, warnings and errors logged."""
+    return [
+        "worker",
+        "--model",
+        str(model),
+        "--bootstrap",
+        bootstrap,
+        "--prefix",
+        prefix,
+        "--partitions",
+        str(partitions),
+        "--app-id",
+        f"{prefix}-worker",
+        "--log-level",
+        "warning",
+        *extra,
+    ]
+
+
 @contextmanager
 def picrl_process(args: list[str], log: Path) -> Iterator[subprocess.Popen]:
     """``python -m picrl ARGS`` in the background, stopped with SIGTERM (then SIGKILL) on exit."""
