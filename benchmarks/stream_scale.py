@@ -58,12 +58,11 @@ from stream_throughput import (
     WorkerProcess,
     busy_seconds,
     cpu_seconds,
-    drain,
     expected_counts,
     group_members,
+    measure_raw_pipe,
     output_sizes,
     produce,
-    raw_pipe,
     usage_messages,
 )
 from tqdm import tqdm
@@ -327,32 +326,18 @@ async def pipe_reference(bench: Bench, source_prefix: str) -> dict:
     source = TopicNames(source_prefix).usage
     begin = dict.fromkeys(range(a.partitions), 0)
     total = await expected_counts(bench.workload, a.partitions, a.ticks)
-    stop = asyncio.Event()
     steal, load_before, started = StealMeter(), loadavg(), time.perf_counter()
-    pipe = asyncio.create_task(
-        raw_pipe(
-            bench.bootstrap,
-            source,
-            begin,
-            TopicNames(prefix),
-            prefix,
-            sizes,
-            WorkerSettings.batch_max,
-            WorkerSettings.commit_interval,
-            stop,
-        )
+    window = await measure_raw_pipe(
+        bench.bootstrap,
+        source,
+        begin,
+        total,
+        prefix,
+        sizes,
+        WorkerSettings.batch_max,
+        WorkerSettings.commit_interval,
+        a.timeout,
     )
-
-    def pipe_alive() -> None:
-        if pipe.done():
-            pipe.result()
-            raise RuntimeError("the raw pipe stopped")
-
-    try:
-        window = await drain(bench.bootstrap, prefix, source, begin, total, "raw aiokafka pipe", a.timeout, pipe_alive)
-    finally:
-        stop.set()
-        await asyncio.gather(pipe, return_exceptions=True)
     return {
         "events": window.total,
         "seconds": window.ended - started,  # from the pipe's start to its last commit

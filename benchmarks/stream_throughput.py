@@ -254,6 +254,37 @@ async def drain(
 # ---------------------------------------------------------------- the two consumers
 
 
+async def measure_raw_pipe(
+    bootstrap: str,
+    source: str,
+    begin: dict[int, int],
+    total: dict[int, int],
+    prefix: str,
+    sizes: tuple[int, int],
+    batch_max: int,
+    commit_interval: float,
+    timeout: float,
+    cpu: dict[str, Callable[[], float]] | None = None,
+) -> Window:
+    """Run :func:`raw_pipe` (group and output topics ``prefix``) on ``source`` from ``begin`` until its committed
+    offsets reach ``total``; the window of :func:`drain`."""
+    stop = asyncio.Event()
+    pipe = asyncio.create_task(
+        raw_pipe(bootstrap, source, begin, TopicNames(prefix), prefix, sizes, batch_max, commit_interval, stop)
+    )
+
+    def pipe_alive() -> None:
+        if pipe.done():
+            pipe.result()
+            raise RuntimeError("the raw pipe stopped")
+
+    try:
+        return await drain(bootstrap, prefix, source, begin, total, "raw aiokafka pipe", timeout, pipe_alive, cpu)
+    finally:
+        stop.set()
+        await asyncio.gather(pipe, return_exceptions=True)
+
+
 async def raw_pipe(
     bootstrap: str,
     source: str,
@@ -478,41 +509,18 @@ async def throughput(setup: Setup, bar: tqdm) -> list[dict]:
     }
     bar.update(1)
 
-    stop = asyncio.Event()
-    pipe = asyncio.create_task(
-        raw_pipe(
-            setup.bootstrap,
-            names.usage,
-            warm,
-            TopicNames(f"{prefix}-raw"),
-            f"{prefix}-raw",
-            sizes,
-            a.batch_max,
-            a.commit_interval,
-            stop,
-        )
+    window = await measure_raw_pipe(
+        setup.bootstrap,
+        names.usage,
+        warm,
+        total,
+        f"{prefix}-raw",
+        sizes,
+        a.batch_max,
+        a.commit_interval,
+        a.timeout,
+        {"pipe": time.process_time, **broker},  # pipe = bench: one process
     )
-
-    def pipe_alive() -> None:
-        if pipe.done():
-            pipe.result()
-            raise RuntimeError("the raw pipe stopped")
-
-    try:
-        window = await drain(
-            setup.bootstrap,
-            f"{prefix}-raw",
-            names.usage,
-            warm,
-            total,
-            "raw aiokafka pipe",
-            a.timeout,
-            pipe_alive,
-            {"pipe": time.process_time, **broker},
-        )  # pipe = bench: one process
-    finally:
-        stop.set()
-        await asyncio.gather(pipe, return_exceptions=True)
     rows = [{**row("raw aiokafka pipe", window, "pipe"), "action_bytes": sizes[0], "transition_bytes": sizes[1]}]
     bar.update(1)
     windows = {}

@@ -12,7 +12,7 @@ from aiokafka.partitioner import murmur2
 from faust.types import TP, FutureMessage
 from faust.types.codecs import CodecArg
 
-from stream.topics import read_partition
+from stream.topics import end_offsets, read_partition
 
 WATERMARK_KEY = b"\x00watermark/"  # + partition number; never a service id (those refuse control characters)
 
@@ -56,17 +56,23 @@ class ServiceStateTable(faust.Table):
         records a second here, 5 minutes for 100,000 services. Read with one consumer per partition in batches
         of up to 10,000 (:func:`stream.topics.read_partition`, ``read_committed``, to the last stable offset),
         the same rows take seconds; :meth:`persisted_offset` then tells Faust where its own reading starts (the
-        records written since, usually none). The rows of partitions no longer active are dropped, as Faust's
-        in-memory store drops them once recovery completes."""
+        records written since, usually none). A partition that stays active keeps its rows, which this worker
+        wrote itself: Faust would read back every record written since its last recovery, so its reading starts
+        at the partition's last stable offset (rows of a transaction that then failed are caught by the worker's
+        watermark check, which reads the partition again). The rows of partitions no longer active are dropped,
+        as Faust's in-memory store drops them once recovery completes."""
         await super().on_rebalance(assigned, revoked, newly_assigned, generation_id)
         topic = self.changelog_topic.get_topic_name()
         actives = {tp for tp in self.app.assignor.assigned_actives() if tp.topic == topic}
-        fresh, self._actives, self._read = sorted(actives - self._actives), actives, {}
+        fresh, kept = sorted(actives - self._actives), sorted(actives & self._actives)
+        self._actives, self._read = actives, {}
         if self.bootstrap is None:
             return
-        kept = {tp.partition for tp in actives}
-        for key in [k for k in self.data.keys() if self.partition_of(k) not in kept]:
+        held = {tp.partition for tp in actives}
+        for key in [k for k in self.data.keys() if self.partition_of(k) not in held]:
             del self.data[key]
+        ends = await end_offsets(self.bootstrap, topic, self.partitions or 1, "read_committed") if kept else {}
+        self._read = {tp: ends[tp.partition] - 1 for tp in kept}
         for tp, end in zip(fresh, await asyncio.gather(*(self._load(tp.partition) for tp in fresh))):
             self._read[tp] = end - 1
 
