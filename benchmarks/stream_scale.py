@@ -39,8 +39,6 @@ import json
 import os
 import shutil
 import signal
-import subprocess
-import sys
 import tempfile
 import time
 import uuid
@@ -63,6 +61,7 @@ from stream_throughput import (
     measure_raw_pipe,
     output_sizes,
     produce,
+    quick_model,
     usage_messages,
 )
 from tqdm import tqdm
@@ -354,16 +353,7 @@ async def run(args: argparse.Namespace, folder: Path) -> dict:
     kafka = LocalKafka(home=folder / "kafka", brokers=args.brokers, log=tqdm.write)
     info = kafka.start()
     try:
-        model = args.model
-        if model is None:
-            model = folder / "model"
-            tqdm.write("training a quick genai-mem model (picrl train --quick) ...")
-            subprocess.run(
-                [sys.executable, "-m", "picrl", "train", "--dataset", "genai-mem", "--quick", "--out", str(model)],
-                check=True,
-                cwd=REPO,
-                stdout=subprocess.DEVNULL,
-            )
+        model = args.model or quick_model(folder / "model")
         workload = copies_of(load_dataset(args.dataset), args.services, args.ticks, seed=0)
         capacity = workload.demand.max(axis=0) * args.capacity_headroom
         messages = usage_messages(workload, capacity, range(args.ticks))

@@ -813,20 +813,23 @@ async def latency(setup: Setup, rate: float) -> dict:
     }
 
 
+def quick_model(folder: Path) -> Path:
+    """Train ``picrl train --dataset genai-mem --quick`` into ``folder`` (a benchmark run without ``--model``)."""
+    tqdm.write("training a quick genai-mem model (picrl train --quick) ...")
+    subprocess.run(
+        [sys.executable, "-m", "picrl", "train", "--dataset", "genai-mem", "--quick", "--out", str(folder)],
+        check=True,
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+    )
+    return folder
+
+
 async def run(args: argparse.Namespace, folder: Path) -> dict:
     broker = LocalKafka(home=folder / "kafka", log=tqdm.write)
     info = broker.start()
     try:
-        model = args.model
-        if model is None:
-            model = folder / "model"
-            tqdm.write("training a quick genai-mem model (picrl train --quick) ...")
-            subprocess.run(
-                [sys.executable, "-m", "picrl", "train", "--dataset", "genai-mem", "--quick", "--out", str(model)],
-                check=True,
-                cwd=REPO,
-                stdout=subprocess.DEVNULL,
-            )
+        model = args.model or quick_model(folder / "model")
         (node,) = info.nodes
         assert node.pid is not None, "the broker started but has no pid"
         setup = Setup(args, info.bootstrap, node.pid, folder, model, DecisionEngine(load_artifact(model)))

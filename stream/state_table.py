@@ -73,7 +73,7 @@ class ServiceStateTable(faust.Table):
             del self.data[key]
         ends = await end_offsets(self.bootstrap, topic, self.partitions or 1, "read_committed") if kept else {}
         self._read = {tp: ends[tp.partition] - 1 for tp in kept}
-        for tp, end in zip(fresh, await asyncio.gather(*(self._load(tp.partition) for tp in fresh))):
+        for tp, end in zip(fresh, await asyncio.gather(*(self.reload(tp.partition) for tp in fresh))):
             self._read[tp] = end - 1
 
     def persisted_offset(self, tp: TP) -> int | None:
@@ -140,15 +140,10 @@ class ServiceStateTable(faust.Table):
             return int(key[len(WATERMARK_KEY) :])
         return (murmur2(key) & 0x7FFFFFFF) % (self.partitions or 1)
 
-    async def reload(self, bootstrap: str, partition: int) -> None:
+    async def reload(self, partition: int) -> int:
         """Replace the rows of ``partition`` in memory with the committed ones, read again from the changelog
-        (no write goes to the changelog)."""
-        self.bootstrap = self.bootstrap or bootstrap
-        await self._load(partition)
-
-    async def _load(self, partition: int) -> int:
-        """Replace the rows of ``partition`` with those its changelog holds; returns the end offset read to."""
-        assert self.bootstrap is not None
+        (no write goes to the changelog); returns the end offset read to."""
+        assert self.bootstrap is not None, "the worker sets the table's bootstrap"
         latest, end = await read_partition(self.bootstrap, self.changelog_topic.get_topic_name(), partition)
         for key in [k for k in self.data.keys() if self.partition_of(k) == partition]:
             del self.data[key]

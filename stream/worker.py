@@ -283,7 +283,7 @@ class StreamWorker:
                     done,
                     extra={"partition": p},
                 )
-                await self.states.reload(self.settings.bootstrap, p)
+                await self.states.reload(p)
         return {
             p: (self.states.watermark(p), committed[p])
             for p in assigned
@@ -330,7 +330,7 @@ class StreamWorker:
             committed = await self._committed()
             ends = await consumer.highwaters(*(TP(self.topics.usage, p) for p in watched)) if watched else {}
             for p in sorted(held):
-                await self.states.reload(self.settings.bootstrap, p)
+                await self.states.reload(p)
         except (KafkaError, OSError, TimeoutError) as exc:  # the broker away: the next round asks again
             log.debug("partition watch: offsets or rows unavailable (%s: %s)", type(exc).__name__, exc)
             return

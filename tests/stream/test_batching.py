@@ -12,7 +12,7 @@ from stream.records import UsageEvent, decode_action
 from stream.topics import TopicNames, ensure_topics, topic_specs
 from tests.stream.conftest import WINDOW
 from tests.support.kafka import unique
-from tests.support.processes import picrl_process, tail
+from tests.support.processes import picrl_process, tail, worker_args
 
 BATCH_WITHIN = 5.0  # seconds; take_events would hold each lone event until its timer fired (2.5 s on average)
 
@@ -69,23 +69,7 @@ def test_a_lone_event_is_decided_without_waiting_for_a_batch_window(
     names = TopicNames(prefix)
     asyncio.run(ensure_topics(kafka_bootstrap, topic_specs(prefix, 2)))
     log = tmp_path / "worker.log"
-    args = [
-        "worker",
-        "--model",
-        str(tiny_model_dir),
-        "--bootstrap",
-        kafka_bootstrap,
-        "--prefix",
-        prefix,
-        "--partitions",
-        "2",
-        "--app-id",
-        f"{prefix}-worker",
-        "--batch-within",
-        str(BATCH_WITHIN),
-        "--log-level",
-        "warning",
-    ]
+    args = worker_args(tiny_model_dir, kafka_bootstrap, prefix, "--batch-within", str(BATCH_WITHIN), partitions=2)
     with picrl_process(args, log) as worker:
         seen = asyncio.run(_lone_events(kafka_bootstrap, names, 5))
         assert worker.poll() is None, f"the worker exited:\n{tail(log)}"

@@ -28,7 +28,7 @@ from stream.topics import TopicNames, ensure_topics, topic_specs
 from stream.worker import StreamWorker, WorkerSettings
 from tests.stream.conftest import WINDOW
 from tests.support.kafka import consume, produce, unique, usage_json
-from tests.support.processes import picrl_process, tail
+from tests.support.processes import picrl_process, tail, worker_args
 from tests.support.web import free_port, http_get, metric
 
 KIB = 1 << 10
@@ -116,25 +116,17 @@ def test_a_worker_fed_ten_times_its_service_cap_holds_the_cap_and_stays_flat(
     prefix = unique("bounds")
     asyncio.run(ensure_topics(kafka_bootstrap, topic_specs(prefix, 2)))
     topics, port = TopicNames(prefix), free_port()
-    args = [
-        "worker",
-        "--model",
-        str(tiny_model_dir),
-        "--bootstrap",
+    args = worker_args(
+        tiny_model_dir,
         kafka_bootstrap,
-        "--prefix",
         prefix,
-        "--partitions",
-        "2",
-        "--app-id",
-        f"{prefix}-worker",
-        "--log-level",
-        "error",
         "--web-port",
         str(port),
         "--max-services",
         str(cap),
-    ]
+        partitions=2,
+        log_level="error",
+    )
 
     def usage(services: range) -> list[tuple[bytes, bytes]]:
         return [

@@ -29,7 +29,7 @@ from stream.membership import StaticLeaveGroup
 from stream.topics import TopicNames, ensure_topics, topic_specs
 from tests.stream.conftest import WINDOW
 from tests.support.kafka import unique
-from tests.support.processes import picrl_process, spawn, stop, tail
+from tests.support.processes import picrl_process, spawn, stop, tail, worker_args
 from tests.support.web import free_port
 
 
@@ -99,21 +99,9 @@ def test_a_running_worker_is_observable_and_explainable(
     frozen = workload.services[2]
     settings = tmp_path / "settings.json"
     settings.write_text(json.dumps({"mode": "recommend", "services": {frozen: {"freeze": 30.0}}}))
-    args = [
-        "worker",
-        "--model",
-        str(tiny_model_dir),
-        "--bootstrap",
-        kafka_bootstrap,
-        "--prefix",
-        prefix,
-        "--partitions",
-        "2",
-        "--app-id",
-        f"{prefix}-worker",
-        "--settings",
-        str(settings),
-    ]  # web server: default
+    args = worker_args(  # web server: default
+        tiny_model_dir, kafka_bootstrap, prefix, "--settings", str(settings), partitions=2, log_level="info"
+    )
     scrapes: list[str] = []
 
     def on_tick(summary: TickSummary) -> None:

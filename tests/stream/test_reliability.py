@@ -31,7 +31,7 @@ from stream.topics import TopicNames, committed_offsets, end_offsets, ensure_top
 from tests.stream.conftest import WINDOW, two_resource_workload
 from tests.support.chaos import audit
 from tests.support.kafka import committed_everything, consume, produce, unique, usage_json, wait_until
-from tests.support.processes import picrl_process, spawn, stop, tail, worker_args
+from tests.support.processes import picrl_process, short_trainer_args, spawn, stop, tail, worker_args
 from tests.support.web import free_port, http_get, metric
 
 PARTITIONS = 2
@@ -518,23 +518,7 @@ def test_workers_keep_the_last_policy_while_the_trainer_is_down_and_it_resumes_f
 ) -> None:
     prefix = _topics(kafka_bootstrap, "outage")
     workload = copies_of(native_trace, 4, WINDOW + 70, start=850, seed=13)
-    trainer_args = [
-        "trainer",
-        "--model",
-        str(tiny_model_dir),
-        "--bootstrap",
-        kafka_bootstrap,
-        "--prefix",
-        prefix,
-        "--partitions",
-        str(PARTITIONS),
-        # a candidate of this short run barely moves and scores better than its parent about half the time, so no KL
-        # floor, and the clock below is paced to about one candidate a tick until a version is published
-        "--update-every",
-        "4",
-        "--min-kl",
-        "0",
-    ]
+    trainer_args = short_trainer_args(tiny_model_dir, kafka_bootstrap, prefix, partitions=PARTITIONS)
     log = tmp_path / "trainer.log"
     trainers = [spawn(trainer_args, log)]
     down, back = WINDOW + 25, WINDOW + 45

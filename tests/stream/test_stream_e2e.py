@@ -21,7 +21,7 @@ from stream.records import decode_policy, decode_transition
 from stream.topics import TopicNames, ensure_topics, topic_specs
 from tests.stream.conftest import WINDOW
 from tests.support.kafka import committed_everything, consume, unique
-from tests.support.processes import picrl_process, tail, worker_args
+from tests.support.processes import picrl_process, short_trainer_args, tail, worker_args
 from tests.support.reference import reference_run, tripled
 from tests.support.web import free_port
 
@@ -116,25 +116,9 @@ def test_trainer_versions_reach_the_workers_actions(
     asyncio.run(ensure_topics(kafka_bootstrap, topic_specs(prefix, PARTITIONS)))
     workload = copies_of(native_trace, 4, WINDOW + 60, start=850, seed=9)
     metrics_port = free_port()
-    trainer_args = [
-        "trainer",
-        "--model",
-        str(tiny_model_dir),
-        "--bootstrap",
-        kafka_bootstrap,
-        "--prefix",
-        prefix,
-        "--partitions",
-        str(PARTITIONS),
-        # a candidate of this short run barely moves and scores better than its parent about half the time, so no KL
-        # floor, and the clock below is paced to about one candidate a tick until a version is published
-        "--update-every",
-        "4",
-        "--min-kl",
-        "0",
-        "--metrics-port",
-        str(metrics_port),
-    ]
+    trainer_args = short_trainer_args(
+        tiny_model_dir, kafka_bootstrap, prefix, "--metrics-port", str(metrics_port), partitions=PARTITIONS
+    )
     # guardrails wide open: this test is about propagation (the guardrails have their own tests)
     worker_args = [*_worker_args(tiny_model_dir, kafka_bootstrap, prefix), "--max-kl", "1e9", "--score-margin", "1e9"]
     with (

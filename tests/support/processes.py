@@ -16,10 +16,14 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 
 
-def worker_args(model: Path, bootstrap: str, prefix: str, *extra: str, partitions: int) -> list[str]:
-    """``picrl worker``'s arguments for a test: the app id ``<prefix>-worker``, warnings and errors logged."""
+# A short test run's trainer: a candidate barely moves and scores better than its parent about half the time, so no
+# KL floor and a candidate every 4 transitions (the test paces its clock until a version is published).
+SHORT_RUN_TRAINER = ("--update-every", "4", "--min-kl", "0")
+
+
+def _bus_args(command: str, model: Path, bootstrap: str, prefix: str, partitions: int) -> list[str]:
     return [
-        "worker",
+        command,
         "--model",
         str(model),
         "--bootstrap",
@@ -28,12 +32,26 @@ def worker_args(model: Path, bootstrap: str, prefix: str, *extra: str, partition
         prefix,
         "--partitions",
         str(partitions),
+    ]
+
+
+def worker_args(
+    model: Path, bootstrap: str, prefix: str, *extra: str, partitions: int, log_level: str = "warning"
+) -> list[str]:
+    """``picrl worker``'s arguments for a test: the app id ``<prefix>-worker``, ``log_level`` and ``extra``."""
+    return [
+        *_bus_args("worker", model, bootstrap, prefix, partitions),
         "--app-id",
         f"{prefix}-worker",
         "--log-level",
-        "warning",
+        log_level,
         *extra,
     ]
+
+
+def short_trainer_args(model: Path, bootstrap: str, prefix: str, *extra: str, partitions: int) -> list[str]:
+    """``picrl trainer``'s arguments for a short test run (:data:`SHORT_RUN_TRAINER`) and ``extra``."""
+    return [*_bus_args("trainer", model, bootstrap, prefix, partitions), *SHORT_RUN_TRAINER, *extra]
 
 
 @contextmanager
