@@ -77,8 +77,9 @@ def watched(tiny_artifact: ModelArtifact, monkeypatch: pytest.MonkeyPatch) -> Wa
     async def highwaters(*tps: TP) -> dict[TP, int]:
         return {tp: 9 for tp in tps}
 
-    async def reload(bootstrap: str, partition: int) -> None:
+    async def reload(partition: int) -> int:
         w.reloads.append(partition)
+        return 0
 
     monkeypatch.setattr(worker, "usage_partitions", lambda: {0, 1})
     monkeypatch.setattr(worker, "_committed", committed)
