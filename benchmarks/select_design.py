@@ -4,6 +4,11 @@ Every trace is cut by :func:`picrl_core.series.development_series`: the first 75
 split trains, the rest of the training split validates (early stopping, the sigma temperature, the
 fast-step selection, the baselines' knobs) and its *validation* split plays the test. The test split
 of a trace is never read here, so the choices below cannot have been fitted to the reported tables.
+The part that plays the test runs as the product runs it (the growth protocol,
+:func:`picrl_core.methods.evaluation.growth_episode`): unclipped, each range growing by the stream's
+rule, regret in units of the training range. The traces (:func:`traces`) hold the regimes users meet:
+growth past the training range (DLRM, syn-growth, syn-drift), idle stretches (four pods' duty cycles,
+syn-idling, syn-scale-to-zero), bursts, a daily wave and real pods.
 
 The variants form a ladder from the paper's Phase 3 to the default, one change per rung:
 
@@ -63,10 +68,10 @@ next to the default's full-information reference (the same controller fed the de
 strongest baselines on the same development split: conformal and the censored SGD residual tracker,
 each with its knobs chosen on the same validation part and the same number of candidates.
 
-Run on demand (not part of the test suite; ~20 minutes for the default traces on 2 cores):
+Run on demand (not part of the test suite; a rung costs ~15-30 s per trace and seed on 2 cores, DLRM more):
 
     python benchmarks/select_design.py --out benchmarks/results/design [--pods 6] [--seeds 1] [--fleet]
-        [--rungs NAME ...]
+        [--rungs NAME ...] [--traces NAME ...]
 
 ``--fleet`` adds the 91-pod fleet (``picrl compare --datasets pods``) on its development split;
 ``--rungs`` runs only the named variants (the default is always run: the ratios are to its
@@ -104,13 +109,19 @@ from picrl.comparison.runner import FULL  # noqa: E402
 from picrl.datasets import load_dataset, load_pod_fleet  # noqa: E402
 from picrl_core import synthetic  # noqa: E402
 from picrl_core.config import PicRLConfig  # noqa: E402
-from picrl_core.costs import mean_service_metrics  # noqa: E402
-from picrl_core.methods.base import Provisioner, run_pic_loop  # noqa: E402
+from picrl_core.methods.base import Provisioner  # noqa: E402
 from picrl_core.methods.censored_sgd import fit_censored_sgd_residual  # noqa: E402
 from picrl_core.methods.conformal import fit_conformal  # noqa: E402
+from picrl_core.methods.evaluation import growth_episode  # noqa: E402
 from picrl_core.methods.pic_rl import PicRLProvisioner  # noqa: E402
-from picrl_core.pipeline import evaluation_inputs, phase1_predictor, train_offline  # noqa: E402
-from picrl_core.series import PreparedSeries, development_series, prepare_fleet, prepare_series  # noqa: E402
+from picrl_core.pipeline import phase1_predictor, train_offline  # noqa: E402
+from picrl_core.series import (  # noqa: E402
+    PreparedSeries,
+    development_series,
+    native_splits,
+    prepare_fleet,
+    prepare_series,
+)
 from picrl_core.training_memo import shared_training  # noqa: E402
 
 Variant = Callable[[PicRLConfig], PicRLConfig]
@@ -204,41 +215,53 @@ def ladder() -> dict[str, Variant]:
     return rungs
 
 
+# Pods of the 91 whose GPU duty cycle the ladder runs as a demand of its own (idle stretches: their duty is 0 on
+# 37% of the development training part and 75-85% of its validation part), evenly spaced among the 72 with a
+# duty series; pods 45 and 80 are the outside check's (benchmarks/outside_shapes.py).
+DUTY_PODS = 4
+
+
 def traces(pods: int) -> dict[str, tuple[np.ndarray, np.ndarray | None, tuple[str, ...]]]:
-    """Name -> (values, context, context names): the GenAI datasets, ``pods`` evenly spaced real pods and
-    four synthetic shapes the bundled data lacks (surges, heavy-tailed bursts, drift, a daily wave)."""
+    """Name -> (values, context, context names): the GenAI datasets, DLRM (growth past the training range),
+    ``pods`` evenly spaced real pods, :data:`DUTY_PODS` pods' duty cycles (idle stretches) and synthetic
+    shapes the bundled data lacks (surges, heavy-tailed bursts, drift, a daily wave, geometric growth, idle
+    stretches that grow more frequent, and a service that scales to zero half the time)."""
     out = {}
-    for name in ("genai-mem", "genai-ctx"):
+    for name in ("genai-mem", "genai-ctx", "dlrm"):
         trace = load_dataset(name)
         out[name] = (trace.values, trace.context, tuple(trace.context_names))
     fleet = load_pod_fleet()
     for index in np.linspace(0, len(fleet) - 1, pods).round().astype(int) if pods else []:
         out[f"pod-{index}"] = (fleet[index].values, None, ())
+    with_duty = [i for i, pod in enumerate(fleet) if pod.context is not None and i not in (45, 80)]
+    for index in np.asarray(with_duty)[np.linspace(0, len(with_duty) - 1, DUTY_PODS).round().astype(int)]:
+        out[f"duty-{index}"] = (fleet[index].context[:, 0], None, ())
     n = 1440
     out |= {
         "syn-surges": (synthetic.surges(n, seed=1), None, ()),
         "syn-bursts": (synthetic.heavy_tailed_bursts(n, burst_rate=0.03, seed=2), None, ()),
         "syn-drift": (synthetic.linear_drift(n, seed=3), None, ()),
         "syn-daily": (synthetic.diurnal(n, period=288, seed=4), None, ()),
+        "syn-growth": (synthetic.exponential_growth(n, seed=5), None, ()),
+        "syn-idling": (synthetic.intermittent(n, seed=6), None, ()),
+        "syn-scale-to-zero": (synthetic.intermittent(n, idle_share=(0.5, 0.5), seed=7), None, ()),
     }
     return out
 
 
-def regret(provisioner: Provisioner, series: PreparedSeries, config: PicRLConfig, censoring: bool = True) -> dict:
-    inputs = evaluation_inputs(series, config.predictor.window)
-    loop = run_pic_loop(
-        provisioner,
-        inputs["demand"],
-        inputs["history"],
-        context=inputs["context"],
-        history_context=inputs["history_context"],
-        censoring=censoring,
-    )
-    return mean_service_metrics(loop.actions, inputs["demand"], config.cost).to_dict()
+def regret(
+    provisioner: Provisioner, series: PreparedSeries, native: np.ndarray, config: PicRLConfig, censoring: bool = True
+) -> dict:
+    """Regret and metrics of a fitted ``provisioner`` on the development test part, as the product runs it:
+    the growth protocol on its unclipped ``native`` demand, in units of the training range."""
+    run = growth_episode(provisioner, series, native, config, censoring=censoring)
+    growth = {key: run.extra[key] for key in ("ticks_above_peak", "catch_up_ticks", "shortfall_above_peak")}
+    return run.metrics.to_dict() | {key: None if np.isnan(value) else value for key, value in growth.items()}
 
 
-def evaluate_trace(series: PreparedSeries, seed: int, rungs: list[str] | None = None) -> dict[str, dict]:
-    """Every variant (or the default and ``rungs``) and reference on one development series."""
+def evaluate_trace(series: PreparedSeries, native: np.ndarray, seed: int, rungs: list[str] | None = None) -> dict:
+    """Every variant (or the default and ``rungs``) and reference on one development series, whose test part
+    is ``native`` in native units."""
     base = replace(FULL.apply(PicRLConfig()), seed=seed)
     rows: dict[str, dict] = {}
     with shared_training():
@@ -246,14 +269,16 @@ def evaluate_trace(series: PreparedSeries, seed: int, rungs: list[str] | None = 
             if rungs is not None and name not in rungs and not name.endswith("(default)"):
                 continue
             artifact = train_offline(series, variant(base))
-            rows[name] = regret(PicRLProvisioner.from_artifact(artifact), series, artifact.config)
+            rows[name] = regret(PicRLProvisioner.from_artifact(artifact), series, native, artifact.config)
             if name.endswith("(default)"):
                 rows["default, full information"] = regret(
-                    PicRLProvisioner.from_artifact(artifact), series, artifact.config, censoring=False
+                    PicRLProvisioner.from_artifact(artifact), series, native, artifact.config, censoring=False
                 )
         predictor = phase1_predictor(series, base)
-        rows["conformal"] = regret(fit_conformal(series, base, predictor=predictor), series, base)
-        rows["sgd-residual"] = regret(fit_censored_sgd_residual(series, base, predictor=predictor), series, base)
+        rows["conformal"] = regret(fit_conformal(series, base, predictor=predictor), series, native, base)
+        rows["sgd-residual"] = regret(
+            fit_censored_sgd_residual(series, base, predictor=predictor), series, native, base
+        )
     return rows
 
 
@@ -340,6 +365,13 @@ def main() -> None:
         help="only these variants besides the default (default: the whole ladder)",
     )
     parser.add_argument(
+        "--traces",
+        nargs="+",
+        choices=list(traces(6)),
+        metavar="NAME",
+        help="only these traces (default: every trace; the pods among them at the default --pods 6)",
+    )
+    parser.add_argument(
         "--verdicts-of",
         type=Path,
         nargs="+",
@@ -358,16 +390,19 @@ def main() -> None:
     steal = StealMeter()
     started = time.perf_counter()
     results: dict[str, dict[str, dict]] = {}
+    # each development series with its test part (the trace's validation split) in native units
     developed = {
-        name: development_series(prepare_series(values, name, context, context_names))
+        name: (development_series(prepare_series(values, name, context, context_names)), native_splits(values, name)[1])
         for name, (values, context, context_names) in traces(args.pods).items()
+        if args.traces is None or name in args.traces
     }
     if args.fleet:
-        developed["pods-fleet"] = development_series(prepare_fleet(load_dataset("pods").values, "pods"))
-    for name, series in developed.items():
+        fleet = load_dataset("pods").values
+        developed["pods-fleet"] = (development_series(prepare_fleet(fleet, "pods")), native_splits(fleet, "pods")[1])
+    for name, (series, native) in developed.items():
         for seed in range(args.first_seed, args.first_seed + args.seeds):
             key = f"{name} seed {seed}" if args.seeds > 1 or args.first_seed else name
-            results[key] = evaluate_trace(series, seed, args.rungs)
+            results[key] = evaluate_trace(series, native, seed, args.rungs)
             print(f"{key:<18} " + "  ".join(f"{m} {r['regret']:.2f}" for m, r in results[key].items()), flush=True)
     names = list(next(iter(results.values())))
     ratios = {

@@ -125,6 +125,18 @@ def chronological_split(n: int, fractions: tuple[float, float, float] = (0.6, 0.
     return slice(0, first), slice(first, second), slice(second, n)
 
 
+def native_splits(values: np.ndarray, name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The train, validation and test splits of ``values`` (``(T,)`` or ``(T, N)`` for a fleet) in native
+    units, unclipped, each ``(T_i, N)``: every series gap-filled (:func:`validate_series`) and cut by
+    :func:`chronological_split`, as :func:`prepare_series` does before it scales. What the growth protocol
+    (:mod:`picrl_core.methods.growth`) runs on."""
+    columns = np.asarray(values, dtype=np.float64)
+    columns = columns if columns.ndim == 2 else columns[:, None]
+    matrix = np.column_stack([validate_series(columns[:, j], name)[0] for j in range(columns.shape[1])])
+    train, val, test = (matrix[part] for part in chronological_split(matrix.shape[0]))
+    return train, val, test
+
+
 @dataclass(frozen=True)
 class MinMaxScaler:
     """``z = clip((x - low) / (high - low), 0, 1)``, with ``low``/``high`` from the training part."""

@@ -122,6 +122,64 @@ def linear_drift(
     return np.clip(trend + amplitude * np.sin(2 * np.pi * t / period) + noise * rng.standard_normal(n), 0.0, 1.0)
 
 
+def exponential_growth(
+    n: int,
+    start: float = 0.15,
+    end: float = 0.9,
+    period: int = 288,
+    amplitude: float = 0.1,
+    noise: float = 0.01,
+    seed: int = 0,
+) -> np.ndarray:
+    """A service that outgrows its history: a level rising geometrically from ``start`` to ``end``, under a
+    daily wave of relative ``amplitude``, ``level_t (1 + amplitude sin(2 pi t / period)) + noise eps_t``,
+    clipped. With the defaults each split of a 60/20/20 cut peaks above the one before, so validation and
+    test demand lie above the training range (DLRM's shape, where :func:`linear_drift` grows by an
+    additive step)."""
+    _check_length(n)
+    if not 0 < start < end:
+        raise ValueError(f"need 0 < start < end; got {start}, {end}")
+    rng = np.random.default_rng(seed)
+    t = np.arange(n)
+    level = start * (end / start) ** (t / max(n - 1, 1))
+    wave = 1.0 + amplitude * np.sin(2 * np.pi * t / period)
+    return np.clip(level * wave + noise * rng.standard_normal(n), 0.0, 1.0)
+
+
+def intermittent(
+    n: int,
+    idle_share: tuple[float, float] = (0.1, 0.6),
+    busy_length: float = 40.0,
+    level: float = 0.5,
+    spread: float = 0.15,
+    noise: float = 0.02,
+    seed: int = 0,
+) -> np.ndarray:
+    """A service that idles at 0 in stretches (scale to zero, a GPU pod between jobs): a two-state Markov
+    chain whose busy stretches last ``busy_length`` steps on average and whose stationary idle share moves
+    linearly from ``idle_share[0]`` to ``idle_share[1]`` over the series (a history that barely idles, a
+    later day that idles often: GenAI's shape). Each busy stretch holds a level drawn from
+    ``level * exp(spread * N(0, 1))``, plus ``noise * eps_t``; idle ticks are exactly 0."""
+    _check_length(n)
+    if not all(0 <= s < 1 for s in idle_share) or busy_length < 1:
+        raise ValueError(f"need idle shares in [0, 1) and busy_length >= 1; got {idle_share}, {busy_length}")
+    rng = np.random.default_rng(seed)
+    share = np.linspace(idle_share[0], idle_share[1], n)
+    leave_busy = 1.0 / busy_length
+    # P(idle -> busy) = q with share = p / (p + q), p = P(busy -> idle)
+    leave_idle = np.minimum(1.0, leave_busy * (1.0 - share) / np.maximum(share, 1e-9))
+    demand = np.zeros(n)
+    busy, stretch = True, level
+    for t in range(n):
+        if busy and rng.random() < leave_busy:
+            busy = False
+        elif not busy and rng.random() < leave_idle[t]:
+            busy, stretch = True, level * np.exp(spread * rng.standard_normal())
+        if busy:
+            demand[t] = stretch + noise * rng.standard_normal()
+    return np.clip(demand, 0.0, 1.0)
+
+
 def shared_load_pods(n: int, pods: int = 24, period: int = 288, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """Pods whose GPU memory and GPU compute follow one load, ``(memory, compute)``, each ``(n, pods)``: the
     shape where a memory shortage hides compute demand, which the bundled pods lack (their compute idles

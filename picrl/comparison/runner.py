@@ -36,7 +36,7 @@ from picrl.datasets import Trace, prepare_trace
 from picrl_core.config import PicRLConfig
 from picrl_core.methods import REGISTRY
 from picrl_core.methods.evaluation import TestSplitRun, run_growth_test_split, run_on_test_split
-from picrl_core.series import PreparedSeries, chronological_split, validate_series
+from picrl_core.series import PreparedSeries, native_splits
 from picrl_core.training_memo import shared_training
 
 
@@ -127,11 +127,9 @@ def test_series(trace: Trace, budget: Budget) -> PreparedSeries:
 
 
 def native_test(trace: Trace, budget: Budget) -> np.ndarray:
-    """The test split of a one-resource trace (or fleet) in native units, unclipped, ``(T, N)``: each series
-    gap-filled and split as :func:`~picrl.datasets.prepare_trace` does, cut to the budget's length."""
-    values = trace.values if trace.values.ndim == 2 else trace.values[:, None]
-    matrix = np.column_stack([validate_series(values[:, j], trace.name)[0] for j in range(values.shape[1])])
-    test = matrix[chronological_split(matrix.shape[0])[2]]
+    """The test split of a one-resource trace (or fleet) in native units, unclipped, ``(T, N)``
+    (:func:`~picrl_core.series.native_splits`), cut to the budget's length."""
+    test = native_splits(trace.values, trace.name)[2]
     return test if budget.test_ticks is None else test[: budget.test_ticks]
 
 

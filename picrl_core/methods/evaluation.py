@@ -9,7 +9,8 @@ config's cost weights for the metrics (a fleet's are the mean over its services)
 :func:`run_on_test_split` is the paper's protocol (test demand clipped to the training range);
 :func:`run_growth_test_split` the product's (:mod:`picrl_core.methods.growth`: unclipped demand, ranges
 that grow as the stream's), with metrics in training-range units, in native units and of the growth
-(:mod:`picrl_core.growth_metrics`).
+(:mod:`picrl_core.growth_metrics`); :func:`growth_episode` runs a fitted provisioner under it (the design
+ladder's development episodes).
 """
 
 from __future__ import annotations
@@ -107,17 +108,33 @@ def run_growth_test_split(
     step_seconds: float,
     growth: RangeGrowth = STREAM_GROWTH,
 ) -> TestSplitRun:
-    """:func:`run_on_test_split` under the growth protocol: ``native_demand`` ``(T, N)`` is the test split
-    unclipped in native units, each service starts in the training range (the stream's ``scaling="artifact"``)
-    and grows by ``growth``. ``demand`` and ``actions`` of the result are in units of the training range
-    (``(x - L) / (H - L)``, beyond ``[0, 1]`` where the demand is); ``extra`` holds the native metrics and the
-    growth metrics. Not defined for a multi-resource fleet, nor for a hindsight reference (group
-    ``"hindsight"``: it replays the clipped test split)."""
-    if series.resources:
-        raise ValueError("the growth protocol runs services of one resource; a multi-resource fleet runs clipped")
+    """:func:`run_on_test_split` under the growth protocol (:func:`growth_episode`). Not defined for a
+    multi-resource fleet, nor for a hindsight reference (group ``"hindsight"``: it replays the clipped test
+    split)."""
     if method.group == "hindsight":
         raise ValueError(f"{method.name} replays the clipped test split; it has no run under the growth protocol")
     provisioner = method.fitted(series, config, step_seconds)
+    run = growth_episode(provisioner, series, native_demand, config, censoring=method.censoring, growth=growth)
+    # the validation episode runs clipped, as every method's knobs were chosen on it
+    return replace(run, validation_regret=validation_regret(provisioner, method, series, config))
+
+
+def growth_episode(
+    provisioner: Provisioner,
+    series: PreparedSeries,
+    native_demand: np.ndarray,
+    config: PicRLConfig,
+    *,
+    censoring: bool = True,
+    growth: RangeGrowth = STREAM_GROWTH,
+) -> TestSplitRun:
+    """A fitted ``provisioner`` on the test split of ``series`` under the growth protocol: ``native_demand``
+    ``(T, N)`` is that split unclipped in native units (:func:`~picrl_core.series.native_splits`), each service
+    starts in the training range (the stream's ``scaling="artifact"``) and grows by ``growth``. ``demand`` and
+    ``actions`` of the result are in units of the training range (``(x - L) / (H - L)``, beyond ``[0, 1]``
+    where the demand is); ``extra`` holds the native metrics and the growth metrics."""
+    if series.resources:
+        raise ValueError("the growth protocol runs services of one resource; a multi-resource fleet runs clipped")
     inputs = evaluation_inputs(series, config.predictor.window)
     native = np.asarray(native_demand, dtype=np.float64)
     if native.shape != inputs["demand"].shape:
@@ -132,7 +149,7 @@ def run_growth_test_split(
         growth,
         context=inputs["context"],
         history_context=inputs["history_context"],
-        censoring=method.censoring,
+        censoring=censoring,
     )
     demand, actions = (native - low) / (high - low), (loop.capacity - low) / (high - low)
     in_native = mean_service_metrics(loop.capacity, native, config.cost).to_dict()
@@ -141,8 +158,4 @@ def run_growth_test_split(
     censored = loop.censored
     if series.services == 1:
         demand, actions, censored = demand[:, 0], actions[:, 0], censored[:, 0]
-    metrics = mean_service_metrics(actions, demand, config.cost)
-    # the validation episode runs clipped, as every method's knobs were chosen on it
-    return TestSplitRun(
-        demand, actions, censored, metrics, extra, validation_regret(provisioner, method, series, config)
-    )
+    return TestSplitRun(demand, actions, censored, mean_service_metrics(actions, demand, config.cost), extra)

@@ -11,6 +11,7 @@ from picrl_core.series import (
     UnusableSeriesError,
     chronological_split,
     describe_series,
+    native_splits,
     prepare_series,
     validate_context,
     validate_series,
@@ -164,6 +165,19 @@ def test_prepare_uses_training_statistics_only() -> None:
         "100% of the validation part lies outside the training range [0, 5.996] and is clipped to [0, 1]",
         "100% of the test part lies outside the training range [0, 5.996] and is clipped to [0, 1]",
     )
+
+
+def test_native_splits_are_the_prepared_parts_before_scaling_and_clipping() -> None:
+    x = np.linspace(0.0, 10.0, 1000)
+    x[700] = np.nan  # a gap, filled as prepare_series fills it
+    prepared = prepare_series(x, "rising")
+    train, val, test = native_splits(x, "rising")
+    assert (train.shape, val.shape, test.shape) == ((600, 1), (200, 1), (200, 1))
+    assert val[100, 0] == pytest.approx(7.007, abs=1e-3) and test.max() == 10.0  # filled, not clipped
+    for native, part in ((train, prepared.train), (val, prepared.val), (test, prepared.test)):
+        np.testing.assert_allclose(prepared.scaler.transform(native[:, 0]), part)
+    fleet = native_splits(np.column_stack([x, 2 * x]), "fleet")[2]
+    np.testing.assert_allclose(fleet, np.column_stack([test[:, 0], 2 * test[:, 0]]))
 
 
 def test_prepare_scales_each_context_channel_on_train() -> None:

@@ -7,9 +7,23 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from picrl_core.synthetic import diurnal, heavy_tailed_bursts, shared_load_pods, stationary_gaussian
+from picrl_core.series import chronological_split
+from picrl_core.synthetic import (
+    diurnal,
+    exponential_growth,
+    heavy_tailed_bursts,
+    intermittent,
+    shared_load_pods,
+    stationary_gaussian,
+)
 
-GENERATORS: list[Callable[..., np.ndarray]] = [stationary_gaussian, diurnal, heavy_tailed_bursts]
+GENERATORS: list[Callable[..., np.ndarray]] = [
+    stationary_gaussian,
+    diurnal,
+    heavy_tailed_bursts,
+    exponential_growth,
+    intermittent,
+]
 
 
 def acf(x: np.ndarray, lag: int) -> float:
@@ -74,6 +88,27 @@ def test_invalid_parameters_are_rejected() -> None:
         heavy_tailed_bursts(100, burst_rate=1.5)
     with pytest.raises(ValueError, match="decay"):
         heavy_tailed_bursts(100, decay=1.0)
+    with pytest.raises(ValueError, match="start < end"):
+        exponential_growth(100, start=0.5, end=0.4)
+    with pytest.raises(ValueError, match="idle shares"):
+        intermittent(100, idle_share=(0.2, 1.0))
+
+
+def test_growth_outgrows_each_earlier_split() -> None:
+    x = exponential_growth(1440, seed=5)
+    train, val, test = (x[part] for part in chronological_split(x.size))
+    assert train.max() < val.max() < test.max()
+    assert np.mean(test > train.max()) > 0.9  # the test part lies above the training range
+
+
+def test_intermittent_idles_at_zero_in_stretches_at_the_shares_asked() -> None:
+    x = intermittent(40_000, idle_share=(0.1, 0.6), busy_length=40, seed=3)
+    idle = x == 0.0
+    assert np.mean(idle[:4000]) == pytest.approx(0.125, abs=0.06)
+    assert np.mean(idle[-4000:]) == pytest.approx(0.575, abs=0.08)
+    busy_runs = np.diff(np.flatnonzero(np.diff(np.r_[1, idle.astype(int), 1]) != 0))[::2]  # lengths of busy runs
+    assert busy_runs.mean() == pytest.approx(40, rel=0.25)
+    assert np.all(x[~idle] > 0.0)
 
 
 def test_shared_load_pods_run_memory_and_compute_on_one_load() -> None:
