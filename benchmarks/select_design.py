@@ -197,6 +197,11 @@ def ladder() -> dict[str, Variant]:
         rungs[f"+repeat-rate-{label}"] = lambda c, rate=rate: replace(
             c, estimator=replace(c.estimator, repeat_rate=rate)
         )
+    # a point mass at the floor of the range (a hurdle) in the forecast the action, the E-step and the temperature use
+    rungs["+idle-hurdle"] = lambda c: replace(c, estimator=replace(c.estimator, idle_hurdle=True))
+    rungs["+idle-hurdle-iid"] = lambda c: replace(
+        c, estimator=replace(c.estimator, idle_hurdle=True, idle_given_last=False)
+    )  # the idle mass the window's share of idle ticks, not conditioned on the last tick
     rungs["+pessimism"] = lambda c: replace(c, reward=replace(c.reward, use_pessimism=True))  # Eq. 9 back
     rungs["+no-censored-reward"] = lambda c: replace(c, reward=replace(c.reward, use_censored_reward=False))
     rungs["+no-k-sigma"] = lambda c: replace(c, ablation=replace(c.ablation, use_k_sigma=False))

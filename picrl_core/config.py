@@ -65,6 +65,12 @@ class EstimatorConfig:
     # also counts a shortage at an action at or above the last seen demand as no repeat, and leaves out repeats at the
     # range's bounds (values the scaling clipped); paper: False
     act_on_repeat: bool = True
+    # a point mass at the range's floor (a hurdle) in that forecast (picrl_core.idle): its mass pi is the window's
+    # share of pairs that start in the last tick's state (idle: seen at 0, or busy) and move to idle; the action is the
+    # hurdle mixture's critical-fractile quantile (0 where pi >= tau) and a tick seen at the floor leaves the online
+    # temperature alone. A service that never idles (pi = 0) keeps its order; paper: False
+    idle_hurdle: bool = False
+    idle_given_last: bool = True  # pi conditioned on the last tick's state (a Markov chain); False: the idle share
 
     def __post_init__(self) -> None:
         if not 0.0 < self.repeat_rate <= 1.0:

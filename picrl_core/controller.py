@@ -23,6 +23,7 @@ from picrl_core.config import EstimatorConfig, PicRLConfig
 from picrl_core.controller_state import ControllerState
 from picrl_core.costs import critical_ratio
 from picrl_core.features import state_features
+from picrl_core.idle import busy_responsibility, hurdle_quantile, idle_share
 from picrl_core.mills import mean_above
 from picrl_core.noise import counter_normal
 from picrl_core.policy import N_OUTPUTS, PolicyNetwork, gaussian_log_prob, risk_centre, squash
@@ -286,6 +287,11 @@ class PicRLController:
             if cfg.calibrator.scale_skips_repeats
             else None
         )
+        if cfg.estimator.idle_hurdle:  # a tick the floor's atom explains leaves the temperature alone
+            recent = slice(-cfg.estimator.window, None)
+            idle = idle_share(state.observations[:, recent], state.censored[:, recent], cfg.estimator.idle_given_last)
+            busy = busy_responsibility(y, observed, idle)
+            gaussian_share = busy if gaussian_share is None else gaussian_share * busy
         temperature = (
             track_temperature(state.temperature, y, state.mu, state.sigma, censored, cfg.calibrator, gaussian_share)
             if self.scales_sigma
@@ -403,7 +409,7 @@ class PicRLController:
         eta, k = squash(pre, cfg.policy, self.risk_centre)
         # the method: np.clip without its wrapper
         action = self._order(
-            mu, k, sigma, margin, fast.bias, escape, fast.repeat_share, fast.last_seen, censor_streak
+            mu, k, sigma, margin, fast.bias, escape, fast.repeat_share, fast.last_seen, censor_streak, inputs.window
         ).clip(0.0, 1.0)
         return ControllerState(
             keys=keys,
@@ -445,6 +451,7 @@ class PicRLController:
             state.repeat_share,
             state.last_seen,
             state.censor_streak,
+            Window(state.observations, state.censored, state.context),
         )
 
     def _order(
@@ -458,14 +465,23 @@ class PicRLController:
         repeat_share: np.ndarray,
         last_seen: np.ndarray,
         censor_streak: np.ndarray,
+        window: Window,
     ) -> np.ndarray:
         """Eq. (11) before its clip, :func:`unclipped_action`; with ``estimator.act_on_repeat`` the critical-fractile
-        quantile of the repeat mixture around it (:func:`~picrl_core.repeats.repeat_quantile`)."""
+        quantile of the repeat mixture around it (:func:`~picrl_core.repeats.repeat_quantile`); with
+        ``estimator.idle_hurdle`` that of the hurdle mixture with the idle mass of ``window``
+        (:func:`~picrl_core.idle.hurdle_quantile`)."""
         cfg = self.config
         order = unclipped_action(mu, k, sigma, margin, bias, escape, cfg.ablation.use_k_sigma)
+        fresh, fractile = censor_streak == 0, critical_ratio(cfg.cost)
+        if cfg.estimator.idle_hurdle:
+            recent = slice(-cfg.estimator.window, None)
+            idle = idle_share(window.observations[:, recent], window.censored[:, recent], cfg.estimator.idle_given_last)
+            share = repeat_share if cfg.estimator.act_on_repeat else np.zeros_like(repeat_share)
+            return hurdle_quantile(order, sigma, share, last_seen, fresh, idle, fractile)
         if not cfg.estimator.act_on_repeat:
             return order
-        return repeat_quantile(order, sigma, repeat_share, last_seen, censor_streak == 0, critical_ratio(cfg.cost))
+        return repeat_quantile(order, sigma, repeat_share, last_seen, fresh, fractile)
 
     def _predict(
         self, observations: np.ndarray, censored: np.ndarray, context: np.ndarray, memory: np.ndarray | None

@@ -74,7 +74,13 @@ def track_repeats(
 
 
 def repeat_quantile(
-    action: np.ndarray, sigma: np.ndarray, share: np.ndarray, last_seen: np.ndarray, fresh: np.ndarray, fractile: float
+    action: np.ndarray,
+    sigma: np.ndarray,
+    share: np.ndarray,
+    last_seen: np.ndarray,
+    fresh: np.ndarray,
+    fractile: float,
+    level: np.ndarray | None = None,
 ) -> np.ndarray:
     """The ``tau = fractile`` quantile (the critical fractile) of the module's mixture, with the Gaussian part the
     controller's own: ``N(g - z* sigma, sigma^2)``, ``z* = Phi^-1(tau)``, whose ``tau`` quantile is the action ``g`` it
@@ -87,17 +93,25 @@ def repeat_quantile(
         g + (Phi^-1((tau - p) / (1 - p)) - z*) sigma  otherwise                                  (above v)
 
     the newsvendor's order under the forecast the E-step uses (:func:`mean_above_or_repeat`). With ``p = 0`` (or
-    not ``fresh``, where the last demand is not known) it is ``g`` unchanged, and nothing is computed for that row."""
+    not ``fresh``, where the last demand is not known) it is ``g`` unchanged, and nothing is computed for that row.
+
+    ``level`` (per row): the same mixture's quantile at ``level`` in place of ``tau`` (``z*`` stays ``tau``'s; with
+    ``p = 0`` or not ``fresh`` it is ``g + (Phi^-1(level) - z*) sigma``), for a mixture that holds this one as its
+    continuous part (:func:`~picrl_core.idle.hurdle_quantile`)."""
     order = np.array(action, dtype=np.float64)
-    rows = (fresh & (share > 0.0)).nonzero()[0]
+    shifted_rows = fresh & (share > 0.0)
+    if level is not None:
+        shifted_rows = shifted_rows | (level != fractile)
+    rows = shifted_rows.nonzero()[0]
     if not rows.size:
         return order
-    g, s, p, v = order[rows], sigma[rows], share[rows], last_seen[rows]
+    g, s, p, v = order[rows], sigma[rows], np.where(fresh[rows], share[rows], 0.0), last_seen[rows]
+    tau = fractile if level is None else level[rows]
     z = NormalDist().inv_cdf(fractile)
     at_v = 1.0 - np.exp(log_normal_survival((v - g) / s + z))
-    below, atom = (1.0 - p) * at_v >= fractile, p + (1.0 - p) * at_v >= fractile
-    level = np.where(below, fractile, fractile - p) / np.maximum(1.0 - p, 1e-300)
-    shifted = g + (torch.special.ndtri(torch.from_numpy(level.clip(1e-12, 1 - 1e-12))).numpy() - z) * s
+    below, atom = (1.0 - p) * at_v >= tau, p + (1.0 - p) * at_v >= tau
+    gaussian_level = np.where(below, tau, tau - p) / np.maximum(1.0 - p, 1e-300)
+    shifted = g + (torch.special.ndtri(torch.from_numpy(gaussian_level.clip(1e-12, 1 - 1e-12))).numpy() - z) * s
     order[rows] = np.where(~below & atom, v, shifted)
     return order
 
