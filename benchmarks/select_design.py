@@ -202,6 +202,9 @@ def ladder() -> dict[str, Variant]:
     rungs["+idle-hurdle-iid"] = lambda c: replace(
         c, estimator=replace(c.estimator, idle_hurdle=True, idle_given_last=False)
     )  # the idle mass the window's share of idle ticks, not conditioned on the last tick
+    rungs["+idle-hurdle-hold"] = lambda c: replace(
+        c, estimator=replace(c.estimator, idle_hurdle=True, idle_holds_margin=True)
+    )  # and no margin step on a tick whose order was the floor's atom
     rungs["+pessimism"] = lambda c: replace(c, reward=replace(c.reward, use_pessimism=True))  # Eq. 9 back
     rungs["+no-censored-reward"] = lambda c: replace(c, reward=replace(c.reward, use_censored_reward=False))
     rungs["+no-k-sigma"] = lambda c: replace(c, ablation=replace(c.ablation, use_k_sigma=False))

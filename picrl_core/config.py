@@ -71,6 +71,7 @@ class EstimatorConfig:
     # temperature alone. A service that never idles (pi = 0) keeps its order; paper: False
     idle_hurdle: bool = False
     idle_given_last: bool = True  # pi conditioned on the last tick's state (a Markov chain); False: the idle share
+    idle_holds_margin: bool = False  # no margin step on a tick whose order was the floor's atom (pi >= tau)
 
     def __post_init__(self) -> None:
         if not 0.0 < self.repeat_rate <= 1.0:

@@ -274,7 +274,14 @@ class PicRLController:
         keep their temperature and escape."""
         cfg = self.config
         y, censored, unseen, shortage, a = obs.y, obs.censored, obs.unseen, obs.shortage, state.action
-        margin, bias = reactive_step(state.margin, state.bias, state.eta, shortage, obs.over, state.sigma, cfg)
+        stepped_short, stepped_over, idle = shortage, obs.over, None
+        if cfg.estimator.idle_hurdle:  # the pending decision's idle mass
+            recent = slice(-cfg.estimator.window, None)
+            idle = idle_share(state.observations[:, recent], state.censored[:, recent], cfg.estimator.idle_given_last)
+            if cfg.estimator.idle_holds_margin:  # an order at the floor's atom was no quantile of the margin's part
+                busy_order = idle < critical_ratio(cfg.cost)
+                stepped_short, stepped_over = shortage & busy_order, obs.over & busy_order
+        margin, bias = reactive_step(state.margin, state.bias, state.eta, stepped_short, stepped_over, state.sigma, cfg)
         observed = ~censored if unseen is None else ~censored & ~unseen
         after_seen, missed = state.censor_streak == 0, None
         if cfg.estimator.act_on_repeat:  # a shortage at or above v did not repeat; a clipped v is no value seen
@@ -287,9 +294,7 @@ class PicRLController:
             if cfg.calibrator.scale_skips_repeats
             else None
         )
-        if cfg.estimator.idle_hurdle:  # a tick the floor's atom explains leaves the temperature alone
-            recent = slice(-cfg.estimator.window, None)
-            idle = idle_share(state.observations[:, recent], state.censored[:, recent], cfg.estimator.idle_given_last)
+        if idle is not None:  # a tick the floor's atom explains leaves the temperature alone
             busy = busy_responsibility(y, observed, idle)
             gaussian_share = busy if gaussian_share is None else gaussian_share * busy
         temperature = (

@@ -117,11 +117,31 @@ def test_the_hurdle_acts_at_the_floor_of_an_idle_service_and_changes_nothing_on_
     runs = [_run(PicRLController(tiny_predictor, tiny_policy, c), busy_history, busy_demand) for c in (on, tiny_config)]
     np.testing.assert_array_equal(runs[0][0], runs[1][0])
     np.testing.assert_array_equal(runs[0][1], runs[1][1])
-    # idle half the time, in runs of 8: after two idle ticks P(idle | idle) = 7/8 >= tau and the order is the floor
-    idle_history = np.tile(np.r_[np.zeros(8), rng.uniform(0.3, 0.6, 8)], 2 * window // 16)[None, :]
+    # idle half the time, the history ending busy: from the second idle tick on, every pair of the window that starts
+    # idle stayed idle (pi = 1 >= tau) and the order is the floor
+    idle_history = np.tile(np.r_[np.zeros(window), rng.uniform(0.3, 0.6, window)], 2)[None, :]
     controller = PicRLController(tiny_predictor, tiny_policy, on)
     actions, temperatures = _run(controller, idle_history, np.zeros((6, 1)))
     assert (actions[1:] == 0.0).all()
     assert (temperatures[2:] == temperatures[1]).all()  # seen at the floor under pi > 0: the temperature holds
     off_actions, _ = _run(PicRLController(tiny_predictor, tiny_policy, tiny_config), idle_history, np.zeros((6, 1)))
     assert (off_actions > 0.0).all()
+
+
+def test_with_the_margin_held_an_order_at_the_floor_leaves_the_margin_where_it_was(
+    tiny_predictor: GaussianLSTM, tiny_policy: PolicyNetwork, tiny_config: PicRLConfig
+) -> None:
+    window = tiny_config.predictor.window
+    history = np.tile(np.r_[np.full(window // 2, 0.5), np.zeros(window // 2)], 2)[None, :]  # ends idle: pi = 1
+    margins = []
+    for hold in (True, False):
+        estimator = replace(tiny_config.estimator, idle_hurdle=True, idle_holds_margin=hold)
+        controller = PicRLController(tiny_predictor, tiny_policy, replace(tiny_config, estimator=estimator))
+        state = controller.initial_state(np.zeros(1, np.uint64), history)
+        state, _ = controller.step(state, np.zeros(1), np.zeros(1, bool))  # idle again: at the floor
+        assert state.action[0] == 0.0
+        before = state.margin.copy()
+        state, _ = controller.step(state, np.zeros(1), np.ones(1, bool))  # the busy onset, short at the floor
+        margins.append((before[0], state.margin[0]))
+    assert margins[0][1] == margins[0][0]
+    assert margins[1][1] > margins[1][0]  # without the hold the shortage steps the margin up
