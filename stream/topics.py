@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.errors import KafkaError
+from aiokafka.errors import KafkaError, NodeNotReadyError
 
 log = logging.getLogger("picrl.topics")
 
@@ -106,8 +106,15 @@ class Replication:
         return {"min.insync.replicas": str(self.min_insync)}
 
 
-async def live_brokers(admin: AIOKafkaAdminClient) -> int:
-    """How many brokers the cluster has registered and running (DescribeCluster)."""
+async def live_brokers(admin: AIOKafkaAdminClient, tries: int = 5) -> int:
+    """How many brokers the cluster has registered and running (DescribeCluster). The admin client sends it to a
+    node of its metadata at random; a node killed a moment ago is listed until the controller fences it, and a
+    request to it fails at once with ``NodeNotReadyError``: asked again (another node) up to ``tries`` times."""
+    for _ in range(tries - 1):
+        try:
+            return len((await admin.describe_cluster())["brokers"])
+        except NodeNotReadyError:
+            await asyncio.sleep(0.2)
     return len((await admin.describe_cluster())["brokers"])
 
 

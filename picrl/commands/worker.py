@@ -17,7 +17,7 @@ from typing import IO, Any, TypeVar
 
 import faust
 import torch
-from aiokafka.errors import KafkaConnectionError, KafkaTimeoutError
+from aiokafka.errors import KafkaError, KafkaTimeoutError
 
 from picrl.commands.bus import (
     KafkaUnreachable,
@@ -139,14 +139,17 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _once_up(bootstrap: str, settings: Settings, step: Callable[[], Coroutine[Any, Any, T]]) -> T:
-    """Run ``step`` (a look-up or a topic creation). Kafka answered a moment ago; should it restart meanwhile, this
-    tries again for up to the ``bootstrap_timeout`` setting."""
+    """Run ``step`` (a look-up or a topic creation). Kafka answered a moment ago; should it restart meanwhile, or a
+    node of a cluster be down, this tries again on any retriable error for up to the ``bootstrap_timeout``
+    setting."""
     wait = settings["bootstrap_timeout"]
     deadline = time.monotonic() + wait
     while True:
         try:
             return asyncio.run(step())
-        except (KafkaConnectionError, KafkaTimeoutError, OSError) as exc:
+        except (KafkaError, OSError) as exc:
+            if isinstance(exc, KafkaError) and not (exc.retriable or isinstance(exc, KafkaTimeoutError)):
+                raise
             if time.monotonic() > deadline:
                 raise KafkaUnreachable(
                     f"Kafka at {bootstrap} stopped answering at start ({type(exc).__name__}: "

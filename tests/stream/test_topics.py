@@ -10,10 +10,19 @@ import pytest
 from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+from aiokafka.errors import NodeNotReadyError
 
 from picrl.cli import main
 from picrl.settings import SettingsError, load_settings
-from stream.topics import Replication, TopicMismatchError, cluster_brokers, ensure_topics, latest_values, topic_specs
+from stream.topics import (
+    Replication,
+    TopicMismatchError,
+    cluster_brokers,
+    ensure_topics,
+    latest_values,
+    live_brokers,
+    topic_specs,
+)
 from tests.support.kafka import create_topics
 
 
@@ -125,3 +134,23 @@ def test_latest_values_reads_a_partition_from_its_start_committed_records_only(k
 
     asyncio.run(write())
     assert asyncio.run(latest_values(kafka_bootstrap, topic, 0)) == {b"a": b"2", b"b": b"1"}
+
+
+class _AdminWithADeadNode:
+    """An admin client whose first ``dead`` DescribeCluster requests go to a node killed a moment ago."""
+
+    def __init__(self, dead: int) -> None:
+        self.dead, self.asked = dead, 0
+
+    async def describe_cluster(self) -> dict:
+        self.asked += 1
+        if self.asked <= self.dead:
+            raise NodeNotReadyError("Attempt to send a request to node which is not ready (node id 1).")
+        return {"brokers": [{"node_id": 2}, {"node_id": 3}]}
+
+
+def test_counting_brokers_asks_another_node_when_a_dead_one_is_picked() -> None:
+    admin = _AdminWithADeadNode(dead=2)
+    assert asyncio.run(live_brokers(admin)) == 2 and admin.asked == 3  # type: ignore[arg-type]
+    with pytest.raises(NodeNotReadyError):
+        asyncio.run(live_brokers(_AdminWithADeadNode(dead=5)))  # type: ignore[arg-type]
