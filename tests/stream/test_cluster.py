@@ -24,7 +24,7 @@ from picrl_core.artifact import ModelArtifact
 from producers.closed_loop import ClosedLoopEnvironment
 from stream.topics import Replication, TopicNames, ensure_topics, topic_specs
 from tests.stream.conftest import WINDOW
-from tests.support.chaos import CONTROLLER, FREEZE, LEADER, Chaos, audit
+from tests.support.chaos import CONTROLLER, FREEZE, LEADER, STOP, Chaos, audit
 from tests.support.kafka import unique
 from tests.support.processes import worker_args
 
@@ -76,7 +76,8 @@ def test_topics_get_three_replicas_and_a_node_killed_comes_back(
 
 async def _replication(bootstrap: str, topic: str, wait: float = 15.0) -> tuple[list[int], str | None]:
     """Replicas of each partition of ``topic`` and its min.insync.replicas, as the admin client describes them (a
-    node that has not applied the new topic's metadata yet answers without its configs: asked again)."""
+    node that has not applied the new topic's metadata yet answers without its partitions or configs: asked
+    again)."""
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
     await admin.start()
     deadline = time.monotonic() + wait
@@ -85,7 +86,7 @@ async def _replication(bootstrap: str, topic: str, wait: float = 15.0) -> tuple[
             (described,) = await admin.describe_topics([topic])
             (response,) = await admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic)])
             configs = {entry[0]: entry[1] for resource in response.resources for entry in resource[4]}
-            if "min.insync.replicas" in configs or time.monotonic() > deadline:
+            if ("min.insync.replicas" in configs and described["partitions"]) or time.monotonic() > deadline:
                 break
             await asyncio.sleep(0.2)
     finally:
@@ -101,11 +102,19 @@ def test_chaos_two_workers_survive_losing_the_lead_node_the_controller_and_a_wor
     """Two workers of one app id on 4 partitions, 12 services in closed loop for 84 ticks, on three nodes. At set
     ticks: a worker frozen (SIGSTOP) until the other has taken its partitions over (it comes back as a zombie);
     a SIGKILL of the node leading the most partitions, away for 6 ticks (the loop goes on on two); a worker
-    SIGKILLed and restarted at once; then a SIGKILL of the active controller, away for 6 ticks. Every (service,
-    tick) must get exactly one action, equal to the uninterrupted reference; no worker may exit by itself."""
+    SIGKILLed and restarted at once; a SIGKILL of the active controller, away for 6 ticks; then a worker stopped
+    (SIGTERM: it hands its partitions and their rows over as it leaves) and restarted. Every (service, tick) must
+    get exactly one action, equal to the uninterrupted reference; no worker may exit by itself, and the one
+    stopped exits with 0."""
     bootstrap = cluster.status().bootstrap
     workload = copies_of(native_trace, 12, 84, start=900, seed=15)
-    plan = {WINDOW + 6: f"{FREEZE}1", WINDOW + 20: LEADER, WINDOW + 36: 0, WINDOW + 50: CONTROLLER}
+    plan = {
+        WINDOW + 6: f"{FREEZE}1",
+        WINDOW + 20: LEADER,
+        WINDOW + 36: 0,
+        WINDOW + 50: CONTROLLER,
+        WINDOW + 62: f"{STOP}1",
+    }
     prefix = unique("chaos3")
     asyncio.run(ensure_topics(bootstrap, topic_specs(prefix, PARTITIONS), Replication.for_brokers(3)))
     args = worker_args(tiny_model_dir, bootstrap, prefix, partitions=PARTITIONS)
@@ -130,7 +139,8 @@ def test_chaos_two_workers_survive_losing_the_lead_node_the_controller_and_a_wor
         f"{len(result.missing)} missing, {len(result.repeated)} repeated, {result.mismatches} differ"
     )
     assert [f.target.split(" (")[-1] for f in chaos.faults if f.node] == [f"{LEADER})", f"{CONTROLLER})"]
-    assert len(chaos.faults) == 4 and all(p.returncode == -signal.SIGKILL for p in chaos.killed)
+    assert len(chaos.faults) == 5 and all(p.returncode == -signal.SIGKILL for p in chaos.killed)
+    assert [p.returncode for p in chaos.stopped] == [0]
     assert result.clean, f"missing {result.missing[:5]}, repeated {result.repeated[:5]}, {result.mismatches} differ"
 
 

@@ -117,48 +117,6 @@ def test_two_resources_survive_a_killed_worker_exactly_once_and_bad_records_are_
     assert record.censored[:, : len(workload.services)].any()  # memory ran short: the coupling was exercised
 
 
-def test_a_stopped_worker_hands_its_partitions_and_state_to_the_other(
-    kafka_bootstrap: str, tiny_model_dir: Path, tiny_artifact: ModelArtifact, workload: Workload, tmp_path: Path
-) -> None:
-    prefix = _topics(kafka_bootstrap, "rebalance")
-    ports = [free_port(), free_port()]
-    workers = [
-        spawn(
-            _worker_args(tiny_model_dir, kafka_bootstrap, prefix, "--web-port", str(port)), tmp_path / f"worker{i}.log"
-        )
-        for i, port in enumerate(ports)
-    ]
-    partitions: dict[str, list] = {}
-
-    def on_tick(summary: TickSummary) -> None:
-        if summary.tick == WINDOW + 10:
-            partitions["before"] = [
-                http_get(ports[0], "/healthz/")[1]["partitions"],
-                http_get(ports[1], "/healthz/")[1]["partitions"],
-            ]
-            stop(workers[1])
-
-    try:
-        # Both in the group before the loop starts: with commits every 50 ms the first WINDOW + 10 ticks can be
-        # decided before the later of two workers importing torch at once has joined.
-        assert asyncio.run(
-            wait_until(
-                lambda: all(http_get(port, "/healthz/")[1]["partitions"] for port in ports), timeout=120, interval=0.5
-            )
-        ), "the two workers did not both get partitions"
-        record = _play(kafka_bootstrap, prefix, workload, on_tick)
-        partitions["after"] = http_get(ports[0], "/healthz/")[1]["partitions"]
-    finally:
-        for worker in workers:
-            stop(worker)
-    before = partitions["before"]
-    assert sorted(before[0] + before[1]) == list(range(PARTITIONS)) and before[0] and before[1], (
-        f"both workers should have shared the partitions: {before}"
-    )
-    assert partitions["after"] == list(range(PARTITIONS))
-    _assert_exactly_once_and_equal(record, kafka_bootstrap, prefix, tiny_artifact)
-
-
 def _open_loop_usage(workload: Workload, capacity: float, ticks: range) -> list[Incoming]:
     """The usage events of ``ticks`` under a fixed capacity (shortages where demand exceeds it), tick by tick."""
     n = len(workload.services)

@@ -36,6 +36,7 @@ LEADER = "leader"  # the node that leads the most partitions (every topic, Kafka
 CONTROLLER = "controller"  # the node that leads the KRaft controller quorum
 NODES = (BROKER, LEADER, CONTROLLER)
 FREEZE = "freeze "  # + a worker index: SIGSTOP for longer than the session timeout, then SIGCONT (a zombie)
+STOP = "stop "  # + a worker index: SIGTERM (a graceful stop: it leaves its group), restarted at once
 
 
 async def _leader_counts(bootstrap: str) -> collections.Counter[int]:
@@ -57,7 +58,8 @@ def leader_counts(bootstrap: str) -> collections.Counter[int]:
 @dataclass
 class Fault:
     """One fault right after ``tick`` was revealed: a SIGKILL of ``target`` (``worker 0``, ``worker 1``, ... or
-    ``node N``), or a freeze (``freeze 0``: SIGSTOP, then SIGCONT once the group has gone on without it);
+    ``node N``), a freeze (``freeze 0``: SIGSTOP, then SIGCONT once the group has gone on without it) or a
+    graceful stop (``stop 0``: SIGTERM);
     ``recovered`` is the time from the fault until the actions of the next tick were all in force."""
 
     tick: int
@@ -75,8 +77,9 @@ class Chaos:
     """Runs ``workers`` workers (``python -m picrl worker ARGS``) and, through :meth:`on_tick`, inflicts what
     ``plan(tick)`` names at that tick: a worker index (SIGKILL, restarted at once), a Kafka node of ``cluster``
     (:data:`BROKER`, :data:`LEADER` or :data:`CONTROLLER`: SIGKILL, started again after ``node_away`` ticks, at once
-    when 0) or :data:`FREEZE` and an index (stopped for ``freeze`` seconds, more than the workers' session timeout,
-    and continued: it comes back as a zombie whose producers were fenced)."""
+    when 0), :data:`FREEZE` and an index (stopped for ``freeze`` seconds, more than the workers' session timeout,
+    and continued: it comes back as a zombie whose producers were fenced) or :data:`STOP` and an index (SIGTERM,
+    restarted once it has exited: ``stopped`` holds it, its exit code must be 0)."""
 
     worker_args: list[str]
     logs: Path
@@ -88,6 +91,7 @@ class Chaos:
     faults: list[Fault] = field(default_factory=list)
     running: list[subprocess.Popen] = field(default_factory=list)
     killed: list[subprocess.Popen] = field(default_factory=list)
+    stopped: list[subprocess.Popen] = field(default_factory=list)
     gone: list[str] = field(default_factory=list)  # workers found dead when their kill came
     _killed_at: float = 0.0
     _node_back_at: int | None = None  # tick at which the node away starts again
@@ -125,17 +129,22 @@ class Chaos:
             frozen.send_signal(signal.SIGCONT)
             self.faults.append(Fault(tick, target))
             return
-        index = int(target)
+        graceful = isinstance(target, str) and target.startswith(STOP)
+        index = int(target[len(STOP) :]) if graceful else int(target)
         victim = self.running[index]
         if victim.poll() is not None:
             self.gone.append(
                 f"worker {index} had exited with {victim.returncode} before tick {tick}:\n{tail(self.log(index))}"
             )
-        victim.send_signal(signal.SIGKILL)
-        victim.wait()
-        self.killed.append(victim)
+        if graceful:
+            stop(victim)
+            self.stopped.append(victim)
+        else:
+            victim.send_signal(signal.SIGKILL)
+            victim.wait()
+            self.killed.append(victim)
         self.running[index] = spawn(self.worker_args, self.log(index))
-        self.faults.append(Fault(tick, f"worker {index}"))
+        self.faults.append(Fault(tick, f"{STOP if graceful else ''}worker {index}"))
 
     def _kill_node(self, tick: int, target: str) -> None:
         """SIGKILL the node ``target`` names, once every node is back from the last such fault."""
@@ -216,7 +225,7 @@ class Chaos:
     def report(self) -> str:
         """One line per fault: what was killed at which tick and how long the loop took to recover."""
         return "\n".join(
-            f"  tick {f.tick:>4}: {'' if f.target.startswith(FREEZE) else 'SIGKILL '}{f.target:<18} "
+            f"  tick {f.tick:>4}: {'' if f.target.startswith((FREEZE, STOP)) else 'SIGKILL '}{f.target:<18} "
             + (f"(down and back in {f.down:.1f} s) " if f.down else "")
             + f"recovered in {f.recovered:.1f} s"
             for f in self.faults
