@@ -42,7 +42,11 @@ The variants form a ladder from the paper's Phase 3 to the default, one change p
                         run on the validation split settled at, not at 0 and 1 (calibrator.start_from_validation)
     +scale-skips-repeats  the online temperature's EM step weighs each tick by the repeat mixture's Gaussian
                         responsibility: a seen demand that repeated the last one leaves T where it is
-                        (calibrator.scale_skips_repeats; the default)
+                        (calibrator.scale_skips_repeats)
+    +idle-hurdle        a point mass at the range's floor (a hurdle) in that forecast, its mass the window's Markov
+                        transition into idle out of the last tick's state: the action its critical-fractile quantile
+                        (the floor where the mass reaches the fractile), a tick seen at the floor leaving T alone, an
+                        order at the floor no margin step (estimator.idle_hurdle, picrl_core.idle; the default)
 
 and options tried on top of the default and left off because they did not help here:
 
@@ -144,7 +148,8 @@ CHANGES: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
     ("+impute-repeat", (("estimator", "impute_repeat"),)),
     ("+act-on-repeat", (("estimator", "act_on_repeat"),)),
     ("+validation-start", (("calibrator", "start_from_validation"),)),
-    ("+scale-skips-repeats (default)", (("calibrator", "scale_skips_repeats"),)),
+    ("+scale-skips-repeats", (("calibrator", "scale_skips_repeats"),)),
+    ("+idle-hurdle (default)", (("estimator", "idle_hurdle"),)),
 )
 # A setting that two rungs change holds, between them, the value the first one gave it.
 INTERIM = {("calibrator", "delta_m"): 0.1}
@@ -197,14 +202,6 @@ def ladder() -> dict[str, Variant]:
         rungs[f"+repeat-rate-{label}"] = lambda c, rate=rate: replace(
             c, estimator=replace(c.estimator, repeat_rate=rate)
         )
-    # a point mass at the floor of the range (a hurdle) in the forecast the action, the E-step and the temperature use
-    rungs["+idle-hurdle"] = lambda c: replace(c, estimator=replace(c.estimator, idle_hurdle=True))
-    rungs["+idle-hurdle-iid"] = lambda c: replace(
-        c, estimator=replace(c.estimator, idle_hurdle=True, idle_given_last=False)
-    )  # the idle mass the window's share of idle ticks, not conditioned on the last tick
-    rungs["+idle-hurdle-hold"] = lambda c: replace(
-        c, estimator=replace(c.estimator, idle_hurdle=True, idle_holds_margin=True)
-    )  # and no margin step on a tick whose order was the floor's atom
     rungs["+pessimism"] = lambda c: replace(c, reward=replace(c.reward, use_pessimism=True))  # Eq. 9 back
     rungs["+no-censored-reward"] = lambda c: replace(c, reward=replace(c.reward, use_censored_reward=False))
     rungs["+no-k-sigma"] = lambda c: replace(c, ablation=replace(c.ablation, use_k_sigma=False))

@@ -67,11 +67,10 @@ class EstimatorConfig:
     act_on_repeat: bool = True
     # a point mass at the range's floor (a hurdle) in that forecast (picrl_core.idle): its mass pi is the window's
     # share of pairs that start in the last tick's state (idle: seen at 0, or busy) and move to idle; the action is the
-    # hurdle mixture's critical-fractile quantile (0 where pi >= tau) and a tick seen at the floor leaves the online
-    # temperature alone. A service that never idles (pi = 0) keeps its order; paper: False
-    idle_hurdle: bool = False
-    idle_given_last: bool = True  # pi conditioned on the last tick's state (a Markov chain); False: the idle share
-    idle_holds_margin: bool = False  # no margin step on a tick whose order was the floor's atom (pi >= tau)
+    # hurdle mixture's critical-fractile quantile (0 where pi >= tau), a tick seen at the floor leaves the online
+    # temperature alone, and an order at the floor takes no margin step. A service that never idles (pi = 0) keeps
+    # its order; paper: False
+    idle_hurdle: bool = True
 
     def __post_init__(self) -> None:
         if not 0.0 < self.repeat_rate <= 1.0:

@@ -269,18 +269,18 @@ class PicRLController:
         )
 
     def _calibrate(self, state: ControllerState, obs: Feedback) -> FastVariables:
-        """Calibrate: the fast loop's step on the feedback: margin and bias (Eq. 12), the temperature of sigma, the
-        censoring-streak escape and the repeat share with the last demand seen. Rows whose demand went unobserved
-        keep their temperature and escape."""
+        """Calibrate: the fast loop's step on the feedback: margin and bias (Eq. 12; with ``estimator.idle_hurdle`` not
+        after an order at the floor's atom, :mod:`picrl_core.idle`), the temperature of sigma, the censoring-streak
+        escape and the repeat share with the last demand seen. Rows whose demand went unobserved keep their
+        temperature and escape."""
         cfg = self.config
         y, censored, unseen, shortage, a = obs.y, obs.censored, obs.unseen, obs.shortage, state.action
         stepped_short, stepped_over, idle = shortage, obs.over, None
-        if cfg.estimator.idle_hurdle:  # the pending decision's idle mass
+        if cfg.estimator.idle_hurdle:  # the pending idle mass: an order at the floor was no quantile of the margin
             recent = slice(-cfg.estimator.window, None)
-            idle = idle_share(state.observations[:, recent], state.censored[:, recent], cfg.estimator.idle_given_last)
-            if cfg.estimator.idle_holds_margin:  # an order at the floor's atom was no quantile of the margin's part
-                busy_order = idle < critical_ratio(cfg.cost)
-                stepped_short, stepped_over = shortage & busy_order, obs.over & busy_order
+            idle = idle_share(state.observations[:, recent], state.censored[:, recent])
+            busy_order = idle < critical_ratio(cfg.cost)
+            stepped_short, stepped_over = shortage & busy_order, obs.over & busy_order
         margin, bias = reactive_step(state.margin, state.bias, state.eta, stepped_short, stepped_over, state.sigma, cfg)
         observed = ~censored if unseen is None else ~censored & ~unseen
         after_seen, missed = state.censor_streak == 0, None
@@ -481,7 +481,7 @@ class PicRLController:
         fresh, fractile = censor_streak == 0, critical_ratio(cfg.cost)
         if cfg.estimator.idle_hurdle:
             recent = slice(-cfg.estimator.window, None)
-            idle = idle_share(window.observations[:, recent], window.censored[:, recent], cfg.estimator.idle_given_last)
+            idle = idle_share(window.observations[:, recent], window.censored[:, recent])
             share = repeat_share if cfg.estimator.act_on_repeat else np.zeros_like(repeat_share)
             return hurdle_quantile(order, sigma, share, last_seen, fresh, idle, fractile)
         if not cfg.estimator.act_on_repeat:

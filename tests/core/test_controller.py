@@ -92,7 +92,9 @@ def test_saturated_policy_hits_the_range_ends(
 def test_actions_are_clipped_to_the_unit_interval(
     tiny_predictor: GaussianLSTM, tiny_policy: PolicyNetwork, tiny_config: PicRLConfig
 ) -> None:
-    controller = PicRLController(tiny_predictor, tiny_policy, tiny_config, explore=False)
+    # Eq. 11's sum, without the idle hurdle (which orders the floor of an idle service itself, the margin held)
+    config = replace(tiny_config, estimator=replace(tiny_config.estimator, idle_hurdle=False))
+    controller = PicRLController(tiny_predictor, tiny_policy, config, explore=False)
     low = controller.initial_state(np.array([0, 1], np.uint64), np.zeros((2, 8)))
     high = low.take(slice(None))
     for _ in range(200):  # always over-provisioned against zero demand: margin and bias go negative

@@ -33,8 +33,6 @@ def test_the_idle_share_is_the_markov_transition_out_of_the_last_ticks_state() -
     censored[3, [1, 3]] = True
     # row 3: idle, busy, idle, busy, idle, idle, idle: 3 pairs start idle (to busy, busy, idle, idle: 2 of 4)
     np.testing.assert_allclose(idle_share(observations, censored), [0.8, 0.2, 0.0, 0.5])
-    # unconditioned (zero-inflation): the share of the window's ticks seen idle
-    np.testing.assert_allclose(idle_share(observations, censored, given_last=False), [6 / 7, 1 / 7, 6 / 7, 5 / 7])
 
 
 def _hurdle_cdf(x: float, action: float, sigma: float, share: float, seen: float, idle: float, left: bool) -> float:
@@ -111,10 +109,11 @@ def test_the_hurdle_acts_at_the_floor_of_an_idle_service_and_changes_nothing_on_
     tiny_predictor: GaussianLSTM, tiny_policy: PolicyNetwork, tiny_config: PicRLConfig
 ) -> None:
     on = replace(tiny_config, estimator=replace(tiny_config.estimator, idle_hurdle=True))
+    off = replace(tiny_config, estimator=replace(tiny_config.estimator, idle_hurdle=False))
     window = tiny_config.predictor.window
     rng = np.random.default_rng(5)
     busy_history, busy_demand = rng.uniform(0.2, 0.8, (3, 3 * window)), rng.uniform(0.2, 0.8, (12, 3))
-    runs = [_run(PicRLController(tiny_predictor, tiny_policy, c), busy_history, busy_demand) for c in (on, tiny_config)]
+    runs = [_run(PicRLController(tiny_predictor, tiny_policy, c), busy_history, busy_demand) for c in (on, off)]
     np.testing.assert_array_equal(runs[0][0], runs[1][0])
     np.testing.assert_array_equal(runs[0][1], runs[1][1])
     # idle half the time, the history ending busy: from the second idle tick on, every pair of the window that starts
@@ -124,24 +123,21 @@ def test_the_hurdle_acts_at_the_floor_of_an_idle_service_and_changes_nothing_on_
     actions, temperatures = _run(controller, idle_history, np.zeros((6, 1)))
     assert (actions[1:] == 0.0).all()
     assert (temperatures[2:] == temperatures[1]).all()  # seen at the floor under pi > 0: the temperature holds
-    off_actions, _ = _run(PicRLController(tiny_predictor, tiny_policy, tiny_config), idle_history, np.zeros((6, 1)))
+    off_actions, _ = _run(PicRLController(tiny_predictor, tiny_policy, off), idle_history, np.zeros((6, 1)))
     assert (off_actions > 0.0).all()
 
 
-def test_with_the_margin_held_an_order_at_the_floor_leaves_the_margin_where_it_was(
+def test_an_order_at_the_floor_leaves_the_margin_where_it_was(
     tiny_predictor: GaussianLSTM, tiny_policy: PolicyNetwork, tiny_config: PicRLConfig
 ) -> None:
     window = tiny_config.predictor.window
     history = np.tile(np.r_[np.full(window // 2, 0.5), np.zeros(window // 2)], 2)[None, :]  # ends idle: pi = 1
+    config = replace(tiny_config, estimator=replace(tiny_config.estimator, idle_hurdle=True))
+    controller = PicRLController(tiny_predictor, tiny_policy, config)
+    state = controller.initial_state(np.zeros(1, np.uint64), history)
     margins = []
-    for hold in (True, False):
-        estimator = replace(tiny_config.estimator, idle_hurdle=True, idle_holds_margin=hold)
-        controller = PicRLController(tiny_predictor, tiny_policy, replace(tiny_config, estimator=estimator))
-        state = controller.initial_state(np.zeros(1, np.uint64), history)
-        state, _ = controller.step(state, np.zeros(1), np.zeros(1, bool))  # idle again: at the floor
+    for y, short in ((0.0, False), (0.0, True)):  # idle again, then the busy onset, short at the floor
         assert state.action[0] == 0.0
-        before = state.margin.copy()
-        state, _ = controller.step(state, np.zeros(1), np.ones(1, bool))  # the busy onset, short at the floor
-        margins.append((before[0], state.margin[0]))
-    assert margins[0][1] == margins[0][0]
-    assert margins[1][1] > margins[1][0]  # without the hold the shortage steps the margin up
+        margins.append(state.margin[0])
+        state, _ = controller.step(state, np.full(1, y), np.full(1, short))
+    assert state.margin[0] == margins[0] == margins[1]  # a shortage at an order of the continuous part steps it up
