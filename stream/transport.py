@@ -21,6 +21,11 @@
 4. A recovery seek to an offset that is not a position (None, seen after broker kills) reads the changelog
    partition from its start instead of crashing the worker (``ValueError('Offset must be a positive
    integer')``).
+5. Fetches wait at most :data:`FETCH_MAX_WAIT_MS` for records. A broker answers the requests of one connection
+   in order, and Faust's fetches wait up to 1.5 s when no record comes: right after a rebalance, the recovery's
+   offset look-ups (ListOffsets for the highwaters and the offset resets) queued behind such a fetch, and a
+   take-over waited 0.5-1.5 s for nothing twice over (seen in a worker's debug log: a ListOffsets answered
+   1.3 s after it was sent, as the fetch before it expired).
 
 The consumer can also hold partitions paused, for the worker to refuse a partition whose rows it could
 not restore (``StreamWorker._check_restored_state``).
@@ -53,9 +58,18 @@ from stream.membership import leave_group
 TRANSACTION_ERRORS = (KafkaError, IllegalOperation, ProducerSendError)  # a transactional send or commit failed
 logger = logging.getLogger("picrl.worker")
 RECOVERY_IDLE = 0.25  # seconds without a changelog record that end one of the recovery loop's waiting rounds
+# A broker answers a connection's requests in order, so a fetch waiting for records holds back the consumer's
+# offset look-ups behind it on that connection (item 5 of the module)
+FETCH_MAX_WAIT_MS = 100
 
 
 class _ConsumerThread(driver.AIOKafkaConsumerThread):
+    def _create_worker_consumer(self, transport: driver.Transport) -> AIOKafkaConsumer:
+        """Faust's consumer, whose fetches wait at most :data:`FETCH_MAX_WAIT_MS` for records (Faust sets 1.5 s)."""
+        consumer = super()._create_worker_consumer(transport)
+        consumer._fetch_max_wait_ms = FETCH_MAX_WAIT_MS  # read when the consumer starts its fetcher
+        return consumer
+
     async def _highwaters(self, partitions: list[TP]) -> Mapping[TP, int]:
         """The partitions' end offsets from the broker (their last stable offsets: the consumer reads
         committed records only under exactly_once), never the cache of a fetch that has not happened."""
