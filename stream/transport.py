@@ -16,7 +16,7 @@
    with a transaction marker (after an abort, with records no reader sees), so the last record read stays below
    the highwater Faust waits for; Faust then declares the partition done only after its recovery queue has been
    empty for two 5-second rounds, and a take-over waited 10 s for nothing. The queue here ends a round after
-   :data:`RECOVERY_IDLE` seconds (:func:`prompt_recovery`), so Faust's own check (the consumer's position has
+   :data:`RECOVERY_IDLE` seconds (:class:`_TableManager`), so Faust's own check (the consumer's position has
    passed the highwater) comes within a second.
 4. A recovery seek to an offset that is not a position (None, seen after broker kills) reads the changelog
    partition from its start instead of crashing the worker (``ValueError('Offset must be a positive
@@ -26,6 +26,8 @@
    offset look-ups (ListOffsets for the highwaters and the offset resets) queued behind such a fetch, and a
    take-over waited 0.5-1.5 s for nothing twice over (seen in a worker's debug log: a ListOffsets answered
    1.3 s after it was sent, as the fetch before it expired).
+6. A worker starts without Faust's table manager pausing one second for tables still being declared; every
+   (re)started worker waited it before it joined its group.
 
 The consumer can also hold partitions paused, for the worker to refuse a partition whose rows it could
 not restore (``StreamWorker._check_restored_state``).
@@ -46,6 +48,7 @@ import faust
 from aiokafka import AIOKafkaConsumer
 from aiokafka.errors import IllegalOperation, KafkaError, ProducerFenced
 from faust.exceptions import ProducerSendError
+from faust.tables import TableManager
 from faust.transport.consumer import TransactionManager
 from faust.transport.drivers import aiokafka as driver
 from faust.types import TP, AppT, EventT, HeadersArg, Message, RecordMetadata, TransportT
@@ -365,18 +368,33 @@ class _RecoveryQueue(ThrowableQueue):
         return await asyncio.wait_for(super().get(), RECOVERY_IDLE)
 
 
-def prompt_recovery(app: faust.App) -> None:
-    """Give ``app``'s table manager the changelog queue that ends recovery promptly (before any table starts)."""
-    cast(
-        Any, app.tables
-    )._changelog_queue = _RecoveryQueue(  # the queue Faust's ``TableManager.changelog_queue`` would make
-        maxsize=app.conf.stream_buffer_maxsize, flow_control=app.flow_control, clear_on_resume=True
-    )
+class _TableManager(TableManager):
+    """Faust's table manager, with the changelog queue that ends recovery promptly (item 3 of the module), and a
+    start without Faust's one-second pause for tables still being declared: the worker declares its one table
+    before the app starts (item 6)."""
+
+    @property
+    def changelog_queue(self) -> ThrowableQueue:
+        if self._changelog_queue is None:
+            self._changelog_queue = _RecoveryQueue(
+                maxsize=self.app.conf.stream_buffer_maxsize, flow_control=self.app.flow_control, clear_on_resume=True
+            )
+        return self._changelog_queue
+
+    async def on_start(self) -> None:
+        if not self.should_stop:
+            await self._update_channels()
+            await self.recovery.start()
 
 
 class WorkerApp(faust.App):
     """A :class:`faust.App` whose consumer takes changelog highwaters from the broker (see the module) and
-    can hold partitions (:class:`HoldingConsumer`), and that writes nothing to disk."""
+    can hold partitions (:class:`HoldingConsumer`), whose tables recover promptly (:class:`_TableManager`), and
+    that writes nothing to disk."""
+
+    def __init__(self, *args: Any, **settings: Any) -> None:
+        settings.setdefault("TableManager", _TableManager)
+        super().__init__(*args, **settings)
 
     def _create_directories(self) -> None:
         """Nothing: the table lives in memory and in its changelog topic (``store="memory://"``), so Faust's

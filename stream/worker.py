@@ -58,7 +58,7 @@ from stream.stall_watch import StallWatch
 from stream.state_table import ServiceStateTable
 from stream.take import acknowledge, forget, take_ready
 from stream.topics import Replication, TopicNames, committed_offsets
-from stream.transport import TRANSACTION_ERRORS, HoldingConsumer, RawRecords, WorkerApp, prompt_recovery
+from stream.transport import TRANSACTION_ERRORS, HoldingConsumer, RawRecords, WorkerApp
 from stream.views import Health, add_views, service_view
 
 log = logging.getLogger("picrl.worker")
@@ -174,7 +174,6 @@ class StreamWorker:
             ),
         )
         self.states.bootstrap = settings.bootstrap  # newly active partitions are read in bulk (ServiceStateTable)
-        prompt_recovery(self.app)
         self.app.agent(self.usage, name="decide")(self._decide)
         self._producer_for = ProducerFor(self.app, self.topics.usage)
         self._partitions: dict[str, int] = {}
