@@ -9,6 +9,8 @@ partitions before the loop starts; at ticks 30, 50 and 70 it inflicts the scenar
 - ``kill``: SIGKILL, and the same command started again at once (a crash under a supervisor);
 - ``term``: SIGTERM (the worker stops; the other takes its partitions over), then started again once it has exited.
 
+Before each fault the worker restarted after the last one is back in its group (a rolling restart's pace).
+
 The time to recover is from the fault until every service's action for the next tick is in force (the closed
 loop's clock). ``--static both`` runs each scenario with static membership (the default, ``instance_id auto``) and
 without it (``--instance-id none``: dynamic members, as before static membership). Prints a table and writes
@@ -77,6 +79,7 @@ class Faults:
         self.seen[summary.tick] = time.monotonic()
         if summary.tick not in FAULT_TICKS:
             return
+        self._settle()
         index = FAULT_TICKS.index(summary.tick) % 2
         victim = self.workers[index]
         self.at[summary.tick] = time.monotonic()
@@ -90,6 +93,17 @@ class Faults:
         restart.start()
         self._restarts.append(restart)
 
+    def _settle(self, timeout: float = 180.0) -> None:
+        """Wait until the worker restarted after the last fault is back in the group, as a rolling restart waits
+        before the next worker: a fault while it is still starting leaves no worker at all."""
+        for restart in self._restarts:
+            restart.join()
+        deadline = time.monotonic() + timeout
+        while not all(_in_group(self.logs / f"worker{i}.log") for i in (0, 1)):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"a restarted worker did not rejoin its group within {timeout:.0f} s")
+            time.sleep(0.2)
+
     def _restart(self, index: int, stopped: subprocess.Popen) -> None:
         stopped.wait()
         self.workers[index] = spawn(self.args, self.logs / f"worker{index}.log")
@@ -102,6 +116,12 @@ class Faults:
             restart.join()
         for worker in self.workers:
             stop(worker)
+
+
+def _in_group(log: Path) -> bool:
+    """Whether the worker last started with output to ``log`` has logged an assignment since it started."""
+    text = log.read_text() if log.exists() else ""
+    return "assigned partitions" in text[text.rfind('"message": "picrl worker ') :]
 
 
 def _both_hold_partitions(logs: Path, timeout: float = 180.0) -> None:
