@@ -54,6 +54,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from host import StealMeter, describe
 from stream_throughput import (
     WorkerProcess,
+    add_workload_options,
     busy_seconds,
     cpu_seconds,
     expected_counts,
@@ -404,14 +405,7 @@ def main() -> None:
     )
     parser.add_argument("--brokers", type=int, default=1, help="nodes of the local Kafka cluster (default 1)")
     parser.add_argument("--partitions", type=int, default=8, help="partitions of the topics (default 8)")
-    parser.add_argument("--dataset", default="genai-mem", help="trace the services are copies of (default genai-mem)")
-    parser.add_argument(
-        "--capacity-headroom",
-        type=float,
-        default=0.9,
-        help="static capacity as a multiple of each service's peak (below 1: some censoring)",
-    )
-    parser.add_argument("--model", type=Path, help="model folder (default: train a quick genai-mem model first)")
+    add_workload_options(parser)
     parser.add_argument("--no-raw-pipe", action="store_true", help="skip the raw aiokafka pipe reference")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds allowed per wait (default 900)")
     parser.add_argument(

@@ -813,6 +813,19 @@ async def latency(setup: Setup, rate: float) -> dict:
     }
 
 
+def add_workload_options(parser: argparse.ArgumentParser) -> None:
+    """The options that say what the services are and the model that decides for them (shared with
+    stream_scale.py): --dataset, --capacity-headroom, --model."""
+    parser.add_argument("--dataset", default="genai-mem", help="trace the services are copies of (default genai-mem)")
+    parser.add_argument(
+        "--capacity-headroom",
+        type=float,
+        default=0.9,
+        help="static capacity as a multiple of each service's peak (below 1: some censoring)",
+    )
+    parser.add_argument("--model", type=Path, help="model folder (default: train a quick genai-mem model first)")
+
+
 def quick_model(folder: Path) -> Path:
     """Train ``picrl train --dataset genai-mem --quick`` into ``folder`` (a benchmark run without ``--model``)."""
     tqdm.write("training a quick genai-mem model (picrl train --quick) ...")
@@ -955,14 +968,7 @@ def main() -> None:
         default=WorkerSettings.commit_interval,
         help=f"seconds between commits (default {WorkerSettings.commit_interval:g}, the worker's)",
     )
-    parser.add_argument("--dataset", default="genai-mem", help="trace the services are copies of (default genai-mem)")
-    parser.add_argument(
-        "--capacity-headroom",
-        type=float,
-        default=0.9,
-        help="static capacity as a multiple of each service's peak (below 1: some censoring)",
-    )
-    parser.add_argument("--model", type=Path, help="model folder (default: train a quick genai-mem model first)")
+    add_workload_options(parser)
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds allowed per drain (default 900)")
     parser.add_argument("--py-spy", type=Path, metavar="DIR", help="record each throughput worker with py-spy into DIR")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results"), help="folder for the JSON result")

@@ -276,16 +276,11 @@ async def committed_offsets(admin: AIOKafkaAdminClient, group: str, topic: str) 
     return {tp.partition: max(0, meta.offset) for tp, meta in offsets.items() if tp.topic == topic}
 
 
-async def latest_values(bootstrap: str, topic: str, partition: int, timeout: float = 60.0) -> dict[bytes, bytes | None]:
-    """The last committed value of every key of one partition of ``topic`` (None: deleted), read from its
-    start to its end (the last stable offset) with ``read_committed``."""
-    return (await read_partition(bootstrap, topic, partition, timeout))[0]
-
-
 async def read_partition(
     bootstrap: str, topic: str, partition: int, timeout: float = 60.0
 ) -> tuple[dict[bytes, bytes | None], int]:
-    """:func:`latest_values`, and the end offset it read to."""
+    """The last committed value of every key of one partition of ``topic`` (None: deleted), read from its start to
+    its end (the last stable offset) with ``read_committed``, and that end offset."""
     tp = TopicPartition(topic, partition)
     consumer = AIOKafkaConsumer(
         bootstrap_servers=bootstrap,

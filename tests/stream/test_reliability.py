@@ -27,7 +27,7 @@ from producers.closed_loop import ClosedLoopEnvironment, ClosedLoopRecord, NoAct
 from producers.workload import Workload
 from stream.decisions import DecisionEngine, Incoming
 from stream.records import PolicyVersion, UsageEvent, decode_action, decode_dead_letter
-from stream.topics import TopicNames, committed_offsets, end_offsets, ensure_topics, latest_values, topic_specs
+from stream.topics import TopicNames, committed_offsets, end_offsets, ensure_topics, read_partition, topic_specs
 from tests.stream.conftest import WINDOW, two_resource_workload
 from tests.support.chaos import audit
 from tests.support.kafka import committed_everything, consume, produce, unique, usage_json, wait_until
@@ -261,7 +261,7 @@ def test_a_worker_that_cannot_restore_a_partitions_rows_holds_it_until_they_are_
     with picrl_process(args, tmp_path / "a.log") as worker:
         committed_everything(kafka_bootstrap, group, topics.usage, partitions, worker, tmp_path / "a.log")
     changelog = f"{group}-service-state-changelog"
-    rows = asyncio.run(latest_values(kafka_bootstrap, changelog, 0))
+    rows = asyncio.run(read_partition(kafka_bootstrap, changelog, 0))[0]
     asyncio.run(_truncate(kafka_bootstrap, changelog, 0, asyncio.run(end_offsets(kafka_bootstrap, changelog, 2))[0]))
     produce(kafka_bootstrap, topics.usage, messages[first * services :])
     usage_end = asyncio.run(end_offsets(kafka_bootstrap, topics.usage, partitions))

@@ -19,8 +19,8 @@ from stream.topics import (
     TopicMismatchError,
     cluster_brokers,
     ensure_topics,
-    latest_values,
     live_brokers,
+    read_partition,
     topic_specs,
 )
 from tests.support.kafka import create_topics
@@ -109,7 +109,7 @@ def test_partitions_must_be_positive() -> None:
         topic_specs("x", 0)
 
 
-def test_latest_values_reads_a_partition_from_its_start_committed_records_only(kafka_bootstrap: str) -> None:
+def test_read_partition_reads_from_its_start_committed_records_only(kafka_bootstrap: str) -> None:
     """The worker reads a partition's rows again with this (``ServiceStateTable.reload``): every key's last
     committed value, none of an aborted transaction's. It used to read nothing at all: its reset to the start
     came after the assignment's own reset to the end."""
@@ -133,7 +133,7 @@ def test_latest_values_reads_a_partition_from_its_start_committed_records_only(k
             await producer.stop()
 
     asyncio.run(write())
-    assert asyncio.run(latest_values(kafka_bootstrap, topic, 0)) == {b"a": b"2", b"b": b"1"}
+    assert asyncio.run(read_partition(kafka_bootstrap, topic, 0))[0] == {b"a": b"2", b"b": b"1"}
 
 
 class _AdminWithADeadNode:
