@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
-from aiokafka.errors import KafkaError, ProducerFenced
+from aiokafka.errors import KafkaError, ProducerFenced, UnknownError
 
 from stream.policy_follower import read_policy_versions
 from stream.records import PolicyVersion
@@ -54,6 +54,7 @@ async def publish_next(
     then sees that writer's version), up to ``attempts`` times in all; then ProducerFenced. ``build``'s
     errors propagate."""
     _quiet_fenced_futures(asyncio.get_running_loop())
+    _quiet_unknown_commit_errors()
     for attempt in range(1, attempts):
         try:
             return await _publish_once(bootstrap, topic, name, build)
@@ -81,6 +82,23 @@ def _quiet_fenced_futures(loop: asyncio.AbstractEventLoop) -> None:
 
     handler.drops_fenced_futures = True  # type: ignore[attr-defined]  # a mark on the function, read above
     loop.set_exception_handler(handler)
+
+
+class _UnknownCommitErrors(logging.Filter):
+    """Drops aiokafka's two lines (one with a traceback) for a commit answered with UNKNOWN_SERVER_ERROR: for a
+    policy writer that is a fence in the middle of its commit, which :func:`_publish_once` judges by the topic and
+    logs itself."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        unknown_commit = str(record.msg).startswith("Could not end transaction") and record.args == (UnknownError,)
+        return not (isinstance(error, UnknownError) or unknown_commit)
+
+
+def _quiet_unknown_commit_errors() -> None:
+    sender = logging.getLogger("aiokafka.producer.sender")
+    if not any(isinstance(f, _UnknownCommitErrors) for f in sender.filters):
+        sender.addFilter(_UnknownCommitErrors())
 
 
 async def _publish_once(

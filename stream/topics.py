@@ -213,6 +213,9 @@ async def ensure_topics(
             await _until_led(admin, [s.name for s in missing])
         present = [s for s in specs if s.name in existing]
         if present:
+            # a node that has just started may answer before it has caught up with the topics' metadata (no
+            # partitions yet): wait for it rather than report a topic of 0 partitions
+            await _until_led(admin, [s.name for s in present])
             described = {t["topic"]: t["partitions"] for t in await admin.describe_topics([s.name for s in present])}
             for spec in present:
                 partitions = described.get(spec.name, [])
@@ -239,7 +242,8 @@ async def _until_led(admin: AIOKafkaAdminClient, names: list[str], timeout: floa
     """Wait until the broker's metadata has every topic of ``names`` with a leader for each partition.
 
     CreateTopics answers once the controller has the topics; a client that asks the broker at once may not see
-    them yet (``picrl up``'s closed loop once found no actions topic, a second after they were created)."""
+    them yet (``picrl up``'s closed loop once found no actions topic, a second after they were created). A node
+    restarted a moment ago may likewise describe existing topics without their partitions."""
     deadline = time.monotonic() + timeout
     while True:
         described = await admin.describe_topics(names)

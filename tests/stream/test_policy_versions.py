@@ -5,18 +5,20 @@ training from a rollback instead of publishing over it."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
+from aiokafka.errors import KafkaError, UnknownError
 
 from picrl.cli import main
 from picrl_core.artifact import ModelArtifact, policy_to_bytes
 from picrl_core.policy import N_FEATURES
 from stream.policy_follower import read_policy_versions
-from stream.policy_writer import next_version, publish_next
+from stream.policy_writer import _quiet_unknown_commit_errors, next_version, publish_next
 from stream.records import PolicyVersion, TransitionRecord
 from stream.topics import TopicNames, ensure_topics, topic_specs
 from tests.support.kafka import produce, unique
@@ -163,3 +165,22 @@ def test_policy_list_marks_the_version_in_force_and_those_the_workers_refuse(
     assert [line[:2] for line in lines[:3]] == ["  ", "* ", "  "]
     assert lines[2].endswith("refused by the workers: kl_above_bound")
     assert lines[3].startswith("* in force: version 1")
+
+
+def test_a_commit_answered_with_an_unknown_error_leaves_no_aiokafka_traceback(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A broker can answer a fenced writer's commit with UNKNOWN_SERVER_ERROR; the writer judges it by the topic and
+    logs it itself, so aiokafka's two lines for it (one with a traceback) are dropped, and nothing else is."""
+    _quiet_unknown_commit_errors()
+    sender = logging.getLogger("aiokafka.producer.sender")
+    with caplog.at_level(logging.ERROR, logger="aiokafka.producer.sender"):
+        sender.error("Could not end transaction due to unexpected error: %s", UnknownError)
+        try:
+            raise UnknownError()
+        except UnknownError:
+            sender.error("Unexpected error in sender routine", exc_info=True)
+        sender.error("Could not end transaction due to unexpected error: %s", KafkaError)
+    assert [r.getMessage() for r in caplog.records] == [
+        "Could not end transaction due to unexpected error: <class 'aiokafka.errors.KafkaError'>"
+    ]
