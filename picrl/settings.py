@@ -182,6 +182,11 @@ SPECS: dict[str, Spec] = {
         "default is taken, the next free port",
     ),
     "log_format": Spec(_choice("json", "text"), "json", "log lines as JSON objects or plain text"),
+    "respawn": Spec(
+        _choice("on", "off"),
+        "off",
+        "on: the worker runs in a forked process, forked again at once when a signal kills it",
+    ),
 }
 
 

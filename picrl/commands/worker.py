@@ -29,6 +29,7 @@ from picrl.commands.bus import (
     reachable_bootstrap,
     settings_from_args,
 )
+from picrl.commands.respawn import respawning
 from picrl.kafka.local_broker import port_in_use
 from picrl.settings import SPECS, Settings, SettingsError
 from picrl_core.artifact import load_artifact
@@ -133,6 +134,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     for name, (kind, text) in _FLAGS.items():
         parser.add_argument("--" + name.replace("_", "-"), type=kind, help=text)
+    parser.add_argument(
+        "--respawn",
+        choices=("on", "off"),
+        help="on: run the worker in a process forked from this one, forked again at once (no imports, same "
+        "static id and web port) when a signal kills it, e.g. the OOM killer (default off)",
+    )
     parser.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
     parser.add_argument("--log-format", choices=("json", "text"), help="log lines as JSON (default) or text")
     parser.set_defaults(handler=run)
@@ -225,21 +232,29 @@ def web_port(settings: Settings) -> int | None:
 
 def run(args: argparse.Namespace) -> int:
     torch.set_num_threads(1)
-    names = ("guarantee", "mode", "scaling", "hard_shortage", "log_format", *_FLAGS)
+    names = ("guarantee", "mode", "scaling", "hard_shortage", "log_format", "respawn", *_FLAGS)
     settings = settings_from_args(args, **{name: getattr(args, name) for name in names})
     configure_logging(args.log_level, settings["log_format"])
-    return logged_errors(lambda: _run(args, settings))
+    return logged_errors(lambda: _claimed_and_run(args, settings))
 
 
-def _run(args: argparse.Namespace, settings: Settings) -> int:
+def _claimed_and_run(args: argparse.Namespace, settings: Settings) -> int:
+    """Claim the web port and the static-membership slot (held by this process, whatever its worker process does),
+    then run the worker here, or in a child forked again if a signal kills it (``respawn`` on)."""
+    port, member = web_port(settings), instance_id(settings)
+    if settings["respawn"] == "on":
+        return respawning(lambda: _run(args, settings, port, member))
+    return _run(args, settings, port, member)
+
+
+def _run(args: argparse.Namespace, settings: Settings, port: int | None, member: str | None) -> int:
     artifact = load_artifact(args.model)
     costs = {k: settings[k] for k in ("c_under", "c_over") if settings[k] is not None}
     if costs:
         artifact.config = replace(artifact.config, cost=replace(artifact.config.cost, **costs))
     bootstrap = reachable_bootstrap(settings)
     replication = settings.replication(_once_up(bootstrap, settings, lambda: cluster_brokers(bootstrap)))
-    port = web_port(settings)
-    worker_settings = settings.worker(bootstrap, replication, port, instance_id(settings))
+    worker_settings = settings.worker(bootstrap, replication, port, member)
     worker = StreamWorker(worker_settings, artifact)
     specs = [
         *topic_specs(worker_settings.prefix, worker_settings.partitions),
