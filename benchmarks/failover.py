@@ -7,7 +7,9 @@ copies of ``--dataset`` on 4 partitions with two workers of one app id at their 
 partitions before the loop starts; at ticks 30, 50 and 70 it inflicts the scenario's fault on one of them:
 
 - ``kill``: SIGKILL, and the same command started again at once (a crash under a supervisor);
-- ``term``: SIGTERM (the worker stops; the other takes its partitions over), then started again once it has exited.
+- ``term``: SIGTERM (the worker stops; the other takes its partitions over), then started again once it has exited;
+- ``crash``: workers run with ``--respawn on``; SIGKILL of the worker process (as the OOM killer would), which the
+  command forks again at once.
 
 Before each fault the worker restarted after the last one is back in its group (a rolling restart's pace).
 
@@ -22,6 +24,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import signal
 import statistics
 import subprocess
@@ -41,7 +44,7 @@ from picrl.kafka import LocalKafka  # noqa: E402
 from picrl.workloads import copies_of  # noqa: E402
 from producers.closed_loop import ClosedLoopEnvironment, TickSummary  # noqa: E402
 from stream.topics import TopicNames, ensure_topics, topic_specs  # noqa: E402
-from tests.support.processes import spawn, stop  # noqa: E402
+from tests.support.processes import forked_workers, spawn, stop  # noqa: E402
 
 FAULT_TICKS = (30, 50, 70)
 PARTITIONS = 4
@@ -59,18 +62,19 @@ def _arguments() -> argparse.Namespace:
         default="on",
         help="static membership: on (the default settings), off (--instance-id none) or both (default on)",
     )
-    parser.add_argument("--scenarios", nargs="+", choices=("kill", "term"), default=["kill", "term"])
+    parser.add_argument("--scenarios", nargs="+", choices=("kill", "term", "crash"), default=["kill", "term", "crash"])
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/failover"))
     return parser.parse_args()
 
 
 class Faults:
     """The closed loop's tick callback: at each of :data:`FAULT_TICKS` SIGKILL (``kill``) or SIGTERM (``term``)
-    one worker, alternately, and start it again (at once after a kill, once it has exited after a stop)."""
+    one worker, alternately, and start it again (at once after a kill, once it has exited after a stop); or SIGKILL
+    its worker process (``crash``), which its command forks again."""
 
     def __init__(self, scenario: str, args: list[str], logs: Path) -> None:
         self.scenario, self.args, self.logs = scenario, args, logs
-        self.workers = [spawn(args, logs / f"worker{i}.log") for i in range(2)]
+        self.workers = [spawn(args, logs / f"worker{i}.log", fresh=True) for i in range(2)]
         self.seen: dict[int, float] = {}
         self.at: dict[int, float] = {}
         self._restarts: list[threading.Thread] = []
@@ -83,10 +87,13 @@ class Faults:
         index = FAULT_TICKS.index(summary.tick) % 2
         victim = self.workers[index]
         self.at[summary.tick] = time.monotonic()
+        if self.scenario == "crash":
+            os.kill(forked_workers(self.logs / f"worker{index}.log")[-1], signal.SIGKILL)
+            return
         if self.scenario == "kill":
             victim.send_signal(signal.SIGKILL)
             victim.wait()
-            self.workers[index] = spawn(self.args, self.logs / f"worker{index}.log")
+            self.workers[index] = spawn(self.args, self.logs / f"worker{index}.log", fresh=True)
             return
         victim.send_signal(signal.SIGTERM)
         restart = threading.Thread(target=self._restart, args=(index, victim), daemon=True)
@@ -106,7 +113,7 @@ class Faults:
 
     def _restart(self, index: int, stopped: subprocess.Popen) -> None:
         stopped.wait()
-        self.workers[index] = spawn(self.args, self.logs / f"worker{index}.log")
+        self.workers[index] = spawn(self.args, self.logs / f"worker{index}.log", fresh=True)
 
     def recoveries(self) -> list[float]:
         return [self.seen[tick + 1] - self.at[tick] for tick in FAULT_TICKS if tick + 1 in self.seen]
@@ -143,6 +150,7 @@ def run_scenario(bootstrap: str, model: Path, scenario: str, static: bool, servi
     args = ["worker", "--model", str(model), "--bootstrap", bootstrap, "--prefix", prefix]
     args += ["--partitions", str(PARTITIONS), "--app-id", f"{prefix}-worker", "--log-level", "info"]
     args += [] if static else ["--instance-id", "none"]
+    args += ["--respawn", "on"] if scenario == "crash" else []
     faults = Faults(scenario, args, logs)
     try:
         _both_hold_partitions(logs)

@@ -155,7 +155,9 @@ def main() -> int:
                 ]
                 logs = args.out / "logs" / prefix  # kept: the workers' logs of every round
                 logs.mkdir(parents=True)
-                chaos = Chaos(worker_args, logs, 2, broker, clock, node_away=args.node_away if args.brokers > 1 else 0)
+                chaos = Chaos(
+                    worker_args, logs, 2, broker, clock, node_away=args.node_away if args.brokers > 1 else 0, fresh=True
+                )
                 began = time.monotonic()
                 try:
                     chaos.start()

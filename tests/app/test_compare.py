@@ -22,14 +22,14 @@ FIGURES = ("trajectories.png", "ablation_bars.png", "cumulative_regret.png")
 
 
 # One method of every group of the registry (the cache test reruns pic-rl, a5 and vpa; Table 3 needs A7, the
-# cost of censoring PIC-RL and conformal with their full-information twins), on the two GenAI datasets: every
-# table and figure, the cache and the recommendation, for 82 of the 518 cell-seconds of all methods on all three
-# datasets in one run. Each method's own behaviour is tested in tests/core/test_methods_*.py.
+# cost of censoring PIC-RL and conformal with their full-information twins), on GenAI-Ctx, the dataset with context
+# inputs: every table and figure, the cache and the recommendation. Each method's own behaviour is tested in
+# tests/core/test_methods_*.py; two datasets in one run in the pod fleet's test below.
 METHODS = (
     *("pic-rl", "pic-rl-fi", "tft", "cql", "thompson", "a5", "a7", "conformal", "conformal-fi"),
     *("spo", "vpa", "oracle"),
 )
-DATASETS = ("genai-mem", "genai-ctx")  # genai-ctx: the one with context inputs
+DATASETS = ("genai-ctx",)
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +58,7 @@ def test_quick_comparison_writes_tables_results_and_figures(quick_run: tuple[Pat
     assert len(cells) == len(DATASETS) * len(METHODS) and not any(c["error"] for c in cells)
     assert all(0.0 <= c["metrics"]["shortage_rate"] <= 1.0 and c["metrics"]["mae"] >= 0.0 for c in cells)
     ticks = {name: info["test_ticks"] for name, info in results["datasets"].items()}
-    assert ticks == {"genai-mem": 288, "genai-ctx": 288}
+    assert ticks == {"genai-ctx": 288}
     assert all(c["metrics"]["steps"] == ticks[c["dataset"]] for c in cells)
     dlrm = runner.test_series(load_dataset("dlrm"), runner.QUICK)  # quick: at most the first 300 test ticks
     assert len(dlrm.test) == 300 < len(runner.test_series(load_dataset("dlrm"), runner.FULL).test)
@@ -72,8 +72,8 @@ def test_quick_comparison_writes_tables_results_and_figures(quick_run: tuple[Pat
     with (out / "table2.csv").open() as handle:
         rows = list(csv.DictReader(handle))
     assert {r["dataset"] for r in rows} == set(DATASETS)
-    pic = next(r for r in rows if r["method"] == "pic-rl" and r["dataset"] == "genai-mem")
-    cell = next(c for c in cells if c["method"] == "pic-rl" and c["dataset"] == "genai-mem")
+    pic = next(r for r in rows if r["method"] == "pic-rl" and r["dataset"] == "genai-ctx")
+    cell = next(c for c in cells if c["method"] == "pic-rl" and c["dataset"] == "genai-ctx")
     assert float(pic["regret_mean"]) == pytest.approx(cell["metrics"]["regret"], rel=1e-5)
     for name in FIGURES:
         assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
@@ -83,7 +83,8 @@ def test_quick_comparison_writes_tables_results_and_figures(quick_run: tuple[Pat
 
 
 def test_the_pod_fleet_runs_every_pod_as_a_service_and_reports_the_spread(tmp_path: Path) -> None:
-    """``--datasets pods``: 91 pods in one loop; metrics are the mean over pods, fleet.md their spread."""
+    """``--datasets pods genai-mem``: 91 pods in one loop, metrics the mean over pods and fleet.md their spread;
+    a single-series dataset in the same run gets its own column and no fleet section."""
     # an untrained method (a trained one on a fleet: tests/core/test_fleet.py): 129 s -> 15 s
     assert (
         main(
@@ -94,6 +95,7 @@ def test_the_pod_fleet_runs_every_pod_as_a_service_and_reports_the_spread(tmp_pa
                 "1",
                 "--datasets",
                 "pods",
+                "genai-mem",
                 "--methods",
                 "kaplan-meier",
                 "oracle",
@@ -107,10 +109,12 @@ def test_the_pod_fleet_runs_every_pod_as_a_service_and_reports_the_spread(tmp_pa
     )
     results = json.loads((tmp_path / "results.json").read_text())
     assert results["datasets"]["pods"]["services"] == 91 and results["datasets"]["pods"]["test_ticks"] == 288
-    cells = {c["method"]: c["metrics"] for c in results["cells"]}
+    assert set(results["datasets"]) == {"pods", "genai-mem"} and len(results["cells"]) == 4
+    assert (tmp_path / "table2.md").read_text().count("**") == 2 * 2  # one lowest regret (bold) per dataset
+    cells = {c["method"]: c["metrics"] for c in results["cells"] if c["dataset"] == "pods"}
     assert cells["kaplan-meier"]["steps"] == 288 and cells["oracle"]["regret"] < cells["kaplan-meier"]["regret"]
     fleet = (tmp_path / "fleet.md").read_text()
-    assert "### pods (91 services)" in fleet
+    assert "### pods (91 services)" in fleet and "genai-mem" not in fleet
     row = next(line for line in fleet.splitlines() if line.startswith("| Kaplan-Meier newsvendor |")).split("|")
     assert row[2].strip() == "91" and float(row[3]) == pytest.approx(cells["kaplan-meier"]["regret"], abs=0.01)
     assert row[-2].strip() == "100%"  # the only method that competes: lowest on every pod
@@ -128,7 +132,7 @@ def test_a_rerun_reads_every_cell_from_the_cache(
                 "--jobs",
                 "1",
                 "--datasets",
-                "genai-mem",
+                "genai-ctx",
                 "--methods",
                 "pic-rl",
                 "a5",

@@ -1,6 +1,7 @@
 """A replicated three-node Kafka cluster (`picrl kafka start --brokers 3`): what picrl creates on it, a node lost
-and back, the stream under the loss of the node leading the most partitions, of the active controller and of a
-worker, and `picrl kafka stop` ending every node. One cluster serves the module (its tests run in file order)."""
+and back, the stream (two resources per pod) under the loss of the node leading the most partitions, of the active
+controller and of a worker, and `picrl kafka stop` ending every node. One cluster serves the module (its tests
+run in file order)."""
 
 from __future__ import annotations
 
@@ -19,13 +20,13 @@ from picrl.cli import main
 from picrl.datasets import Trace
 from picrl.kafka import BrokerError, LocalKafka
 from picrl.kafka.local_broker import pid_alive
-from picrl.workloads import copies_of
 from picrl_core.artifact import ModelArtifact
 from producers.closed_loop import ClosedLoopEnvironment
+from stream.records import decode_dead_letter
 from stream.topics import Replication, TopicNames, ensure_topics, topic_specs
-from tests.stream.conftest import WINDOW
+from tests.stream.conftest import WINDOW, two_resource_workload
 from tests.support.chaos import CONTROLLER, FREEZE, LEADER, STOP, Chaos, audit
-from tests.support.kafka import unique
+from tests.support.kafka import consume, produce, unique, usage_json
 from tests.support.processes import worker_args
 
 PARTITIONS = 4
@@ -99,15 +100,16 @@ async def _replication(bootstrap: str, topic: str, wait: float = 15.0) -> tuple[
 def test_chaos_two_workers_survive_losing_the_lead_node_the_controller_and_a_worker(
     cluster: LocalKafka, tiny_model_dir: Path, tiny_artifact: ModelArtifact, native_trace: Trace, tmp_path: Path
 ) -> None:
-    """Two workers of one app id on 4 partitions, 12 services in closed loop for 84 ticks, on three nodes. At set
-    ticks: a worker frozen (SIGSTOP) until the other has taken its partitions over (it comes back as a zombie);
-    a SIGKILL of the node leading the most partitions, away for 6 ticks (the loop goes on on two); a worker
-    SIGKILLed and restarted at once; a SIGKILL of the active controller, away for 6 ticks; then a worker stopped
-    (SIGTERM: it hands its partitions and their rows over as it leaves) and restarted. Every (service, tick) must
-    get exactly one action, equal to the uninterrupted reference; no worker may exit by itself, and the one
-    stopped exits with 0."""
+    """Two workers of one app id on 4 partitions, 12 pods provisioned GPU memory and GPU compute (schema-2
+    records, ``--resources``) in closed loop for 84 ticks, on three nodes. At set ticks: a worker frozen (SIGSTOP)
+    until the other has taken its partitions over (it comes back as a zombie); a SIGKILL of the node leading the
+    most partitions, away for 6 ticks (the loop goes on on two); a worker SIGKILLed and restarted at once; a SIGKILL
+    of the active controller, away for 6 ticks; then a worker stopped (SIGTERM: it hands its partitions and their
+    rows over as it leaves) and restarted. Every (pod, tick) must get exactly one action, both resources in it,
+    equal to the coupled uninterrupted reference; no worker may exit by itself, and the one stopped exits with 0.
+    Records without the model's resources are dead-lettered with their reason."""
     bootstrap = cluster.status().bootstrap
-    workload = copies_of(native_trace, 12, 84, start=900, seed=15)
+    workload = two_resource_workload(native_trace, 12, 84, seed=15)
     plan = {
         WINDOW + 6: f"{FREEZE}1",
         WINDOW + 20: LEADER,
@@ -117,7 +119,21 @@ def test_chaos_two_workers_survive_losing_the_lead_node_the_controller_and_a_wor
     }
     prefix = unique("chaos3")
     asyncio.run(ensure_topics(bootstrap, topic_specs(prefix, PARTITIONS), Replication.for_brokers(3)))
-    args = worker_args(tiny_model_dir, bootstrap, prefix, partitions=PARTITIONS)
+    args = worker_args(tiny_model_dir, bootstrap, prefix, "--resources", "gpu_mem,gpu_compute", partitions=PARTITIONS)
+    reading = {"usage": 1.0, "capacity": 2.0, "censored": False}
+    bad = {
+        "missing_resource": usage_json("single", 0, 1.0, 2.0),
+        "unknown_resource": json.dumps(
+            {
+                "schema": 2,
+                "type": "usage",
+                "service": "extra",
+                "tick": 0,
+                "resources": {"gpu_mem": reading, "gpu_compute": reading, "gpu_net": reading},
+            }
+        ).encode(),
+    }
+    produce(bootstrap, TopicNames(prefix).usage, [(b"bad", value) for value in bad.values()])
     chaos = Chaos(args, tmp_path, 2, cluster, plan.get, node_away=6)
     started = time.monotonic()
     try:
@@ -131,10 +147,14 @@ def test_chaos_two_workers_survive_losing_the_lead_node_the_controller_and_a_wor
         exited = chaos.exited_by_themselves()
         assert not exited, "\n".join(exited)
         result = audit(record, bootstrap, prefix, tiny_artifact, WINDOW)
+        letters = [
+            decode_dead_letter(m.value)
+            for m in asyncio.run(consume(bootstrap, TopicNames(prefix).deadletter, len(bad), timeout=30))
+        ]
     finally:
         chaos.stop()
     print(
-        f"\nchaos on 3 nodes: {len(workload.services)} services x {workload.ticks} ticks on {PARTITIONS} partitions "
+        f"\nchaos on 3 nodes: {len(workload.services)} pods x {workload.ticks} ticks on {PARTITIONS} partitions "
         f"in {time.monotonic() - started:.0f} s\n{chaos.report()}\n{result.checked} actions checked: "
         f"{len(result.missing)} missing, {len(result.repeated)} repeated, {result.mismatches} differ"
     )
@@ -142,6 +162,9 @@ def test_chaos_two_workers_survive_losing_the_lead_node_the_controller_and_a_wor
     assert len(chaos.faults) == 5 and all(p.returncode == -signal.SIGKILL for p in chaos.killed)
     assert [p.returncode for p in chaos.stopped] == [0]
     assert result.clean, f"missing {result.missing[:5]}, repeated {result.repeated[:5]}, {result.mismatches} differ"
+    assert result.checked == len(workload.services) * workload.ticks  # one action per pod and tick
+    assert record.censored[:, : len(workload.services)].any()  # memory ran short: the coupling was exercised
+    assert sorted(letter.reason for letter in letters) == sorted(bad)
 
 
 def test_stop_ends_every_node(cluster: LocalKafka, capsys: pytest.CaptureFixture[str]) -> None:

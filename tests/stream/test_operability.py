@@ -9,7 +9,6 @@ import json
 import logging
 import re
 import socket
-import subprocess
 import time
 import urllib.request
 from datetime import datetime
@@ -29,7 +28,7 @@ from stream.membership import StaticLeaveGroup
 from stream.topics import TopicNames, ensure_topics, topic_specs
 from tests.stream.conftest import WINDOW
 from tests.support.kafka import unique
-from tests.support.processes import picrl_process, spawn, stop, tail, worker_args
+from tests.support.processes import Started, picrl_process, spawn, stop, tail, worker_args
 from tests.support.web import free_port
 
 
@@ -143,7 +142,7 @@ def test_a_running_worker_is_observable_and_explainable(
     assert "Traceback" not in (tmp_path / "worker.log").read_text(), tail(tmp_path / "worker.log")
 
 
-def _logged_web_port(log: Path, process: subprocess.Popen, wait: float = 120.0) -> int:
+def _logged_web_port(log: Path, process: Started, wait: float = 120.0) -> int:
     """The port of the web server a starting worker names in its log."""
     deadline = time.monotonic() + wait
     while time.monotonic() < deadline:

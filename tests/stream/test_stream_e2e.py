@@ -1,11 +1,10 @@
-"""The streaming service end to end on the real broker: worker and trainer as the processes users run,
-the closed-loop environment in process."""
+"""The streaming service end to end on the real broker: the worker as the process users run, the closed-loop
+environment in process (the trainer's versions reaching the actions: tests/stream/test_reliability.py)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
-import time
 import urllib.request
 from pathlib import Path
 
@@ -16,12 +15,12 @@ from picrl.datasets import Trace
 from picrl.workloads import copies_of
 from picrl_core.artifact import ModelArtifact
 from picrl_core.reward import step_reward
-from producers.closed_loop import ClosedLoopEnvironment, ClosedLoopRecord, TickSummary
-from stream.records import decode_policy, decode_transition
+from producers.closed_loop import ClosedLoopEnvironment, ClosedLoopRecord
+from stream.records import decode_transition
 from stream.topics import TopicNames, ensure_topics, topic_specs
 from tests.stream.conftest import WINDOW
 from tests.support.kafka import committed_everything, consume, unique
-from tests.support.processes import picrl_process, short_trainer_args, tail, worker_args
+from tests.support.processes import picrl_process, tail, worker_args
 from tests.support.reference import reference_run, tripled
 from tests.support.web import free_port
 
@@ -107,54 +106,6 @@ def test_replay_transitions_carry_the_paper_rewards(
                 assert tr.reward == pytest.approx(-(cfg.cost.c_over * gap if gap > 0 else -cfg.cost.c_under * gap))
             kinds.add(tr.censored)
     assert kinds == {True, False}, "the run should contain censored and uncensored steps"
-
-
-def test_trainer_versions_reach_the_workers_actions(
-    kafka_bootstrap: str, tiny_model_dir: Path, native_trace: Trace, tmp_path: Path
-) -> None:
-    prefix = unique("e2e-trainer")
-    asyncio.run(ensure_topics(kafka_bootstrap, topic_specs(prefix, PARTITIONS)))
-    workload = copies_of(native_trace, 4, WINDOW + 60, start=850, seed=9)
-    metrics_port = free_port()
-    trainer_args = short_trainer_args(
-        tiny_model_dir, kafka_bootstrap, prefix, "--metrics-port", str(metrics_port), partitions=PARTITIONS
-    )
-    # guardrails wide open: this test is about propagation (the guardrails have their own tests)
-    worker_args = [*_worker_args(tiny_model_dir, kafka_bootstrap, prefix), "--max-kl", "1e9", "--score-margin", "1e9"]
-    with (
-        picrl_process(worker_args, tmp_path / "worker.log"),
-        picrl_process(trainer_args, tmp_path / "trainer.log") as trainer,
-    ):
-
-        def on_tick(summary: TickSummary) -> None:
-            if summary.tick >= WINDOW and "published policy" not in (tmp_path / "trainer.log").read_text():
-                time.sleep(0.6)  # a tick's transitions reach the trainer on their own: one candidate each
-
-        record = _play(kafka_bootstrap, prefix, workload, on_tick=on_tick)
-        assert trainer.poll() is None, f"the trainer exited:\n{tail(tmp_path / 'trainer.log')}"
-        with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5) as response:
-            scraped = response.read().decode()  # the trainer's Prometheus endpoint, scraped while it runs
-    versions = record.policy_version[WINDOW:]
-    assert versions.max() >= 1, (
-        f"no trained version reached the actions:\n{tail(tmp_path / 'trainer.log')}\n{tail(tmp_path / 'worker.log')}"
-    )
-    assert (np.diff(versions, axis=0) >= 0).all(), "a worker went back to an older version"
-    published = [
-        decode_policy(m.value)
-        for m in asyncio.run(consume(kafka_bootstrap, TopicNames(prefix).policy, int(versions.max()) + 1, timeout=20))
-    ]
-    lineage = [(p.version, p.parent) for p in published]
-    assert lineage[0] == (0, None)
-    assert all(parent == version - 1 for version, parent in lineage[1:])
-    for p in published[1:]:
-        assert p.kl_to_parent >= 0 and np.isfinite(p.validation_score) and p.parent_score is not None
-    assert "version 1 (parent 0)" in (tmp_path / "trainer.log").read_text()
-    gauge = {line.split()[0]: float(line.split()[1]) for line in scraped.splitlines() if line and line[0] != "#"}
-    assert gauge["picrl_trainer_versions_total"] >= 1 and gauge["picrl_trainer_transitions_total"] > 0
-    assert gauge["picrl_trainer_policy_version"] == gauge["picrl_trainer_versions_total"]
-    # the records' version stamps are on every action after the first trained version arrives
-    first = int(np.argmax(record.policy_version.max(axis=1) >= 1))
-    assert (record.policy_version[first + 2 :] >= 1).all()
 
 
 def test_a_worker_grows_the_range_of_a_service_that_outgrew_it(

@@ -12,7 +12,6 @@ import collections
 import concurrent.futures
 import math
 import signal
-import subprocess
 import threading
 import time
 from collections.abc import Callable
@@ -28,7 +27,7 @@ from producers.closed_loop import ClosedLoopRecord, TickSummary
 from stream.records import decode_action, decode_dead_letter
 from stream.topics import TopicNames, committed_offsets, end_offsets
 from tests.support.kafka import consume
-from tests.support.processes import spawn, stop, tail
+from tests.support.processes import Started, spawn, stop, tail
 from tests.support.reference import coupled_reference_run, reference_run
 
 BROKER = "broker"  # the only node of a single-node cluster
@@ -74,12 +73,13 @@ class Fault:
 
 @dataclass
 class Chaos:
-    """Runs ``workers`` workers (``python -m picrl worker ARGS``) and, through :meth:`on_tick`, inflicts what
+    """Runs ``workers`` workers (``picrl worker ARGS``) and, through :meth:`on_tick`, inflicts what
     ``plan(tick)`` names at that tick: a worker index (SIGKILL, restarted at once), a Kafka node of ``cluster``
     (:data:`BROKER`, :data:`LEADER` or :data:`CONTROLLER`: SIGKILL, started again after ``node_away`` ticks, at once
     when 0), :data:`FREEZE` and an index (stopped for ``freeze`` seconds, more than the workers' session timeout,
     and continued: it comes back as a zombie whose producers were fenced) or :data:`STOP` and an index (SIGTERM,
-    restarted once it has exited: ``stopped`` holds it, its exit code must be 0)."""
+    restarted once it has exited: ``stopped`` holds it, its exit code must be 0). ``fresh``: every worker a new
+    interpreter, its imports timed in the recovery (benchmarks); tests fork them from the fork server."""
 
     worker_args: list[str]
     logs: Path
@@ -88,17 +88,18 @@ class Chaos:
     plan: Callable[[int], int | str | None]
     freeze: float = 12.0
     node_away: int = 0
+    fresh: bool = False
     faults: list[Fault] = field(default_factory=list)
-    running: list[subprocess.Popen] = field(default_factory=list)
-    killed: list[subprocess.Popen] = field(default_factory=list)
-    stopped: list[subprocess.Popen] = field(default_factory=list)
+    running: list[Started] = field(default_factory=list)
+    killed: list[Started] = field(default_factory=list)
+    stopped: list[Started] = field(default_factory=list)
     gone: list[str] = field(default_factory=list)  # workers found dead when their kill came
     _killed_at: float = 0.0
     _node_back_at: int | None = None  # tick at which the node away starts again
     _restart: threading.Thread | None = None  # a node starting again while the loop goes on
 
     def start(self) -> None:
-        self.running = [spawn(self.worker_args, self.log(i)) for i in range(self.workers)]
+        self.running = [spawn(self.worker_args, self.log(i), fresh=self.fresh) for i in range(self.workers)]
 
     def log(self, index: int) -> Path:
         return self.logs / f"worker{index}.log"
@@ -143,7 +144,7 @@ class Chaos:
             victim.send_signal(signal.SIGKILL)
             victim.wait()
             self.killed.append(victim)
-        self.running[index] = spawn(self.worker_args, self.log(index))
+        self.running[index] = spawn(self.worker_args, self.log(index), fresh=self.fresh)
         self.faults.append(Fault(tick, f"{STOP if graceful else ''}worker {index}"))
 
     def _kill_node(self, tick: int, target: str) -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
 import time
 import uuid
 from pathlib import Path
@@ -14,7 +13,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from stream.topics import committed_offsets, end_offsets
-from tests.support.processes import tail
+from tests.support.processes import Started, tail
 
 
 def unique(prefix: str) -> str:
@@ -108,7 +107,7 @@ def committed_everything(
     group: str,
     topic: str,
     partitions: int,
-    worker: subprocess.Popen,
+    worker: Started,
     log: Path,
     stall_after: float = 60.0,
 ) -> None:

@@ -1,7 +1,13 @@
-"""Run picrl commands as child processes (as users run them), with their output kept for failures."""
+"""Run picrl commands as processes of their own (as users run them), with their output kept for failures.
+
+Each command runs the CLI's ``main`` in a process forked from a fork server that imported torch, Faust and picrl
+once, so a start costs a fork rather than the 3-5 s of importing torch again (tests start 40-odd workers). The
+process is the CLI's own from ``main`` on: its own event loop, signals, exit code and log file."""
 
 from __future__ import annotations
 
+import json
+import multiprocessing
 import os
 import shutil
 import signal
@@ -9,11 +15,17 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import cache
+from multiprocessing.context import ForkServerContext
+from multiprocessing.process import BaseProcess
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
+
+# What every picrl process imports before its arguments are read: imported once, in the fork server.
+PRELOAD = ["torch", "faust", "picrl.cli", "picrl.commands.worker", "picrl.commands.trainer"]
 
 
 # A short test run's trainer: a candidate barely moves and scores better than its parent about half the time, so no
@@ -54,32 +66,89 @@ def short_trainer_args(model: Path, bootstrap: str, prefix: str, *extra: str, pa
     return [*_bus_args("trainer", model, bootstrap, prefix, partitions), *SHORT_RUN_TRAINER, *extra]
 
 
+@cache
+def _fork_server() -> ForkServerContext:
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(PRELOAD)
+    return context
+
+
+def _run_cli(args: list[str], log: str, env: dict[str, str]) -> None:
+    """The forked process: ``picrl ARGS`` with the caller's environment, stdout and stderr appended to ``log``."""
+    os.environ.clear()
+    os.environ.update(env)
+    os.chdir(REPO)
+    descriptor = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    for stream in (1, 2):
+        os.dup2(descriptor, stream)
+    sys.stdout = open(1, "w", buffering=1, closefd=False)  # line-buffered, as with PYTHONUNBUFFERED
+    sys.stderr = open(2, "w", buffering=1, closefd=False)
+    sys.argv = ["picrl", *args]
+    from picrl.cli import main
+
+    raise SystemExit(main(args))
+
+
+class PicrlProcess:
+    """A running ``picrl`` command with :class:`subprocess.Popen`'s interface (``returncode`` is ``-N`` after
+    signal ``N``)."""
+
+    def __init__(self, process: BaseProcess) -> None:
+        self._process = process
+        self.pid: int = process.pid  # type: ignore[assignment]  # set once started
+
+    @property
+    def returncode(self) -> int | None:
+        return self._process.exitcode
+
+    def poll(self) -> int | None:
+        return self._process.exitcode if not self._process.is_alive() else None
+
+    def wait(self, timeout: float | None = None) -> int:
+        self._process.join(timeout)
+        if self._process.exitcode is None:
+            raise subprocess.TimeoutExpired(["picrl"], timeout or 0.0)
+        return self._process.exitcode
+
+    def send_signal(self, sig: int) -> None:
+        if self._process.exitcode is None:
+            os.kill(self.pid, sig)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+
+Started = PicrlProcess | subprocess.Popen
+"""A running picrl command: forked from the fork server, or a fresh interpreter."""
+
+
 @contextmanager
-def picrl_process(args: list[str], log: Path) -> Iterator[subprocess.Popen]:
-    """``python -m picrl ARGS`` in the background, stopped with SIGTERM (then SIGKILL) on exit."""
+def picrl_process(args: list[str], log: Path) -> Iterator[Started]:
+    """``picrl ARGS`` in the background, its output written to ``log``, stopped with SIGTERM (then SIGKILL) on
+    exit."""
+    log.write_bytes(b"")
+    process = spawn(args, log)
+    try:
+        yield process
+    finally:
+        stop(process)
+
+
+def spawn(args: list[str], log: Path, *, fresh: bool = False) -> Started:
+    """``picrl ARGS`` in the background, its output appended to ``log``; the caller stops it. ``fresh``: a new
+    interpreter (``python -m picrl``, imports included), for benchmarks that time a start as users get it."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    with open(log, "wb") as out:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "picrl", *args], stdout=out, stderr=subprocess.STDOUT, cwd=REPO, env=env
+    if fresh:
+        return subprocess.Popen(
+            [sys.executable, "-m", "picrl", *args], stdout=open(log, "ab"), stderr=subprocess.STDOUT, cwd=REPO, env=env
         )
-        try:
-            yield process
-        finally:
-            stop(process)
+    log.open("ab").close()  # there from the start, as a Popen's redirected output
+    process = _fork_server().Process(target=_run_cli, args=(list(args), str(log), env), daemon=True)
+    process.start()
+    return PicrlProcess(process)
 
 
-def spawn(args: list[str], log: Path) -> subprocess.Popen:
-    """``python -m picrl ARGS`` in the background, its output appended to ``log``; the caller stops it."""
-    return subprocess.Popen(
-        [sys.executable, "-m", "picrl", *args],
-        stdout=open(log, "ab"),
-        stderr=subprocess.STDOUT,
-        cwd=REPO,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
-
-
-def stop(process: subprocess.Popen, timeout: float = 30.0) -> int:
+def stop(process: Started, timeout: float = 30.0) -> int:
     """SIGTERM, wait, SIGKILL if needed; the exit code."""
     if process.poll() is None:
         process.send_signal(signal.SIGTERM)
@@ -89,6 +158,17 @@ def stop(process: subprocess.Popen, timeout: float = 30.0) -> int:
             process.kill()
             process.wait()
     return process.returncode
+
+
+def forked_workers(log: Path) -> list[int]:
+    """The worker processes that a ``picrl worker --respawn on`` logging (JSON, info) to ``log`` has forked, in
+    order."""
+    entries = (json.loads(line) for line in log.read_text().splitlines() if line.startswith("{"))
+    return [
+        int(entry["message"].split()[2])
+        for entry in entries
+        if entry["message"].startswith("worker process") and " forked " in entry["message"]
+    ]
 
 
 def tail(log: Path, lines: int = 40) -> str:
