@@ -33,7 +33,16 @@ from stream.topics import TopicNames, committed_offsets, end_offsets, ensure_top
 from tests.stream.conftest import WINDOW
 from tests.support.chaos import audit
 from tests.support.kafka import committed_everything, consume, produce, unique, usage_json, wait_until
-from tests.support.processes import forked_workers, picrl_process, short_trainer_args, spawn, stop, tail, worker_args
+from tests.support.processes import (
+    alive,
+    forked_workers,
+    picrl_process,
+    short_trainer_args,
+    spawn,
+    stop,
+    tail,
+    worker_args,
+)
 from tests.support.web import free_port, http_get, metric
 
 PARTITIONS = 2
@@ -321,7 +330,7 @@ def test_the_worker_rides_out_a_broker_restart_and_its_killed_process_is_forked_
             forked = forked_workers(log)
             command.kill()
             command.wait()
-            assert asyncio.run(wait_until(lambda: not Path(f"/proc/{forked[-1]}").exists(), timeout=10))
+            assert asyncio.run(wait_until(lambda: not alive(forked[-1]), timeout=10))
         print(
             f"\nbroker down and back in {seconds['broker down']:.1f} s; worker process SIGKILLed, the next tick's "
             f"actions {seconds['worker back']:.1f} s later; run completed"
