@@ -33,9 +33,10 @@ lint: setup
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 
-## the guard rails, then the whole test suite (starts its own Kafka broker unless KAFKA_BOOTSTRAP_SERVERS is set)
+## the guard rails, then the whole test suite in two processes, a test file each at a time (each starts its own Kafka
+## broker unless KAFKA_BOOTSTRAP_SERVERS is set)
 test: setup prometheus lint
-	$(PY) -m pytest
+	$(PY) -m pytest -n 2 --dist loadfile
 
 clean:
 	rm -rf $(VENV) .pytest_cache
