@@ -70,7 +70,7 @@ def test_up_with_two_resources_decides_each_pods_memory_and_compute_over_kafka(
     config.write_text(json.dumps(TINY))
     out = tmp_path / "up"
     # pods-2r-oom: the memory shortages kill the pod, and the worker is told so (--hard-shortage pod); the pods-2r
-    # path (failed requests) runs over Kafka in tests/stream/test_reliability.py
+    # path (failed requests) runs over Kafka in the chaos test (tests/stream/test_cluster.py)
     code = main(
         [
             "up",
