@@ -68,7 +68,7 @@ def respawning(worker: Callable[[], int]) -> int:
         deaths[:] = [t for t in deaths if now - t < 60.0] + [now]
         if len(deaths) > RESPAWNS_PER_MINUTE:
             log.error(
-                "worker process %d killed by %s, the %d-th time within a minute: not forked again",
+                "worker process %d killed by %s, %d deaths within a minute: not forked again",
                 child,
                 signal.Signals(-code).name,
                 len(deaths),
