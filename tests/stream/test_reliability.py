@@ -1,5 +1,6 @@
 """Reliability against the real broker: crashes, rebalances, broker restarts, bad input, trainer outages and
-policy guardrails. Workers and trainers run as the processes users run; every loop is bounded."""
+policy guardrails. Workers and trainers run the CLI's main in processes of their own (tests/support/processes.py);
+every loop is bounded."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""The streaming service end to end on the real broker: the worker as the process users run, the closed-loop
-environment in process (the trainer's versions reaching the actions: tests/stream/test_reliability.py)."""
+"""The streaming service end to end on the real broker: the worker in a process of its own running the CLI's main,
+the closed-loop environment in process (the trainer's versions reaching the actions:
+tests/stream/test_reliability.py)."""
 
 from __future__ import annotations
 
