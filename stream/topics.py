@@ -24,6 +24,7 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
@@ -215,8 +216,7 @@ async def ensure_topics(
         if present:
             # a node that has just started may answer before it has caught up with the topics' metadata (no
             # partitions yet): wait for it rather than report a topic of 0 partitions
-            await _until_led(admin, [s.name for s in present])
-            described = {t["topic"]: t["partitions"] for t in await admin.describe_topics([s.name for s in present])}
+            described = {t["topic"]: t["partitions"] for t in await _until_led(admin, [s.name for s in present])}
             for spec in present:
                 partitions = described.get(spec.name, [])
                 if len(partitions) < spec.partitions:
@@ -238,8 +238,9 @@ async def ensure_topics(
     return {s.name: ("created" if s in missing else "exists") for s in specs}
 
 
-async def _until_led(admin: AIOKafkaAdminClient, names: list[str], timeout: float = 30.0) -> None:
-    """Wait until the broker's metadata has every topic of ``names`` with a leader for each partition.
+async def _until_led(admin: AIOKafkaAdminClient, names: list[str], timeout: float = 30.0) -> list[dict[str, Any]]:
+    """Wait until the broker's metadata has every topic of ``names`` with a leader for each partition; the topics as
+    then described.
 
     CreateTopics answers once the controller has the topics; a client that asks the broker at once may not see
     them yet (``picrl up``'s closed loop once found no actions topic, a second after they were created). A node
@@ -251,9 +252,9 @@ async def _until_led(admin: AIOKafkaAdminClient, names: list[str], timeout: floa
             t["error_code"] == 0 and t["partitions"] and all(p["leader"] >= 0 for p in t["partitions"])
             for t in described
         ):
-            return
+            return described
         if time.monotonic() > deadline:
-            raise TimeoutError(f"topics {names} created but without a leader for every partition after {timeout:.0f} s")
+            raise TimeoutError(f"topics {names} still without a leader for every partition after {timeout:.0f} s")
         await asyncio.sleep(0.1)
 
 
