@@ -34,7 +34,9 @@ Prints tables and writes ``stream_throughput.json`` (machine, command line, sett
 ``--py-spy DIR`` attaches ``py-spy record`` (raw collapsed stacks) to each throughput worker during
 its measured window, and to each latency worker while its load is offered. ``--workers N`` (default 2) adds
 a row of N workers of one app id deciding the same workload (see :func:`scale_out`). Every row records the
-host's steal and the CPU share that other processes of the machine took (``other_cpu_share``).
+host's steal and the CPU share that other processes of the machine took (``other_cpu_share``); a latency row also
+records the cores that the worker, the broker and this process (the paced producer, the action watcher) took while
+the load was offered, since all three share the host.
 """
 
 from __future__ import annotations
@@ -761,17 +763,8 @@ async def latency(setup: Setup, rate: float) -> dict:
         worker.stop_py_spy()
         elapsed_cpu = (time.monotonic() - offered_from) * (os.cpu_count() or 1)
         steal = (steal_seconds() - steal_before) / elapsed_cpu
-        others = (
-            max(
-                0.0,
-                busy_seconds()
-                - busy_before
-                - cpu
-                - (time.process_time() - bench_before)
-                - (cpu_seconds(setup.broker_pid) - broker_before),
-            )
-            / elapsed_cpu
-        )
+        bench, broker = time.process_time() - bench_before, cpu_seconds(setup.broker_pid) - broker_before
+        others = max(0.0, busy_seconds() - busy_before - cpu - bench - broker) / elapsed_cpu
         deadline = time.monotonic() + 30
         while len(seen) < sent and time.monotonic() < deadline:
             await asyncio.sleep(0.1)
@@ -807,6 +800,8 @@ async def latency(setup: Setup, rate: float) -> dict:
         },
         "events_per_decision_batch": len(control) / max(1, len({x.decided_at for _, x in control})),
         "worker_cpu_share": cpu / seconds,  # worker CPU seconds per offered second
+        "broker_cpu_share": broker / seconds,  # the broker's, on the same host
+        "benchmark_cpu_share": bench / seconds,  # this process's: the paced producer and the action watcher
         "worker_peak_rss_mib": peak,
         "cpu_steal_share": steal,
         "other_cpu_share": others,
@@ -879,7 +874,7 @@ def print_tables(result: dict) -> None:
     if result["latency"]:
         print(
             f"\n{'x raw':>6}{'offered/s':>10}{'achieved/s':>11}{'actions':>9}  {'decided p50/p99/max ms':<24}"
-            f"{'visible p50/p99/max ms':<24}{'CPU/s':>6}{'ev/batch':>9}{'steal':>7}{'others':>7}"
+            f"{'visible p50/p99/max ms':<24}{'cores: worker broker bench':>27}{'ev/batch':>9}{'steal':>7}{'others':>7}"
             f"{'lead-in p99 ms (dec/vis)':>26}"
         )
         for r in result["latency"]:
@@ -888,7 +883,8 @@ def print_tables(result: dict) -> None:
                 f"{r['share_of_raw_pipe']:>6.2f}{r['offered_rate']:>10,.0f}{r['achieved_rate']:>11,.0f}"
                 f"{r['control_actions']:>9,}  "
                 f"{d['p50_ms']:>6.1f} {d['p99_ms']:>7.1f} {d['max_ms']:>7.0f}   "
-                f"{v['p50_ms']:>6.1f} {v['p99_ms']:>7.1f} {v['max_ms']:>7.0f}   {r['worker_cpu_share']:>4.2f}"
+                f"{v['p50_ms']:>6.1f} {v['p99_ms']:>7.1f} {v['max_ms']:>7.0f}   {r['worker_cpu_share']:>11.2f}"
+                f"{r['broker_cpu_share']:>7.2f}{r['benchmark_cpu_share']:>6.2f}"
                 f"{r['events_per_decision_batch']:>9.1f}{r['cpu_steal_share']:>7.0%}{r['other_cpu_share']:>7.0%}"
                 + (
                     f"{lead['decided']['p99_ms']:>15.0f} / {lead['visible_read_committed']['p99_ms']:.0f}"
