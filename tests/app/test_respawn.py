@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from picrl.commands.respawn import RESPAWNS_PER_MINUTE
-from tests.support.processes import alive
+from picrl.kafka.local_broker import pid_alive
 
 SCRIPT = """
 import logging, os, signal, sys, time
@@ -76,8 +76,8 @@ def test_sigterm_reaches_the_worker_and_a_killed_command_takes_its_worker_with_i
         command.send_signal(sig)
         assert command.wait(30) == expected
         deadline = time.monotonic() + 10
-        while alive(worker) and time.monotonic() < deadline:
+        while pid_alive(worker) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert not alive(worker), f"worker {worker} outlived its command ({sig.name})"
+        assert not pid_alive(worker), f"worker {worker} outlived its command ({sig.name})"
         assert len(starts.read_text().split()) == 1  # a stop is not a crash: not forked again
         command.stderr.close()  # type: ignore[union-attr]

@@ -23,6 +23,7 @@ from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
 from picrl.datasets import Trace
 from picrl.kafka import LocalKafka
+from picrl.kafka.local_broker import pid_alive
 from picrl.workloads import copies_of
 from picrl_core.artifact import ModelArtifact, policy_to_bytes
 from picrl_core.policy import PolicyNetwork
@@ -35,7 +36,6 @@ from tests.stream.conftest import WINDOW
 from tests.support.chaos import audit
 from tests.support.kafka import committed_everything, consume, produce, unique, usage_json, wait_until
 from tests.support.processes import (
-    alive,
     forked_workers,
     picrl_process,
     short_trainer_args,
@@ -331,7 +331,7 @@ def test_the_worker_rides_out_a_broker_restart_and_its_killed_process_is_forked_
             forked = forked_workers(log)
             command.kill()
             command.wait()
-            assert asyncio.run(wait_until(lambda: not alive(forked[-1]), timeout=10))
+            assert asyncio.run(wait_until(lambda: not pid_alive(forked[-1]), timeout=10))
         print(
             f"\nbroker down and back in {seconds['broker down']:.1f} s; worker process SIGKILLed, the next tick's "
             f"actions {seconds['worker back']:.1f} s later; run completed"

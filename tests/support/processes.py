@@ -160,14 +160,6 @@ def stop(process: Started, timeout: float = 30.0) -> int:
     return process.returncode
 
 
-def alive(pid: int) -> bool:
-    """Whether process ``pid`` runs (a zombie, dead but not yet reaped, does not)."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-
-
 def forked_workers(log: Path) -> list[int]:
     """The worker processes that a ``picrl worker --respawn on`` logging (JSON, info) to ``log`` has forked, in
     order."""
