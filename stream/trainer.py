@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from aiokafka import AIOKafkaConsumer
+from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from picrl_core.artifact import ArtifactError, ModelArtifact, policy_from_bytes, policy_to_bytes
 from picrl_core.controller import Transition
@@ -86,6 +86,47 @@ def policy_kl(policy: PolicyNetwork, parent: PolicyNetwork, features: torch.Tens
     """``KL(policy || parent)`` of the two Gaussian policies, mean over the states ``features``."""
     with torch.no_grad():
         return max(float(gaussian_kl(*policy(features), *parent(features)).mean()), 0.0)  # identical: -1e-8 is 0
+
+
+def is_held_out(record: TransitionRecord, every: int) -> bool:
+    """Whether a transition is kept for validation (never trains): every ``every``-th by service and tick."""
+    return (service_key(record.service) + record.tick) % every == 0
+
+
+async def untrained_transitions(settings: TrainerSettings, partitions: int, timeout: float = 30.0) -> int:
+    """The training transitions (held-out ones not counted) on ``<prefix>.replay`` past the offsets the trainer's
+    group committed: those no candidate has been trained on yet. The trainer commits after each candidate, so
+    once it has caught up with the replay fewer than ``update_every`` remain. Read to the last stable offset with
+    ``read_committed``, as the trainer reads."""
+    topic = TopicNames(settings.prefix).replay
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=settings.bootstrap,
+        group_id=settings.group_id,  # only to read its committed offsets: an assigned consumer joins no group
+        enable_auto_commit=False,
+        isolation_level="read_committed",
+    )
+    await consumer.start()
+    left = 0
+    try:
+        assigned = [TopicPartition(topic, p) for p in range(partitions)]
+        consumer.assign(assigned)
+        starts = await consumer.beginning_offsets(assigned)
+        ends = await consumer.end_offsets(assigned)
+        for tp in assigned:
+            consumer.seek(tp, await consumer.committed(tp) or starts[tp])
+        deadline = time.monotonic() + timeout
+        for tp in assigned:
+            while await consumer.position(tp) < ends[tp]:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"{topic}[{tp.partition}] not read to {ends[tp]} within {timeout:.0f} s")
+                for message in (await consumer.getmany(tp, timeout_ms=500, max_records=10_000)).get(tp, []):
+                    try:
+                        left += not is_held_out(decode_transition(message.value), settings.holdout_every)
+                    except DecodeError:
+                        continue  # the trainer refuses it too
+    finally:
+        await consumer.stop()
+    return left
 
 
 def _as_transition(records: list[TransitionRecord]) -> Transition:
@@ -157,7 +198,7 @@ class PolicyTrainer:
                 records = [record for messages in batches.values() for record in self._decode(messages)]
                 self.metrics.transitions.inc(len(records))
                 if records:
-                    held = [(service_key(r.service) + r.tick) % settings.holdout_every == 0 for r in records]
+                    held = [is_held_out(r, settings.holdout_every) for r in records]
                     train = [r for r, h in zip(records, held) if not h]
                     validation = [r for r, h in zip(records, held) if h]
                     if train:

@@ -31,8 +31,10 @@ from picrl.workloads import copies_of, resource_fleet_of
 from picrl_core.series import prepare_series
 from producers.workload import Workload
 from stream.topics import cluster_brokers, ensure_topics, topic_specs
+from stream.trainer import TrainerSettings, untrained_transitions
 
 PARTITIONS = 4
+TRAINER_CATCH_UP_SECONDS = 120.0  # longest wait, after the loop, for the trainer to train on the loop's replay
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -44,8 +46,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "set of topics, starts a stream worker and the policy trainer as child processes and plays the "
         "closed-loop environment over Kafka on the trace's test split for --services shifted and scaled "
         "copies. Shows live progress (ticks, censoring rate, policy version), prints MAE and regret and "
-        "writes metrics.json, ticks.csv, closed_loop.png and the processes' logs to --out. Everything "
-        "it started is stopped on completion or Ctrl-C. With --resources gpu_mem,gpu_compute it plays "
+        "writes metrics.json, ticks.csv, closed_loop.png and the processes' logs to --out. After the loop it "
+        "waits, at most 120 s, until the trainer has trained on the loop's replay; everything "
+        "it started is stopped then, or on Ctrl-C. With --resources gpu_mem,gpu_compute it plays "
         "the GenAI pods provisioned on GPU memory and GPU compute at once (dataset pods-2r): the "
         "worker decides both capacities of a pod together, a memory shortage censors its compute too, "
         "and the report adds per-resource metrics and resources.png.",
@@ -146,6 +149,25 @@ def trainer_tally(log: Path) -> str:
     )
 
 
+def await_trainer(trainer: subprocess.Popen, settings: TrainerSettings, update_every: int, timeout: float) -> None:
+    """Wait, at most ``timeout`` seconds, until the trainer has trained a candidate on every ``update_every``
+    transitions of the replay (fewer than that left past its committed offsets), so that stopping it loses none
+    of the loop's candidates; a trainer that started late on a loaded machine is still reading then."""
+    deadline = time.monotonic() + timeout
+    told = -1
+    while trainer.poll() is None:
+        left = asyncio.run(untrained_transitions(settings, PARTITIONS))
+        if left < update_every:
+            return
+        if time.monotonic() > deadline:
+            print(f"warning: the trainer is stopped with {left} transitions it has not trained on ({timeout:.0f} s)")
+            return
+        if left != told:
+            print(f"trainer: {left} transitions of the replay not yet trained on; waiting", flush=True)
+            told = left
+        time.sleep(1.0)
+
+
 class _LeaderElection(logging.Filter):
     """Drops aiokafka's "Failed fetch offsets ... NotLeaderForPartitionError": the closed loop's first offset
     look-up on a topic created a moment ago, which the fetcher retries by itself; other errors pass."""
@@ -175,7 +197,7 @@ def run(args: argparse.Namespace) -> int:
         if trace.resources
         else prepare_series(trace.values, trace.name, trace.context, trace.context_names)
     )
-    _, model, trained = cached_model(trace, series, config_from_args(args))
+    artifact, model, trained = cached_model(trace, series, config_from_args(args))
     print(f"model: {'trained and cached in' if trained else 'cached'} {model}", flush=True)
     workload = _workload(trace, args.services, args.ticks, args.seed)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -211,6 +233,8 @@ def run(args: argparse.Namespace) -> int:
         trainer = stack.enter_context(_child(["trainer", *common], args.out / "trainer.log"))
         print(f"topics {prefix}.*: worker pid {worker.pid}, trainer pid {trainer.pid} (logs in {args.out})", flush=True)
         record = play_closed_loop(bootstrap, prefix, workload, action_timeout=120.0)
+        settings = TrainerSettings(bootstrap, prefix)
+        await_trainer(trainer, settings, artifact.config.online.n_update, TRAINER_CATCH_UP_SECONDS)
         for name, process in (("worker", worker), ("trainer", trainer)):
             if process.poll() is not None:
                 print(f"warning: the {name} exited early (code {process.returncode}); see {args.out / (name + '.log')}")

@@ -9,14 +9,16 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
-from aiokafka import TopicPartition
+from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from picrl_core.artifact import ModelArtifact
 from picrl_core.config import PolicyConfig
 from picrl_core.policy import N_FEATURES, PolicyNetwork
-from stream.records import PolicyVersion
-from stream.trainer import PolicyTrainer, TrainerSettings, policy_kl
+from stream.records import PolicyVersion, decode_transition
+from stream.topics import TopicNames, ensure_topics, topic_specs
+from stream.trainer import PolicyTrainer, TrainerSettings, is_held_out, policy_kl, untrained_transitions
 from tests.stream.test_policy_versions import _transitions
+from tests.support.kafka import produce, unique
 
 
 def test_the_kl_to_the_published_version_is_zero_for_a_copy_and_grows_with_the_shift() -> None:
@@ -101,3 +103,31 @@ def test_a_skipped_candidate_commits_the_offsets_it_trained_on(
     assert asyncio.run(trainer.run()) == []
     assert trainer.skipped == 4 and replay.commits == [40, 80, 120, 160]
     assert trainer.metrics.skipped._value.get() == 4
+
+
+def test_untrained_transitions_counts_the_training_ones_past_the_trainers_commit(kafka_bootstrap: str) -> None:
+    """What `picrl up` waits on before it stops the trainer: held-out transitions never train, so they do not
+    count, and nothing before the group's committed offset counts."""
+    prefix = unique("untrained")
+    asyncio.run(ensure_topics(kafka_bootstrap, topic_specs(prefix, 1)))
+    settings = TrainerSettings(kafka_bootstrap, prefix, group_id=unique("trainer"))
+    messages = _transitions(0, 30, np.random.default_rng(0))
+    produce(kafka_bootstrap, TopicNames(prefix).replay, messages)
+    training = [not is_held_out(decode_transition(value), settings.holdout_every) for _, value in messages]
+    assert 0 < sum(training) < 30
+    assert asyncio.run(untrained_transitions(settings, 1)) == sum(training)  # before the group's first commit
+
+    async def commit(offset: int) -> None:
+        consumer = AIOKafkaConsumer(bootstrap_servers=kafka_bootstrap, group_id=settings.group_id)
+        await consumer.start()
+        try:
+            partition = TopicPartition(TopicNames(prefix).replay, 0)
+            consumer.assign([partition])
+            await consumer.commit({partition: offset})
+        finally:
+            await consumer.stop()
+
+    asyncio.run(commit(10))
+    assert asyncio.run(untrained_transitions(settings, 1)) == sum(training[10:])
+    asyncio.run(commit(30))
+    assert asyncio.run(untrained_transitions(settings, 1)) == 0
