@@ -22,7 +22,8 @@ from picrl.commands.bus import (
 from picrl.settings import Settings
 from picrl_core.artifact import load_artifact
 from stream.topics import cluster_brokers, ensure_topics, topic_specs
-from stream.trainer import PolicyTrainer, Published, TrainerSettings
+from stream.trainer import PolicyTrainer, Published
+from stream.trainer_replay import TrainerSettings
 
 log = logging.getLogger("picrl.trainer")
 

@@ -31,7 +31,7 @@ from picrl.workloads import copies_of, resource_fleet_of
 from picrl_core.series import prepare_series
 from producers.workload import Workload
 from stream.topics import cluster_brokers, ensure_topics, topic_specs
-from stream.trainer import TrainerSettings, untrained_transitions
+from stream.trainer_replay import TrainerSettings, untrained_transitions
 
 PARTITIONS = 4
 TRAINER_CATCH_UP_SECONDS = 120.0  # longest wait, after the loop, for the trainer to train on the loop's replay

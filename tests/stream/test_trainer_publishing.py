@@ -16,7 +16,8 @@ from picrl_core.config import PolicyConfig
 from picrl_core.policy import N_FEATURES, PolicyNetwork
 from stream.records import PolicyVersion, decode_transition
 from stream.topics import TopicNames, ensure_topics, topic_specs
-from stream.trainer import PolicyTrainer, TrainerSettings, is_held_out, policy_kl, untrained_transitions
+from stream.trainer import PolicyTrainer, policy_kl
+from stream.trainer_replay import TrainerSettings, is_held_out, untrained_transitions
 from tests.stream.test_policy_versions import _transitions
 from tests.support.kafka import produce, unique
 
@@ -118,7 +119,9 @@ def test_untrained_transitions_counts_the_training_ones_past_the_trainers_commit
     assert asyncio.run(untrained_transitions(settings, 1)) == sum(training)  # before the group's first commit
 
     async def commit(offset: int) -> None:
-        consumer = AIOKafkaConsumer(bootstrap_servers=kafka_bootstrap, group_id=settings.group_id)
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=kafka_bootstrap, group_id=settings.group_id, enable_auto_commit=False
+        )  # an auto-commit on stop would commit the position the assignment set, over this one
         await consumer.start()
         try:
             partition = TopicPartition(TopicNames(prefix).replay, 0)
