@@ -18,7 +18,16 @@ from picrl.commands.source import load_trace
 from picrl.comparison.figures import plot_ablation_bars, plot_cumulative_regret, plot_resources, plot_trajectories
 from picrl.comparison.growth_table import growth_means, markdown_growth, write_growth_csv
 from picrl.comparison.recommendation import cached_summaries, markdown_recommendation, recommend
-from picrl.comparison.runner import FULL, PROTOCOLS, QUICK, CellCache, CellResult, run_comparison, test_series
+from picrl.comparison.runner import (
+    FULL,
+    PROTOCOLS,
+    QUICK,
+    CellCache,
+    CellResult,
+    run_comparison,
+    scored_demand,
+    test_series,
+)
 from picrl.comparison.tables import (
     full_information_pairs,
     idle_shares,
@@ -302,7 +311,7 @@ def run(args: argparse.Namespace) -> int:
         print("Table 3: ablations (ΔMAE relative to PIC-RL Full)\n")
         print(table3)
     written += _growth_outputs(results, methods, args.out)
-    demands = {name: s.test if s.services == 1 else s.by_service("test").T for name, s in series.items()}
+    demands = {name: scored_demand(traces[name], s, budget, args.protocol) for name, s in series.items()}
     multi = [n for n in datasets if series[n].resources]
     sections = []
     for name in multi:

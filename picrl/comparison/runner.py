@@ -133,6 +133,16 @@ def native_test(trace: Trace, budget: Budget) -> np.ndarray:
     return test if budget.test_ticks is None else test[: budget.test_ticks]
 
 
+def scored_demand(trace: Trace, series: PreparedSeries, budget: Budget, protocol: Protocol) -> np.ndarray:
+    """The test demand a dataset's cells are scored on, ``(T,)`` or ``(T, N)`` for a fleet: the scaled test split,
+    clipped to the training range, or under the growth protocol unclipped in units of the training range
+    (``(x - L) / (H - L)``, as :func:`~picrl_core.methods.evaluation.growth_episode` scores it)."""
+    if protocol != "growth" or trace.resources:
+        return series.test if series.services == 1 else series.by_service("test").T
+    demand = (native_test(trace, budget) - series.scaler.low) / (series.scaler.high - series.scaler.low)
+    return demand[:, 0] if series.services == 1 else demand
+
+
 def _core_digest() -> str:
     """Digest of the algorithm's source: a cached cell is reused only while ``picrl_core`` is unchanged."""
     digest = hashlib.sha256()

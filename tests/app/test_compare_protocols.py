@@ -79,3 +79,17 @@ def test_the_growth_protocol_reports_native_and_growth_metrics(
     with (tmp_path / "out" / "growth.csv").open() as handle:
         rows = list(csv.DictReader(handle))
     assert {r["method"] for r in rows} == set(METHODS)
+
+
+def test_the_figures_read_the_demand_each_protocol_scores(growing: tuple[Path, np.ndarray]) -> None:
+    """Under growth the trajectories and cumulative regret are drawn against the unclipped demand in units of the
+    training range, the demand the cells' regret is scored on; clipped, against the paper's clipped split."""
+    _, values = growing
+    trace = Trace("growing", values, None, (), 60.0, "", "test")
+    series = runner.test_series(trace, QUICK)
+    growth = runner.scored_demand(trace, series, QUICK, "growth")
+    clipped = runner.scored_demand(trace, series, QUICK, "clipped")
+    low, high = values[:360].min(), values[:360].max()
+    np.testing.assert_allclose(growth, (native_test(trace, QUICK)[:, 0] - low) / (high - low), rtol=1e-12)
+    assert growth.shape == clipped.shape and growth.max() > 1.5 and clipped.max() <= 1.0
+    np.testing.assert_allclose(np.clip(growth, 0.0, 1.0), clipped, atol=1e-6)
