@@ -47,8 +47,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "closed-loop environment over Kafka on the trace's test split for --services shifted and scaled "
         "copies. Shows live progress (ticks, censoring rate, policy version), prints MAE and regret and "
         "writes metrics.json, ticks.csv, closed_loop.png and the processes' logs to --out. After the loop it "
-        "waits, at most 120 s, until the trainer has trained on the loop's replay; everything "
-        "it started is stopped then, or on Ctrl-C. With --resources gpu_mem,gpu_compute it plays "
+        f"waits, at most {TRAINER_CATCH_UP_SECONDS:.0f} s, until the trainer has trained on the loop's replay; "
+        "everything it started is stopped then, or on Ctrl-C. With --resources gpu_mem,gpu_compute it plays "
         "the GenAI pods provisioned on GPU memory and GPU compute at once (dataset pods-2r): the "
         "worker decides both capacities of a pod together, a memory shortage censors its compute too, "
         "and the report adds per-resource metrics and resources.png.",
@@ -160,7 +160,7 @@ def await_trainer(trainer: subprocess.Popen, settings: TrainerSettings, update_e
         if left < update_every:
             return
         if time.monotonic() > deadline:
-            print(f"warning: the trainer is stopped with {left} transitions it has not trained on ({timeout:.0f} s)")
+            print(f"warning: stopping the trainer after {timeout:.0f} s of waiting, {left} transitions not trained on")
             return
         if left != told:
             print(f"trainer: {left} transitions of the replay not yet trained on; waiting", flush=True)
