@@ -23,10 +23,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError, NodeNotReadyError
 
@@ -281,6 +282,20 @@ async def committed_offsets(admin: AIOKafkaAdminClient, group: str, topic: str) 
     return {tp.partition: max(0, meta.offset) for tp, meta in offsets.items() if tp.topic == topic}
 
 
+async def records_up_to(
+    consumer: AIOKafkaConsumer, tp: TopicPartition, start: int, end: int, deadline: float, timeout: float
+) -> AsyncIterator[ConsumerRecord]:
+    """The records of ``tp``, assigned to ``consumer``, from offset ``start`` until its position reaches ``end`` (the
+    last stable offset, under ``read_committed``); ``TimeoutError`` past ``deadline`` (``timeout`` s after the read
+    began)."""
+    consumer.seek(tp, start)
+    while await consumer.position(tp) < end:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{tp.topic}[{tp.partition}] not read to its end ({end}) within {timeout:.0f} s")
+        for message in (await consumer.getmany(tp, timeout_ms=500, max_records=10_000)).get(tp, []):
+            yield message
+
+
 async def read_partition(
     bootstrap: str, topic: str, partition: int, timeout: float = 60.0
 ) -> tuple[dict[bytes, bytes | None], int]:
@@ -302,13 +317,8 @@ async def read_partition(
         # A position set here, not a reset requested: a reset to the start asked for after the assignment's own
         # reset (to the end, while the offsets above were asked for) left the position at the end, and nothing
         # was read (every row reload came back empty).
-        consumer.seek(tp, start)
-        deadline = time.monotonic() + timeout
-        while await consumer.position(tp) < end:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{topic}[{partition}] not read to its end ({end}) within {timeout:.0f} s")
-            for message in (await consumer.getmany(tp, timeout_ms=500, max_records=10_000)).get(tp, []):
-                latest[message.key] = message.value
+        async for message in records_up_to(consumer, tp, start, end, time.monotonic() + timeout, timeout):
+            latest[message.key] = message.value
     finally:
         await consumer.stop()
     return latest, end

@@ -11,7 +11,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 
 from picrl_core.noise import service_key
 from stream.records import DecodeError, TransitionRecord, decode_transition
-from stream.topics import TopicNames, committed_offsets
+from stream.topics import TopicNames, committed_offsets, records_up_to
 
 
 @dataclass(frozen=True)
@@ -73,15 +73,12 @@ async def untrained_transitions(settings: TrainerSettings, partitions: int, time
         ends = await consumer.end_offsets(assigned)
         deadline = time.monotonic() + timeout
         for tp in assigned:
-            consumer.seek(tp, max(committed.get(tp.partition, 0), starts[tp]))
-            while await consumer.position(tp) < ends[tp]:
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"{topic}[{tp.partition}] not read to {ends[tp]} within {timeout:.0f} s")
-                for message in (await consumer.getmany(tp, timeout_ms=500, max_records=10_000)).get(tp, []):
-                    try:
-                        left += not is_held_out(decode_transition(message.value), settings.holdout_every)
-                    except DecodeError:
-                        continue  # the trainer refuses it too
+            start = max(committed.get(tp.partition, 0), starts[tp])
+            async for message in records_up_to(consumer, tp, start, ends[tp], deadline, timeout):
+                try:
+                    left += not is_held_out(decode_transition(message.value), settings.holdout_every)
+                except DecodeError:
+                    continue  # the trainer refuses it too
     finally:
         await consumer.stop()
     return left
