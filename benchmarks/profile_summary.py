@@ -24,7 +24,7 @@ COMPONENTS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("decision engine (rows, records)", ("stream/decisions.py",)),
     ("decoding usage records", ("decode_batch", "stream/intake.py")),
     ("encoding outputs (orjson records)", ("to_bytes (stream/records.py",)),
-    ("metrics and recent decisions", ("_observe (stream/worker.py",)),
+    ("metrics and recent decisions", ("observe (stream/observer.py",)),
     ("table writes (changelog)", ("faust/tables/",)),
     ("taking and acknowledging batches", ("stream/take.py",)),
     ("producer sends (aiokafka)", ("aiokafka/producer",)),

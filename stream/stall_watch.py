@@ -6,7 +6,7 @@ committed, the committed offset unmoved for ``timeout`` seconds outside rebalanc
 stopped it (a partition left paused, records the fetcher skipped so that Faust never commits the partition
 again, a stream not resumed after a recovery), the worker rejoins its group, and the rebalance starts the
 partition again from its committed offset: Faust seeks there, the restored rows are checked against it, and
-the records are decided again (``StreamWorker._watch_partitions``)."""
+the records are decided again (``RebalanceGuard.watch_partitions``)."""
 
 from __future__ import annotations
 

@@ -76,6 +76,28 @@ def _as_transition(records: list[TransitionRecord]) -> Transition:
     )
 
 
+@dataclass
+class _Lineage:
+    """The version the trainer goes on from, its learner, and the parent the next candidate is scored against
+    (a copy of the weights last published or adopted)."""
+
+    version: int
+    learner: SlowPolicyLearner
+    parent: PolicyNetwork
+
+
+@dataclass(frozen=True)
+class _Candidate:
+    """A slow update's acting policy, scored: KL to the parent and off-policy scores on the held-out
+    transitions, the transitions the learner has seen, and when its update started (``time.monotonic``)."""
+
+    kl: float
+    score: float
+    parent_score: float
+    transitions_seen: int
+    started: float
+
+
 class PolicyTrainer:
     """Replay consumer, slow learner and policy publisher."""
 
@@ -106,12 +128,13 @@ class PolicyTrainer:
         self._stop.set()
 
     async def run(self) -> list[Published]:
-        """Train and publish until stopped or ``max_updates`` versions are out."""
-        settings = self.settings
+        """Train and publish until stopped or ``max_updates`` versions are out, in stages: read the replay topic
+        (:meth:`_fetch`), keep the transitions (:meth:`_keep`), and every ``update_every`` training transitions
+        train a candidate (:meth:`_candidate`) and publish or skip it (:meth:`_publish_or_skip`)."""
         consumer = AIOKafkaConsumer(
             self.topics.replay,
-            bootstrap_servers=settings.bootstrap,
-            group_id=settings.group_id,
+            bootstrap_servers=self.settings.bootstrap,
+            group_id=self.settings.group_id,
             enable_auto_commit=False,
             auto_offset_reset="earliest",
             isolation_level="read_committed",
@@ -119,76 +142,102 @@ class PolicyTrainer:
         try:
             version, policy = await self._latest()
             parent = copy.deepcopy(policy)
-            learner = SlowPolicyLearner(policy, self.artifact.value, self.artifact.config)
+            lineage = _Lineage(version, SlowPolicyLearner(policy, self.artifact.value, self.artifact.config), parent)
             await consumer.start()
             since_update = 0
             while not self._stop.is_set():
-                batches = await consumer.getmany(timeout_ms=500, max_records=2_000)
-                if self.resumed_from is None and consumer.assignment():
-                    self.resumed_from = {
-                        tp.partition: await consumer.committed(tp) for tp in sorted(consumer.assignment())
-                    }
-                    if self.on_resume is not None:
-                        self.on_resume(self.resumed_from)
-                records = [record for messages in batches.values() for record in self._decode(messages)]
-                self.metrics.transitions.inc(len(records))
-                if records:
-                    held = [is_held_out(r, settings.holdout_every) for r in records]
-                    train = [r for r, h in zip(records, held) if not h]
-                    validation = [r for r, h in zip(records, held) if h]
-                    if train:
-                        self.buffer.add(_as_transition(train))
-                        since_update += len(train)
-                    if validation:
-                        self.holdout.add(_as_transition(validation))
-                if since_update >= self.update_every and len(self.holdout) > 0:
-                    started = time.monotonic()
-                    stats = learner.update(self.buffer)
-                    held_out = self.holdout.contents()
-                    since_update = 0
-                    kl = policy_kl(learner.acting, parent, held_out["features"])
-                    score, parent_score = off_policy_score(learner.acting, held_out), off_policy_score(parent, held_out)
-                    if kl < settings.min_kl or score <= parent_score:
-                        await consumer.commit()
-                        self.skipped += 1
-                        self.metrics.skipped.inc()
-                        log.info(
-                            "skipped a candidate for policy %s after version %d (%d skipped): KL %.2g to it (publish "
-                            "from %.2g), held-out score %.6g against its %.6g",
-                            settings.policy_name,
-                            version,
-                            self.skipped,
-                            kl,
-                            settings.min_kl,
-                            score,
-                            parent_score,
-                        )
-                        continue
-                    record = PolicyVersion(
-                        settings.policy_name,
-                        version + 1,
-                        version,
-                        kl,
-                        score,
-                        time.time(),
-                        policy_to_bytes(learner.acting),
-                        parent_score=parent_score,
-                    )
-                    newest = await self._publish(record)
-                    await consumer.commit()
-                    if newest is not record:
-                        version, learner = self._continue_from(newest, learner)
-                        parent = copy.deepcopy(learner.acting)
-                        continue
-                    version += 1
-                    parent = copy.deepcopy(learner.acting)
-                    self._record(record, stats.transitions_seen)
-                    self.metrics.update_seconds.observe(time.monotonic() - started)
-                    if settings.max_updates is not None and len(self.published) >= settings.max_updates:
-                        break
+                since_update += self._keep(await self._fetch(consumer))
+                if since_update < self.update_every or len(self.holdout) == 0:
+                    continue
+                since_update = 0
+                if await self._publish_or_skip(self._candidate(lineage), lineage, consumer) and self._enough():
+                    break
         finally:
             await consumer.stop()
         return self.published
+
+    async def _fetch(self, consumer: AIOKafkaConsumer) -> list[TransitionRecord]:
+        """The next transitions on the replay topic (up to 2,000, waiting up to 0.5 s); on the first assignment
+        the committed offsets it resumes from are noted (:attr:`resumed_from`, ``on_resume``)."""
+        batches = await consumer.getmany(timeout_ms=500, max_records=2_000)
+        if self.resumed_from is None and consumer.assignment():
+            self.resumed_from = {tp.partition: await consumer.committed(tp) for tp in sorted(consumer.assignment())}
+            if self.on_resume is not None:
+                self.on_resume(self.resumed_from)
+        records = [record for messages in batches.values() for record in self._decode(messages)]
+        self.metrics.transitions.inc(len(records))
+        return records
+
+    def _keep(self, records: list[TransitionRecord]) -> int:
+        """Add ``records`` to the replay buffer, the held-out ones (every ``holdout_every``-th) to the
+        validation buffer; returns how many went to training."""
+        held = [is_held_out(r, self.settings.holdout_every) for r in records]
+        train = [r for r, h in zip(records, held) if not h]
+        validation = [r for r, h in zip(records, held) if h]
+        if train:
+            self.buffer.add(_as_transition(train))
+        if validation:
+            self.holdout.add(_as_transition(validation))
+        return len(train)
+
+    def _candidate(self, lineage: _Lineage) -> _Candidate:
+        """One slow update of the learner on the replay buffer, scored next to the parent on the held-out
+        transitions (its KL to the parent and both off-policy scores)."""
+        started = time.monotonic()
+        stats = lineage.learner.update(self.buffer)
+        held_out = self.holdout.contents()
+        acting = lineage.learner.acting
+        kl = policy_kl(acting, lineage.parent, held_out["features"])
+        score, parent_score = off_policy_score(acting, held_out), off_policy_score(lineage.parent, held_out)
+        return _Candidate(kl, score, parent_score, stats.transitions_seen, started)
+
+    async def _publish_or_skip(self, candidate: _Candidate, lineage: _Lineage, consumer: AIOKafkaConsumer) -> bool:
+        """Publish ``candidate`` as the next version when it differs from its parent (KL at least ``min_kl``) and
+        scores better, else skip it; the replay offsets are committed either way. Returns whether it was
+        published (not when another writer published since the lineage's version: the lineage continues from
+        theirs)."""
+        settings = self.settings
+        if candidate.kl < settings.min_kl or candidate.score <= candidate.parent_score:
+            await consumer.commit()
+            self.skipped += 1
+            self.metrics.skipped.inc()
+            log.info(
+                "skipped a candidate for policy %s after version %d (%d skipped): KL %.2g to it (publish "
+                "from %.2g), held-out score %.6g against its %.6g",
+                settings.policy_name,
+                lineage.version,
+                self.skipped,
+                candidate.kl,
+                settings.min_kl,
+                candidate.score,
+                candidate.parent_score,
+            )
+            return False
+        record = PolicyVersion(
+            settings.policy_name,
+            lineage.version + 1,
+            lineage.version,
+            candidate.kl,
+            candidate.score,
+            time.time(),
+            policy_to_bytes(lineage.learner.acting),
+            parent_score=candidate.parent_score,
+        )
+        newest = await self._publish(record)
+        await consumer.commit()
+        if newest is not record:
+            lineage.version, lineage.learner = self._continue_from(newest, lineage.learner)
+            lineage.parent = copy.deepcopy(lineage.learner.acting)
+            return False
+        lineage.version += 1
+        lineage.parent = copy.deepcopy(lineage.learner.acting)
+        self._record(record, candidate.transitions_seen)
+        self.metrics.update_seconds.observe(time.monotonic() - candidate.started)
+        return True
+
+    def _enough(self) -> bool:
+        """Whether ``max_updates`` versions are out."""
+        return self.settings.max_updates is not None and len(self.published) >= self.settings.max_updates
 
     async def _publish(self, record: PolicyVersion) -> PolicyVersion:
         """Publish ``record`` if its parent is still the newest version; else (another writer, a rollback,

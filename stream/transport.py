@@ -30,7 +30,7 @@
    (re)started worker waited it before it joined its group.
 
 The consumer can also hold partitions paused, for the worker to refuse a partition whose rows it could
-not restore (``StreamWorker._check_restored_state``).
+not restore (``RebalanceGuard.check_restored_state``).
 
 For throughput (issue 17): the partitions' transactions commit concurrently (:class:`_Producer`), and a
 fetched record reaches the stream without the four tasks Faust made per record when its delivery does not
@@ -253,7 +253,7 @@ class _FreshTransactions(TransactionManager):
         one, and the partition comes back to a worker that can no longer send or commit in it (its agent
         crashed on ``ProducerFenced``, its commit timer on ``Not in the middle of a transaction``). A new
         producer aborts what the old one left open; the worker then checks the restored rows against the
-        committed offsets (``StreamWorker._check_restored_state``)."""
+        committed offsets (``RebalanceGuard.check_restored_state``)."""
         await super().on_rebalance(assigned, revoked | assigned, newly_assigned)
 
     async def _stop_transactions(self, tids: Iterable[str]) -> None:

@@ -15,62 +15,57 @@ topic partition (stream/outbox.py; Faust would send outputs outside any transact
 #177), and the commit, not the batch, waits for their delivery. Commits run between batches, never within
 one: the agent decides batches while a commit may be under way and queues them (up to ``SEND_AHEAD`` batches'
 worth of events) for a sender task that hands each to the producers between commits and acknowledges its events
-(under ``at_least_once``, once its records are delivered, while the next batches go on). The commits clock
-themselves: one starts as soon as the previous one has ended and something has been acknowledged since (at most
-one per ``commit_interval``), so a transaction holds what arrived while the last one committed, small under a
-light load and large under a heavy one, and no queue builds up behind a fixed commit rate; after a rebalance the
-agent gets no record before Faust has seeked to the committed offsets (faust-streaming issue #596), and
-none of a partition whose restored rows fall short of its committed offsets (a watermark row per partition
-says how far they go). Faust's app here (stream/transport.py) restores tables up to the broker's end
+(under ``at_least_once``, once its records are delivered, while the next batches go on). The worker's
+collaborators each hold one concern: the commits clock themselves (stream/commit_clock.py: one starts as soon as
+the previous one has ended and something has been acknowledged since, at most one per ``commit_interval``, so a
+transaction holds what arrived while the last one committed, small under a light load and large under a heavy
+one, and no queue builds up behind a fixed commit rate); the rebalance guard (stream/rebalance_guard.py) keeps
+records out until Faust has seeked to the committed offsets (faust-streaming issue #596), holds a partition whose
+restored rows fall short of its committed offsets (a watermark row per partition says how far they go) and
+rejoins the group for a stalled partition; the observer (stream/observer.py) keeps the metrics and the recent
+decisions. Faust's app here (stream/transport.py) restores tables up to the broker's end
 offsets (faust-streaming issue #158), starts fresh transactional producers at every rebalance, and makes a
-worker whose transaction failed (fenced by another) rejoin its group instead of crashing; a worker also rejoins
-when one of its usage partitions has had records waiting and nothing committed for ``stall_timeout`` seconds
-(stream/stall_watch.py).
+worker whose transaction failed (fenced by another) rejoin its group instead of crashing.
 """
 
 from __future__ import annotations
 
 import asyncio
-import gc
 import logging
 import time
-from collections import Counter, OrderedDict, deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
 import faust
-from aiokafka.admin import AIOKafkaAdminClient
-from aiokafka.errors import KafkaError
 from faust.transport.drivers import aiokafka as driver
-from faust.types import TP, EventT
+from faust.types import EventT
 from mode.types.signals import SignalHandlerT
 
 from picrl_core.artifact import ModelArtifact
 from picrl_core.policy import PolicyNetwork
+from stream.commit_clock import CommitClock
 from stream.decisions import BadValue, BatchOutcome, DecisionEngine, EngineSettings, Incoming
+from stream.heap import freeze_heap
 from stream.intake import Letter, Raw, decide, decode_batch
 from stream.metrics import WorkerMetrics
+from stream.observer import BatchObserver
 from stream.outbox import Outbox, ProducerFor, key_partition, send_outbox
 from stream.policy_follower import PolicyFollower, PolicyGate
-from stream.records import Action, ResourceAction
-from stream.stall_watch import StallWatch
+from stream.rebalance_guard import RebalanceGuard
 from stream.state_table import ServiceStateTable
 from stream.take import acknowledge, forget, take_ready
-from stream.topics import Replication, TopicNames, committed_offsets
+from stream.topics import Replication, TopicNames
 from stream.transport import TRANSACTION_ERRORS, HoldingConsumer, RawRecords, WorkerApp
 from stream.views import Health, add_views, service_view
 
 log = logging.getLogger("picrl.worker")
 
 GUARANTEES = ("exactly_once", "at_least_once")
-RECENT_DECISIONS = 10  # last decisions kept per service for /services/<id>
-RECENT_SERVICES = 10_000  # services whose recent decisions are kept (least recently seen dropped)
 OUTPUT_BATCH_BYTES = 512 << 10  # record batch size: a decision batch's records for one topic partition in one or a few
 FAUST_COMMITS_OFF = 1 << 30  # Faust's own periodic commits (seconds, events): the worker commits between batches
 SEND_AHEAD = 8  # the agent waits while this many batch_max's of decided events wait for the sender (a commit runs)
 HEARTBEAT = 0.5  # seconds between heartbeats: the others see a worker leave (a rebalance) this soon
-WATCH_EVERY = 7.5  # seconds between reads of a held partition's rows when the stall watch is off
 
 
 @dataclass(frozen=True)
@@ -124,10 +119,7 @@ class StreamWorker:
         self.settings = settings
         self.topics = TopicNames(settings.prefix)
         self.engine = DecisionEngine(artifact, settings.engine)
-        self.metrics = WorkerMetrics(self.usage_partitions)
-        self.recent: OrderedDict[str, deque[Action | ResourceAction]] = (
-            OrderedDict()
-        )  # last decisions of recently seen services
+        self.observer = BatchObserver(self.usage_partitions)
         gate = PolicyGate(
             artifact.config,
             settings.policy_name,
@@ -177,191 +169,36 @@ class StreamWorker:
         self.app.agent(self.usage, name="decide")(self._decide)
         self._producer_for = ProducerFor(self.app, self.topics.usage)
         self._partitions: dict[str, int] = {}
-        self._batch = asyncio.Lock()  # held while a batch is sent, and while offsets commit
+        self.commits = CommitClock(lambda: self.app.consumer.commit(), settings.commit_interval)
         self._outgoing: asyncio.Queue[PreparedBatch] = asyncio.Queue()  # decided, in order, to be sent
         self._ahead = 0  # events in self._outgoing
         self._room = asyncio.Event()  # set when the sender has taken a batch from self._outgoing
-        self._handled = asyncio.Event()  # set when events were acknowledged since the last commit began
         self._acknowledged: asyncio.Future | None = (
             None  # at_least_once: the last batch's acknowledgement, once delivered
         )
-        self.app.task(self._commit_between_batches)
-        self._stalls = StallWatch(settings.stall_timeout)
-        watch_every = max(1.0, settings.stall_timeout / 4) if settings.stall_timeout > 0 else WATCH_EVERY
-        self.app.timer(watch_every, name="partition-watch")(self._watch_partitions)
+        self.app.task(self.commits.run)
+        self.guard = RebalanceGuard(
+            self.app,
+            self.states,
+            self.metrics,
+            bootstrap=settings.bootstrap,
+            group=settings.app_id,
+            usage=self.topics.usage,
+            partitions=settings.partitions,
+            stall_timeout=settings.stall_timeout,
+            assigned=self.usage_partitions,
+        )
+        self.guard.connect()
+        self.app.on_rebalance_complete.connect(cast(SignalHandlerT, freeze_heap))  # cast: see RebalanceGuard.connect
         self.app.task(self._send_decided)
-        # cast: mode's SignalHandlerT (mypy_extensions' NamedArg for `signal`) matches no handler, not even one of
-        # its own shape; the signal calls each as handler(app, signal=..., **kwargs), which these accept
-        for handler in (self._hold_records_until_seeked, self._check_restored_state, self._freeze_heap):
-            self.app.on_rebalance_complete.connect(cast(SignalHandlerT, handler))
-        self._admin: AIOKafkaAdminClient | None = None  # for the committed offsets (_committed)
-        self.app.on_before_shutdown.connect(cast(SignalHandlerT, self._close_admin))
         self.app.task(self.follower.run)
         if settings.web_port is not None:
             add_views(self.app, self)
 
-    async def _hold_records_until_seeked(self, app: faust.App, **_: object) -> None:
-        """Keep usage records out of the stream until Faust has seeked to the committed offsets.
-
-        After a rebalance Faust resumes the usage partitions, awaits the seek to the committed offsets
-        and only then resumes flow control, which clears the stream queues. Flow control was already on
-        for the table recovery, so records fetched during the seek went into the queues, were cleared,
-        and the seek had reset the read offsets: Faust either committed past them (decisions lost) or
-        never committed that partition again (faust-streaming issue #596; seen here in a take-over of
-        a backlog, tests/stream/test_reliability.py). This signal comes just before the resume: with flow
-        control suspended, the fetcher waits on the first record until the seek is done."""
-        app.flow_control.suspend()
-
-    async def _check_restored_state(self, app: faust.App, **_: object) -> None:
-        """Make sure the rows of every assigned usage partition are its committed state before deciding for it.
-
-        Each batch sets its partitions' watermarks in the transaction that commits their offsets, so once the
-        table is restored a partition's watermark must equal the offset the group committed there
-        (``exactly_once``; at least reach it under ``at_least_once``, whose rows may be delivered before their
-        offsets commit). Where it differs, the rows in memory may not be that state: they hold writes of a
-        transaction that was then aborted (a fenced or restarted producer) or of batches that were sent but not
-        delivered, or they were not restored at all (Faust skipped whole partitions before stream/transport.py,
-        faust-streaming issue #158). Such a partition's rows are read again from the changelog (what it holds
-        is what was delivered); if they still do not reach the committed offset the state is missing, and the partition
-        is held (nothing fetched, decided or committed; logged and counted in ``picrl_partition_state_missing``)
-        until its rows are back (read again every watch round: :meth:`_watch_partitions`) or a later rebalance
-        restores them, rather than deciding for its services as if they were new."""
-        assigned = self.usage_partitions()
-        consumer = cast(HoldingConsumer, app.consumer)
-        consumer.recover()
-        try:
-            missing = await self._unrestored(assigned)
-        except (KafkaError, OSError, TimeoutError) as exc:
-            log.error(
-                "could not check the restored state against the committed offsets (%s: %s): holding usage "
-                "partitions %s and rejoining the group to check again",
-                type(exc).__name__,
-                exc,
-                sorted(assigned),
-            )
-            consumer.hold(TP(self.topics.usage, p) for p in assigned)
-            consumer.rejoin()
-            return
-        for p, (mark, done) in missing.items():
-            log.error(
-                "the state of usage partition %d was not restored (its rows hold events up to offset %d, the "
-                "group committed %d): deciding nothing for it until its rows are back",
-                p,
-                mark,
-                done,
-                extra={"partition": p},
-            )
-        for p in range(self.settings.partitions):
-            self.metrics.state_missing.labels(str(p)).set(int(p in missing))
-        consumer.hold(TP(self.topics.usage, p) for p in missing)
-
-    async def _freeze_heap(self, app: faust.App, **_: object) -> None:
-        """Take what the worker holds after a rebalance out of Python's full garbage collections.
-
-        A full collection walks every container object the process holds: here some 235,000 (Faust, aiokafka,
-        torch, the model), all alive for as long as the worker runs, and it took 120-160 ms, during which
-        nothing is decided (the p99 latency was these stalls). Frozen (``gc.freeze``), they are left out of
-        every later collection, which then walks what the decisions create (~6 ms). Each rebalance first
-        thaws and collects everything once, so cyclic garbage among what was frozen before is freed, not kept."""
-        gc.unfreeze()
-        gc.collect()
-        gc.freeze()
-
-    async def _unrestored(self, assigned: set[int]) -> dict[int, tuple[int, int]]:
-        """The partitions among ``assigned`` whose rows fall short of the group's committed offsets, each with
-        (watermark, committed), after reading again from the changelog the rows of those that differ."""
-        committed = await self._committed()
-        for p in sorted(assigned):
-            mark, done = self.states.watermark(p), committed.get(p, 0)
-            if mark != done:  # behind: not restored; ahead: rows of batches sent but perhaps never delivered
-                log.warning(
-                    "usage partition %d: rows hold events up to offset %d, the group committed %d; reading "
-                    "its rows again from the changelog",
-                    p,
-                    mark,
-                    done,
-                    extra={"partition": p},
-                )
-                await self.states.reload(p)
-        return {
-            p: (self.states.watermark(p), committed[p])
-            for p in assigned
-            if self.states.watermark(p) < committed.get(p, 0)
-        }
-
-    async def _committed(self) -> dict[int, int]:
-        """The offsets the worker's group committed on the usage topic (asked of the broker), through one admin
-        client kept for the worker's life (a new one costs a bootstrap on every rebalance and watch round); after
-        a failure the next call connects afresh."""
-        if self._admin is None:
-            admin = AIOKafkaAdminClient(bootstrap_servers=self.settings.bootstrap)
-            await admin.start()
-            self._admin = admin
-        try:
-            return await committed_offsets(self._admin, self.settings.app_id, self.topics.usage)
-        except BaseException:
-            await self._close_admin()
-            raise
-
-    async def _close_admin(self, *_: object, **__: object) -> None:
-        """Close the admin client of :meth:`_committed` (also when the app stops)."""
-        admin, self._admin = self._admin, None
-        if admin is not None:
-            await admin.close()
-
-    async def _watch_partitions(self) -> None:
-        """Every ``stall_timeout / 4`` seconds (:data:`WATCH_EVERY` with the stall watch off), outside rebalances:
-        read the rows of each held partition again from the changelog and release those that now reach the
-        group's committed offset (rows written back by an operator, or a read that came back short: a held
-        partition waited for the next rebalance before, which a stable group never makes); then rejoin the group
-        when a usage partition of this worker, not held, has stalled (stream/stall_watch.py): records waiting
-        beyond the committed offset, which has not moved for ``stall_timeout`` seconds."""
-        consumer = cast(HoldingConsumer, self.app.consumer)
-        if self.app.rebalancing or consumer.failed is not None:  # a rebalance is under way or asked for
-            self._stalls.reset()
-            return
-        generation = self.app.consumer_generation_id
-        held = {tp.partition for tp in consumer.held}
-        watched = self.usage_partitions() - held if self.settings.stall_timeout > 0 else set()
-        if not held and not watched:
-            return
-        try:
-            committed = await self._committed()
-            ends = await consumer.highwaters(*(TP(self.topics.usage, p) for p in watched)) if watched else {}
-            for p in sorted(held):
-                await self.states.reload(p)
-        except (KafkaError, OSError, TimeoutError) as exc:  # the broker away: the next round asks again
-            log.debug("partition watch: offsets or rows unavailable (%s: %s)", type(exc).__name__, exc)
-            return
-        if self.app.rebalancing or self.app.consumer_generation_id != generation:  # the partitions may have moved
-            self._stalls.reset()
-            return
-        restored = {p for p in held if self.states.watermark(p) >= committed.get(p, 0)}
-        if restored:
-            log.warning(
-                "the rows of usage partitions %s reach the group's committed offsets now (read again from the "
-                "changelog): deciding for them again",
-                sorted(restored),
-                extra={"partition": min(restored)},
-            )
-            consumer.hold(TP(self.topics.usage, p) for p in held - restored)
-            consumer.resume_partitions(TP(self.topics.usage, p) for p in restored)
-            for p in restored:
-                self.metrics.state_missing.labels(str(p)).set(0)
-        stalled = self._stalls.stalled(
-            watched, committed, {tp.partition: end for tp, end in ends.items()}, time.monotonic()
-        )
-        if stalled:
-            log.error(
-                "usage partitions %s have had records waiting and nothing committed for %.0f s: rejoining the "
-                "group, to decide them again from the committed offsets",
-                stalled,
-                self.settings.stall_timeout,
-                extra={"partition": stalled[0]},
-            )
-            self.metrics.stall_rejoins.inc()
-            self._stalls.reset()
-            consumer.rejoin()
+    @property
+    def metrics(self) -> WorkerMetrics:
+        """The worker's Prometheus metrics (``GET /metrics``)."""
+        return self.observer.metrics
 
     def usage_partitions(self) -> set[int]:
         """The usage partitions assigned to this worker now."""
@@ -375,7 +212,7 @@ class StreamWorker:
     def explain(self, service: str) -> dict[str, Any] | None:
         """``GET /services/<id>``: the service's row and last decisions (None: this worker does not hold it)."""
         raw = self.states.get(service.encode())
-        return None if raw is None else service_view(self.engine, service, raw, self.recent.get(service, ()))
+        return None if raw is None else service_view(self.engine, service, raw, self.observer.recent_of(service))
 
     def _adopt(self, policy: PolicyNetwork, version: int) -> None:
         self.engine.set_policy(policy, version)
@@ -415,8 +252,9 @@ class StreamWorker:
         are acknowledged once the batch is delivered (:meth:`_acknowledge_delivered`), without holding up the
         next batch meanwhile. After a failed send the batches still queued are dropped, and so is a batch of events
         fetched before a rebalance that has completed since (its partitions may be another worker's now): the
-        rows they set are read again from the changelog (:meth:`_check_restored_state`, their watermarks being
-        ahead of the committed offsets) and their events are decided again from the committed offsets."""
+        rows they set are read again from the changelog (:meth:`RebalanceGuard.check_restored_state`, their
+        watermarks being ahead of the committed offsets) and their events are decided again from the committed
+        offsets."""
         consumer = cast(HoldingConsumer, self.app.consumer)
         while True:
             batch = await self._outgoing.get()
@@ -427,14 +265,14 @@ class StreamWorker:
                 continue
             deliveries: list[asyncio.Future] = []
             try:
-                async with self._batch:  # no commit while the batch is handed to the producers
+                async with self.commits.batch:  # no commit while the batch is handed to the producers
                     if consumer.failed is None:
                         deliveries = await self.send(batch)
             except TRANSACTION_ERRORS as exc:
                 consumer.transaction_failed(exc)
             if self.app.in_transaction:
                 acknowledge(batch.events)
-                self._handled.set()
+                self.commits.handled()
             else:
                 self._acknowledged = asyncio.ensure_future(
                     self._acknowledge_delivered(batch.events, deliveries, self._acknowledged)
@@ -454,31 +292,7 @@ class StreamWorker:
         if previous is not None:
             await previous
         acknowledge(events)
-        self._handled.set()
-
-    async def _commit_between_batches(self) -> None:
-        """Commit the offsets of the batches handled so far, never in the middle of one, as soon as the previous
-        commit has ended and events were acknowledged since it began (at most once per ``commit_interval``).
-
-        Faust commits on a timer of its own, and under exactly_once a commit ends the open transaction:
-        one landing mid-batch would commit part of the batch's actions and rows with the previous
-        batch's offsets, and a crash before the next commit would decide the rest again on rows that
-        already hold some of it. So Faust's timer is off and this loop takes the batch lock. (Faust still
-        commits itself on rebalance and shutdown, after the streams have acked their events.)
-
-        Self-clocked rather than on a timer: a commit takes longer the busier the worker is (its round trips to
-        the transaction coordinator wait for the batches decided meanwhile: 0.3-1.5 s on a loaded host), and a
-        timer with a send queue of 4 batches capped the events per commit at 4 batches, so a backlog, once formed,
-        stayed (1.1 s behind at 30% of the raw pipe's events/s, docs/performance.md). Here what was decided during
-        one commit goes into the next, up to ``SEND_AHEAD`` batch_max's."""
-        loop = asyncio.get_running_loop()
-        while True:
-            await self._handled.wait()
-            self._handled.clear()
-            began = loop.time()
-            async with self._batch:
-                await self.app.consumer.commit()  # a failed transaction rejoins the group (HoldingConsumer)
-            await asyncio.sleep(self.settings.commit_interval - (loop.time() - began))
+        self.commits.handled()
 
     async def send(self, batch: PreparedBatch) -> list[asyncio.Future]:
         """Hand a prepared batch's records to the producer of each source partition, one record batch per topic
@@ -486,7 +300,14 @@ class StreamWorker:
         (between batches) waits for them and makes them atomic with the input offsets; under ``at_least_once``
         the batch's events are acknowledged once they are done (:meth:`_send_decided`)."""
         deliveries = await send_outbox(batch.outbox, self._producer_for)
-        self._observe(batch.events, batch.incoming, batch.outcome, batch.letters)
+        self.observer.observe(
+            batch.events,
+            batch.incoming,
+            batch.outcome,
+            batch.letters,
+            self.states.services(),
+            self.app.consumer.highwater,
+        )
         return deliveries
 
     async def prepare(self, events: Sequence[EventT]) -> PreparedBatch:
@@ -558,69 +379,3 @@ class StreamWorker:
                 await producer.client._wait_on_metadata(topic)
                 self._partitions[topic] = len(producer.client.cluster.partitions_for_topic(topic))
         return self._partitions
-
-    def _observe(
-        self,
-        events: Sequence[EventT],
-        incoming: list[Incoming | BadValue],
-        outcome: BatchOutcome,
-        letters: list[Letter],
-    ) -> None:
-        """Metrics, recent decisions and logs of one handled batch."""
-        m = self.metrics
-        m.events.inc(len(events))
-        m.censored.inc(sum(isinstance(item, Incoming) and item.event.censored for item in incoming))
-        m.transitions.inc(len(outcome.transitions))
-        m.redelivered.inc(outcome.redelivered)
-        m.services.set(self.states.services())
-        partition_of = {item.service: item.partition for item in incoming}
-        for action in outcome.actions:
-            m.streaks.update(action.service, partition_of[action.service], action.censor_streak)
-            if action.source_produced_at > 0:
-                m.latency.observe(max(0.0, action.decided_at - action.source_produced_at))
-            self._remember(action)
-        for phase, count in Counter(action.phase for action in outcome.actions).items():
-            m.actions.labels(phase).inc(count)
-        for event in events[-1:]:
-            tp = event.message.tp
-            highwater = self.app.consumer.highwater(tp)
-            if highwater is not None:
-                m.lag.labels(str(tp.partition)).set(max(0, highwater - event.message.offset - 1))
-        for change in outcome.ranges:
-            m.range_changes.labels(change.reason).inc()
-            log.warning(
-                "range of %s moved from [%.6g, %.6g] to [%.6g, %.6g] at tick %d (%s)",
-                change.service,
-                change.low,
-                change.high,
-                change.new_low,
-                change.new_high,
-                change.tick,
-                change.reason,
-                extra={"service": change.service, "tick": change.tick, "reason": change.reason},
-            )
-        for letter in letters:
-            dead = letter.record
-            m.dead_letters.labels(dead.reason).inc()
-            context = {"reason": dead.reason, "partition": dead.partition, "offset": dead.offset}
-            if letter.service is not None:
-                context.update(service=letter.service, tick=letter.tick)
-            log.warning(
-                "dead letter (%s) from %s[%d]@%d: %s",
-                dead.reason,
-                dead.topic,
-                dead.partition,
-                dead.offset,
-                dead.detail,
-                extra=context,
-            )
-
-    def _remember(self, action: Action | ResourceAction) -> None:
-        history = self.recent.get(action.service)
-        if history is None:
-            history = self.recent[action.service] = deque(maxlen=RECENT_DECISIONS)
-            if len(self.recent) > RECENT_SERVICES:
-                self.recent.popitem(last=False)
-        else:
-            self.recent.move_to_end(action.service)
-        history.append(action)

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import stream.worker as worker_module
+import stream.observer as observer_module
 from picrl_core.artifact import ModelArtifact
 from picrl_core.controller import Transition
 from picrl_core.online import ReplayBuffer
@@ -75,7 +75,7 @@ def test_replay_buffer_fed_ten_times_its_size_keeps_its_size_and_memory() -> Non
 def test_recent_decisions_are_kept_for_a_bounded_number_of_services(
     tiny_artifact: ModelArtifact, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(worker_module, "RECENT_SERVICES", 100)
+    monkeypatch.setattr(observer_module, "RECENT_SERVICES", 100)
     worker = StreamWorker(WorkerSettings(bootstrap="127.0.0.1:9"), tiny_artifact)  # never started: no broker
     template = decode_action(_action_bytes())
 
@@ -84,12 +84,12 @@ def test_recent_decisions_are_kept_for_a_bounded_number_of_services(
     def feed() -> None:  # the next 100 services, each with more decisions than are kept
         first = 100 * next(rounds)
         for i in range(first, first + 100):
-            for tick in range(worker_module.RECENT_DECISIONS + 5):
-                worker._remember(dataclasses.replace(template, service=f"svc-{i}", tick=tick))
+            for tick in range(observer_module.RECENT_DECISIONS + 5):
+                worker.observer.remember(dataclasses.replace(template, service=f"svc-{i}", tick=tick))
 
     growth = _traced_growth(feed, 9)  # 1,000 services through a bound of 100
-    assert len(worker.recent) == 100 and set(worker.recent) == {f"svc-{i}" for i in range(900, 1000)}
-    assert all(len(history) == worker_module.RECENT_DECISIONS for history in worker.recent.values())
+    assert len(worker.observer.recent) == 100 and set(worker.observer.recent) == {f"svc-{i}" for i in range(900, 1000)}
+    assert all(len(history) == observer_module.RECENT_DECISIONS for history in worker.observer.recent.values())
     assert growth < 64 * KIB, growth
 
 

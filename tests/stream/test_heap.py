@@ -7,6 +7,7 @@ import gc
 import weakref
 
 from picrl_core.artifact import ModelArtifact
+from stream.heap import freeze_heap
 from stream.worker import StreamWorker, WorkerSettings
 
 
@@ -20,12 +21,12 @@ def test_a_rebalance_freezes_what_the_worker_holds_and_frees_cycles_frozen_befor
     node = _Node()
     alive = weakref.ref(node)
     try:
-        asyncio.run(worker._freeze_heap(worker.app))
+        asyncio.run(freeze_heap(worker.app))
         assert gc.get_freeze_count() > 10_000  # the worker's modules, app and model
         del node  # garbage now, but frozen: no collection frees it...
         gc.collect()
         assert alive() is not None
-        asyncio.run(worker._freeze_heap(worker.app))  # ...until the next rebalance thaws and collects
+        asyncio.run(freeze_heap(worker.app))  # ...until the next rebalance thaws and collects
         assert alive() is None
     finally:
         gc.unfreeze()

@@ -1,6 +1,6 @@
 """A usage partition with records waiting and nothing committed for ``stall_timeout`` seconds makes its worker
 rejoin the group (stream/stall_watch.py), and a held partition is released once its rows are back
-(``StreamWorker._watch_partitions``)."""
+(``RebalanceGuard.watch_partitions``)."""
 
 from __future__ import annotations
 
@@ -55,7 +55,7 @@ class Watched:
     def watch_at(self, *times: float) -> None:
         for t in times:
             self.clock.now = t
-            asyncio.run(self.worker._watch_partitions())
+            asyncio.run(self.worker.guard.watch_partitions())
 
     def hold(self, *partitions: int) -> None:
         self.worker.app.consumer.held = frozenset(TP(self.worker.topics.usage, p) for p in partitions)
@@ -81,14 +81,14 @@ def watched(tiny_artifact: ModelArtifact, monkeypatch: pytest.MonkeyPatch) -> Wa
         w.reloads.append(partition)
         return 0
 
-    monkeypatch.setattr(worker, "usage_partitions", lambda: {0, 1})
-    monkeypatch.setattr(worker, "_committed", committed)
+    monkeypatch.setattr(worker.guard, "assigned", lambda: {0, 1})
+    monkeypatch.setattr(worker.guard, "committed", committed)
     monkeypatch.setattr(worker.states, "reload", reload)
     monkeypatch.setattr(consumer, "highwaters", highwaters)
     monkeypatch.setattr(consumer, "rejoin", lambda: w.rejoins.append(w.clock.now))
     monkeypatch.setattr(consumer, "pause_partitions", lambda tps: None)
     monkeypatch.setattr(consumer, "resume_partitions", lambda tps: w.resumed.extend(tp.partition for tp in tps))
-    monkeypatch.setattr("stream.worker.time.monotonic", w.clock)
+    monkeypatch.setattr("stream.rebalance_guard.time.monotonic", w.clock)
     return w
 
 
