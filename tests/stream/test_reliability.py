@@ -20,6 +20,7 @@ import torch
 from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, RecordsToDelete
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+from aiokafka.errors import PolicyViolationError
 
 from picrl.datasets import Trace
 from picrl.kafka import LocalKafka
@@ -188,18 +189,44 @@ def test_a_closed_loop_that_gave_up_resumes_where_the_actions_topic_shows_it_sto
     assert record.duplicate_actions == 0
 
 
-async def _truncate(bootstrap: str, topic: str, partition: int, before: int) -> None:
+async def _truncate(bootstrap: str, topic: str, partition: int, before: int, wait: float = 30.0) -> None:
     """Delete the records of a compacted topic's partition before ``before`` (Kafka deletes records of
-    topics with the delete policy only: the policy is switched for the deletion)."""
+    topics with the delete policy only: the policy is switched for the deletion, then back).
+
+    AlterConfigs answers once the controller has the new policy; the partition's leader applies it a moment
+    later, and refuses the deletion until then (``PolicyViolationError``, seen once under a loaded host). So the
+    deletion waits for the leader: asked again until it is accepted, within ``wait`` seconds."""
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
     await admin.start()
     try:
-        for policy in ("delete", "compact"):
-            await admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, topic, {"cleanup.policy": policy})])
-            if policy == "delete":
+        await _set_cleanup_policy(admin, topic, "delete", wait)
+        deadline = time.monotonic() + wait
+        while True:
+            try:
                 await admin.delete_records({TopicPartition(topic, partition): RecordsToDelete(before)})
+                break
+            except PolicyViolationError:
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.1)
+        await _set_cleanup_policy(admin, topic, "compact", wait)
     finally:
         await admin.close()
+
+
+async def _set_cleanup_policy(admin: AIOKafkaAdminClient, topic: str, policy: str, wait: float) -> None:
+    """Set ``topic``'s ``cleanup.policy`` and wait until the broker describes it so."""
+    resource = ConfigResource(ConfigResourceType.TOPIC, topic)
+    await admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, topic, {"cleanup.policy": policy})])
+    deadline = time.monotonic() + wait
+    while True:
+        (response,) = await admin.describe_configs([resource])
+        configs = {entry[0]: entry[1] for described in response.resources for entry in described[4]}
+        if configs.get("cleanup.policy") == policy:
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{topic}'s cleanup.policy is still {configs.get('cleanup.policy')}, not {policy}")
+        await asyncio.sleep(0.1)
 
 
 def test_a_worker_that_cannot_restore_a_partitions_rows_holds_it_until_they_are_back(
@@ -473,16 +500,25 @@ def test_trainer_versions_reach_the_actions_and_workers_keep_the_last_while_the_
     seen: dict[str, int] = {}
     scraped: list[str] = []
 
+    def hold_until(logged: Callable[[str], bool]) -> None:
+        """Hold the loop's clock (at most 90 s) until the trainers' log says ``logged``: a loaded host may take
+        half a minute to start a trainer, longer than any fixed pause between ticks."""
+        deadline = time.monotonic() + 90
+        while not logged(log.read_text()) and time.monotonic() < deadline:
+            time.sleep(0.2)
+
     def on_tick(summary: TickSummary) -> None:
+        if summary.tick == WINDOW:  # the first transitions come now: the trainer reads the replay from here on
+            hold_until(lambda text: "resuming replay at" in text)
         if summary.tick == down:
+            # a version out before the stop (the workers keep it), its replay offsets committed (resumed from)
+            hold_until(lambda text: "published policy" in text)
             scraped.append(str(http_get(metrics_port, "/metrics")[1]))  # the running trainer's endpoint
             stop(trainers[0])  # SIGTERM: the trainer stops between updates
             seen["version_at_stop"] = summary.policy_version
         elif summary.tick == back:
             trainers.append(spawn(trainer_args, log))
-            deadline = time.monotonic() + 90  # hold the cluster's clock until the trainer is back
-            while log.read_text().count("resuming replay at") < 2 and time.monotonic() < deadline:
-                time.sleep(0.2)
+            hold_until(lambda text: text.count("resuming replay at") >= 2)  # until the trainer is back
             seen["published_at_restart"] = log.read_text().count("published policy")
         published = log.read_text().count("published policy")
         if (WINDOW <= summary.tick < down and published == 0) or published == seen.get("published_at_restart", -1):
