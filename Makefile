@@ -23,6 +23,7 @@ up: setup
 # missing and apt-get can run (root); elsewhere those tests skip, and fail under CI=true.
 prometheus:
 	@command -v prometheus >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+		echo "installing Debian's prometheus package (apt-get, as root) for the alert-rule and scrape tests" && \
 		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus >/dev/null) \
 		|| echo "note: prometheus not installed; its tests skip (and fail with CI=true)"; }
 

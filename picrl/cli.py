@@ -37,10 +37,30 @@ def chosen_command(argv: Sequence[str]) -> str | None:
     return next((word for word in argv if not word.startswith("-")), None)
 
 
+def innermost_parser(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argparse.ArgumentParser:
+    """The parser of the deepest sub-command named in ``argv`` (``parser`` itself when none is)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            chosen = next((word for word in argv if word in action.choices), None)
+            if chosen is not None:
+                return innermost_parser(action.choices[chosen], argv[list(argv).index(chosen) + 1 :])
+    return parser
+
+
+def parse(argv: Sequence[str]) -> argparse.Namespace:
+    """The parsed arguments; an unknown option is reported with the usage of the sub-command it was given to
+    (argparse's sub-parsers leave unknown options to the top-level parser, which would print its own usage)."""
+    chosen = chosen_command(argv)
+    parser = build_parser([] if chosen is None else [chosen])
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        innermost_parser(parser, argv).error(f"unrecognized arguments: {' '.join(unknown)}")
+    return args
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    chosen = chosen_command(argv)
-    args = build_parser([] if chosen is None else [chosen]).parse_args(argv)
+    args = parse(argv)
     try:
         return int(args.handler(args) or 0)
     except UserError as exc:

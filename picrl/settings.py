@@ -115,8 +115,8 @@ SPECS: dict[str, Spec] = {
     ),
     "bootstrap_timeout": Spec(
         _positive,
-        120.0,
-        "seconds a starting worker, trainer or producer waits for Kafka to answer before it exits with an error",
+        15.0,
+        "seconds a command that needs Kafka waits for it to answer before it exits with an error (code 2)",
     ),
     "replication_factor": Spec(
         _optional(_positive_int), None, "replicas of each topic picrl or Faust creates (none: min(3, live brokers))"

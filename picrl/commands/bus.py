@@ -6,6 +6,7 @@ import argparse
 import json
 import logging
 import logging.config
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -40,7 +41,7 @@ def add_bus_arguments(parser: argparse.ArgumentParser, *, partitions: bool = Tru
         "--bootstrap-timeout",
         type=float,
         metavar="SECONDS",
-        help="seconds to wait for Kafka to answer at start before exiting with an error (default 120)",
+        help="seconds to wait for Kafka to answer at start before exiting with an error, code 2 (default 15)",
     )
     group.add_argument("--settings", type=Path, metavar="FILE", help="JSON settings file (default $PICRL_SETTINGS)")
 
@@ -83,14 +84,22 @@ class KafkaUnreachable(ConnectionError):
     """No node of the bootstrap list answered within the bootstrap timeout."""
 
 
-def wait_for_kafka(bootstrap: str, timeout: float) -> None:
+FIRST_PROBE = 1.0  # seconds the first metadata request may take before the command says it waits
+
+
+def wait_for_kafka(bootstrap: str, timeout: float, say: Callable[[str], None] | None = None) -> None:
     """Return once a node of ``bootstrap`` answers a metadata request; raise :class:`KafkaUnreachable` after
-    ``timeout`` seconds. While it waits it logs one line, at info: a worker started beside a broker that is
-    still starting (a supervisor restarting both) waits for it."""
+    ``timeout`` seconds. When the first request (at most :data:`FIRST_PROBE` s) gets no answer it says at once,
+    in one line, where and how long it waits: through ``say`` (a command's own output), else logged as a warning
+    (a worker or trainer started beside a broker that is still starting waits for it)."""
     deadline = time.monotonic() + timeout
-    if answers_metadata(bootstrap, min(2.0, timeout)):
+    if answers_metadata(bootstrap, min(FIRST_PROBE, timeout)):
         return
-    log.info("Kafka at %s does not answer yet; waiting up to %g s (bootstrap_timeout)", bootstrap, timeout)
+    line = f"Kafka at {bootstrap} does not answer yet; waiting up to {timeout:g} s (--bootstrap-timeout sets the wait)"
+    if say is None:
+        log.warning("%s", line)
+    else:
+        say(line)
     while (left := deadline - time.monotonic()) > 0:
         time.sleep(min(1.0, left))
         if answers_metadata(bootstrap, max(0.1, min(2.0, deadline - time.monotonic()))):
@@ -101,11 +110,13 @@ def wait_for_kafka(bootstrap: str, timeout: float) -> None:
     )
 
 
-def reachable_bootstrap(settings: Settings) -> str:
+def reachable_bootstrap(settings: Settings, command: str | None = None) -> str:
     """The settings' bootstrap address (else the local broker's), once Kafka answers there (:func:`wait_for_kafka`
-    with the ``bootstrap_timeout`` setting)."""
+    with the ``bootstrap_timeout`` setting). A ``command`` (``picrl <command>``) says that it waits on stderr; a
+    process that logs (no ``command``) logs it."""
     bootstrap = bootstrap_or_local(settings["bootstrap"])
-    wait_for_kafka(bootstrap, settings["bootstrap_timeout"])
+    say = None if command is None else (lambda line: print(f"picrl {command}: {line}", file=sys.stderr, flush=True))
+    wait_for_kafka(bootstrap, settings["bootstrap_timeout"], say)
     return bootstrap
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from picrl.commands.source import add_trace_arguments, cached_model, config_from_args, load_series
+from picrl.commands.source import add_trace_arguments, cached_model, config_from_args, load_series, model_folder
 from picrl.progress import progress_bar
 from picrl.reports.figures import plot_phase3, plot_training
 from picrl_core.artifact import load_artifact
@@ -28,7 +28,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "Writes metrics.json, trajectory.csv and phase3.png (and training.png) to --out.",
     )
     add_trace_arguments(parser)
-    parser.add_argument("--model", type=Path, help="a model folder from `picrl train` (default: train and cache)")
+    parser.add_argument(
+        "--model", type=model_folder, help="a model folder from `picrl train` (default: train and cache)"
+    )
     parser.add_argument("--cache", type=Path, default=None, help="model cache folder (default ~/.cache/picrl)")
     parser.add_argument("--no-slow-updates", action="store_true", help="keep the pretrained policy fixed online")
     parser.add_argument("--out", type=Path, required=True, help="folder for metrics and figures")
@@ -36,10 +38,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    given = load_artifact(args.model) if args.model else None  # a bad model fails before the trace's notes
     trace, series = load_series(args)
     config = config_from_args(args)
-    if args.model:
-        artifact, origin = load_artifact(args.model), f"model {args.model}"
+    if given is not None:
+        artifact, origin = given, f"model {args.model}"
     else:
         artifact, folder, trained = cached_model(trace, series, config, args.cache)
         origin = f"{'trained and cached' if trained else 'cached model'} {folder}"

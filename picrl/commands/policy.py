@@ -70,7 +70,7 @@ async def rollback(bootstrap: str, topics: TopicNames, name: str, target: int) -
 
 def run(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
-    bootstrap = reachable_bootstrap(settings)
+    bootstrap = reachable_bootstrap(settings, "policy")
     topics = TopicNames(settings["prefix"])
     if args.action == "list":
         versions = asyncio.run(read_policy_versions(bootstrap, topics.policy, args.policy_name))

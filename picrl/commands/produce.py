@@ -167,8 +167,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run_replay(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
-    bootstrap = reachable_bootstrap(settings)
     workload = workload_from_args(args)
+    bootstrap = reachable_bootstrap(settings, "produce")
     topics = TopicNames(settings["prefix"])
     with progress_bar(workload.ticks, "replay", "tick") as bar:
         sent = asyncio.run(
@@ -251,8 +251,8 @@ def play_closed_loop(
 
 def run_closed_loop(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
-    bootstrap = reachable_bootstrap(settings)
     workload = workload_from_args(args)
+    bootstrap = reachable_bootstrap(settings, "produce")
     try:
         record = play_closed_loop(
             bootstrap,

@@ -25,6 +25,18 @@ if TYPE_CHECKING:
     from picrl_core.artifact import ModelArtifact
 
 
+def model_folder(value: str) -> Path:
+    """argparse type of ``--model``: a folder holding a picrl model, checked when the arguments are parsed (an
+    error with the command's usage, before the command prints or loads anything)."""
+    from picrl_core.artifact import MANIFEST, WEIGHTS
+
+    folder = Path(value)
+    for name in (MANIFEST, WEIGHTS):
+        if not (folder / name).is_file():
+            raise argparse.ArgumentTypeError(f"{folder} is not a picrl model: {name} is missing")
+    return folder
+
+
 def add_trace_source(parser: argparse.ArgumentParser, *, pods: bool = False) -> None:
     """``--dataset NAME`` or ``--trace FILE --column NAME`` (or, with ``pods``, ``--pods``)."""
     group = parser.add_argument_group("trace (one of --dataset, --trace" + (" or --pods)" if pods else ")"))

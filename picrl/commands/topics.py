@@ -27,7 +27,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
-    bootstrap = reachable_bootstrap(settings)
+    bootstrap = reachable_bootstrap(settings, "topics")
     specs = topic_specs(settings["prefix"], settings["partitions"])
 
     async def create() -> tuple[dict[str, str], str]:

@@ -6,7 +6,6 @@ import argparse
 import asyncio
 import logging
 import signal
-from pathlib import Path
 
 import torch
 from prometheus_client import start_http_server
@@ -19,6 +18,7 @@ from picrl.commands.bus import (
     reachable_bootstrap,
     settings_from_args,
 )
+from picrl.commands.source import model_folder
 from picrl.settings import Settings
 from picrl_core.artifact import load_artifact
 from stream.topics import cluster_brokers, ensure_topics, topic_specs
@@ -39,7 +39,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "(--min-kl) and scores better; other candidates are skipped. Offsets commit after each candidate, "
         "published or skipped, so a restart resumes where it stopped. Stops on Ctrl-C or SIGTERM.",
     )
-    parser.add_argument("--model", type=Path, required=True, help="a model folder from `picrl train`")
+    parser.add_argument("--model", type=model_folder, required=True, help="a model folder from `picrl train`")
     add_bus_arguments(parser)
     add_replication_arguments(parser)
     parser.add_argument("--policy-name", help="policy name on <prefix>.policy (default default)")

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
-from picrl.commands.bus import add_replication_arguments, bootstrap_or_local
+from picrl.commands.bus import add_replication_arguments, bootstrap_or_local, wait_for_kafka
 from picrl.commands.produce import (
     OOM_DATASET,
     RESOURCE_DATASET,
@@ -103,9 +103,14 @@ def _workload(trace: Trace, services: int, ticks: int, seed: int) -> Workload:
 
 @contextmanager
 def _broker(bootstrap: str | None, brokers: int | None) -> Iterator[str]:
-    """The given cluster, else the local one (``brokers`` nodes, started now and stopped after, unless already
-    running)."""
+    """The given cluster once it answers (within the ``bootstrap_timeout`` default), else the local one (``brokers``
+    nodes, started now and stopped after, unless already running)."""
     if bootstrap:
+        wait_for_kafka(
+            bootstrap,
+            load_settings(None, {})["bootstrap_timeout"],
+            lambda line: print(f"picrl up: {line}", file=sys.stderr, flush=True),
+        )
         yield bootstrap
         return
     broker = LocalKafka(brokers=brokers, log=lambda line: print(f"kafka: {line}", flush=True))

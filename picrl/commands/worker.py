@@ -30,6 +30,7 @@ from picrl.commands.bus import (
     settings_from_args,
 )
 from picrl.commands.respawn import respawning
+from picrl.commands.source import model_folder
 from picrl.kafka.local_broker import port_in_use
 from picrl.settings import SPECS, Settings, SettingsError
 from picrl_core.artifact import load_artifact
@@ -109,7 +110,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "the partitions. Creates missing topics first. Stops on Ctrl-C or SIGTERM. Unset options come "
         "from --settings FILE, then PICRL_<NAME> variables, then defaults (`picrl config show`).",
     )
-    parser.add_argument("--model", type=Path, required=True, help="a model folder from `picrl train`")
+    parser.add_argument("--model", type=model_folder, required=True, help="a model folder from `picrl train`")
     add_bus_arguments(parser)
     add_replication_arguments(parser)
     parser.add_argument(

@@ -18,7 +18,7 @@ import pytest
 
 from picrl.cli import main
 from picrl.commands import explain
-from picrl.commands.bus import RETRIED_STATES, RetriedStates
+from picrl.commands.bus import FIRST_PROBE, RETRIED_STATES, RetriedStates
 from picrl.commands.worker import WEB_PORT, _claims, instance_id, web_port
 from picrl.datasets import Trace
 from picrl.settings import Settings, SettingsError, load_settings
@@ -232,18 +232,17 @@ def test_retried_start_up_states_are_logged_at_info() -> None:
 def test_an_unreachable_bootstrap_ends_with_one_clear_line(
     tiny_model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """`--bootstrap 127.0.0.1:1`: the worker and the trainer wait --bootstrap-timeout seconds, log one error line
-    (in their one log format) and exit 2; `picrl produce` does the same with a CLI error line."""
+    """`--bootstrap 127.0.0.1:1`: the worker and the trainer say they wait, wait --bootstrap-timeout seconds, log
+    one error line (in their one log format) and exit 2; `picrl produce` does the same with CLI lines. Only the
+    least wait is checked: a loaded host may take longer."""
     common = ["--model", str(tiny_model_dir), "--bootstrap", "127.0.0.1:1", "--bootstrap-timeout", "5"]
     logs = {name: tmp_path / f"{name}.log" for name in ("worker", "trainer")}
-    started = time.monotonic()
     processes = {name: spawn([name, *common], log) for name, log in logs.items()}  # side by side: 2 cores
     try:
         codes = {name: process.wait(120) for name, process in processes.items()}
     finally:
         for process in processes.values():
             stop(process)
-    assert time.monotonic() - started < 120
     for name, log in logs.items():
         lines = log.read_text().splitlines()
         assert codes[name] == 2 and lines, tail(log)
@@ -253,7 +252,7 @@ def test_an_unreachable_bootstrap_ends_with_one_clear_line(
         assert "Kafka at 127.0.0.1:1 did not answer within 5 s" in errors[0]["message"]
         waited = [e for e in entries if "waiting up to 5 s" in e["message"]]
         seconds = datetime.fromisoformat(errors[0]["time"]) - datetime.fromisoformat(waited[0]["time"])
-        assert 4.5 <= seconds.total_seconds() < 7, f"{name} waited {seconds}"
+        assert seconds.total_seconds() >= 5 - FIRST_PROBE, f"{name} waited {seconds}"
     began = time.monotonic()
     assert (
         main(
@@ -276,11 +275,13 @@ def test_an_unreachable_bootstrap_ends_with_one_clear_line(
         )
         == 2
     )
-    assert 4.5 <= time.monotonic() - began < 15
+    assert time.monotonic() - began >= 5
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [
+        "picrl produce: Kafka at 127.0.0.1:1 does not answer yet; waiting up to 5 s (--bootstrap-timeout sets the "
+        "wait)",
         "picrl produce: error: Kafka at 127.0.0.1:1 did not answer within 5 s: check --bootstrap and that "
-        "the brokers run (--bootstrap-timeout sets the wait)"
+        "the brokers run (--bootstrap-timeout sets the wait)",
     ]
 
 
