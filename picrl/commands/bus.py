@@ -218,3 +218,12 @@ def logging_config(level: str, log_format: str = "text") -> dict[str, Any]:
 def configure_logging(level: str, log_format: str = "text") -> None:
     """Apply :func:`logging_config` (``dictConfig`` consumes its dict: build a fresh one per use)."""
     logging.config.dictConfig(logging_config(level, log_format))
+
+
+def command_logging() -> None:
+    """Warnings and errors on stderr, for a command that prints its own output (``picrl produce``): aiokafka's
+    connection errors become one line per node and outage (:class:`picrl.broker_outage.BrokerOutageFilter`),
+    not one per retry. Left alone when the process has set up logging already (a program that embeds the CLI,
+    a test)."""
+    if not logging.getLogger().handlers:
+        configure_logging("warning")

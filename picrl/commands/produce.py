@@ -6,7 +6,7 @@ import argparse
 import asyncio
 from pathlib import Path
 
-from picrl.commands.bus import add_bus_arguments, reachable_bootstrap, settings_from_args
+from picrl.commands.bus import add_bus_arguments, command_logging, reachable_bootstrap, settings_from_args
 from picrl.commands.source import add_trace_source, load_trace
 from picrl.datasets import load_dataset, load_pod_fleet
 from picrl.progress import progress_bar
@@ -166,6 +166,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run_replay(args: argparse.Namespace) -> int:
+    command_logging()
     settings = settings_from_args(args)
     workload = workload_from_args(args)
     bootstrap = reachable_bootstrap(settings, "produce")
@@ -250,6 +251,7 @@ def play_closed_loop(
 
 
 def run_closed_loop(args: argparse.Namespace) -> int:
+    command_logging()
     settings = settings_from_args(args)
     workload = workload_from_args(args)
     bootstrap = reachable_bootstrap(settings, "produce")
