@@ -12,6 +12,7 @@ Kafka's ``Admin.removeMembersFromConsumerGroup`` does.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from aiokafka.client import AIOKafkaClient, CoordinationType
 from aiokafka.errors import KafkaError, for_code
@@ -82,3 +83,22 @@ async def leave_group(bootstrap: str, group: str, member: str) -> None:
         )
     finally:
         await client.close()
+
+
+class GroupLog:
+    """Says when the worker has joined its consumer group ``group`` (as static member ``instance_id``, if any) and
+    which usage partitions (``assigned()``) it got, and after each later rebalance which it holds."""
+
+    def __init__(self, group: str, instance_id: str | None, assigned: Callable[[], set[int]]) -> None:
+        self.group, self.instance_id, self.assigned = group, instance_id, assigned
+        self.joined = False
+
+    async def on_rebalance_complete(self, *_: object, **__: object) -> None:
+        """Connected to the app's ``on_rebalance_complete``."""
+        partitions = sorted(self.assigned())
+        if self.joined:
+            log.info("group %s rebalanced: usage partitions %s", self.group, partitions)
+            return
+        self.joined = True
+        member = "" if self.instance_id is None else f" as static member {self.instance_id}"
+        log.info("joined group %s%s: usage partitions %s", self.group, member, partitions)

@@ -48,6 +48,7 @@ from stream.commit_clock import CommitClock
 from stream.decisions import BadValue, BatchOutcome, DecisionEngine, EngineSettings, Incoming
 from stream.heap import freeze_heap
 from stream.intake import Letter, Raw, decide, decode_batch
+from stream.membership import GroupLog
 from stream.metrics import WorkerMetrics
 from stream.observer import BatchObserver
 from stream.outbox import Outbox, ProducerFor, key_partition, send_outbox
@@ -190,6 +191,8 @@ class StreamWorker:
         )
         self.guard.connect()
         self.app.on_rebalance_complete.connect(cast(SignalHandlerT, freeze_heap))  # cast: see RebalanceGuard.connect
+        group_log = GroupLog(settings.app_id, settings.instance_id, self.usage_partitions)
+        self.app.on_rebalance_complete.connect(cast(SignalHandlerT, group_log.on_rebalance_complete))
         self.app.task(self._send_decided)
         self.app.task(self.follower.run)
         if settings.web_port is not None:

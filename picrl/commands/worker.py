@@ -278,12 +278,13 @@ def _run(args: argparse.Namespace, settings: Settings, port: int | None, member:
         replication.min_insync,
     )
     if worker_settings.instance_id is None:
-        log.info("dynamic member of group %s: a restart waits out the session timeout", worker_settings.app_id)
+        log.info("joining group %s as a dynamic member (a restart waits out its session)", worker_settings.app_id)
     else:
         log.info(
-            "static member %s of group %s: restarted with this id, it gets its partitions back at once",
-            worker_settings.instance_id,
+            "joining group %s as static member %s (restarted with this id within the session timeout, a worker "
+            "gets its partitions back at once)",
             worker_settings.app_id,
+            worker_settings.instance_id,
         )
     if port is None:
         log.info("web server off (web_port 0): no /healthz, /metrics or /services/<id>")

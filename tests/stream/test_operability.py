@@ -24,7 +24,7 @@ from picrl.datasets import Trace
 from picrl.settings import Settings, SettingsError, load_settings
 from picrl.workloads import copies_of
 from producers.closed_loop import ClosedLoopEnvironment, TickSummary
-from stream.membership import StaticLeaveGroup
+from stream.membership import GroupLog, StaticLeaveGroup
 from stream.topics import TopicNames, ensure_topics, topic_specs
 from tests.stream.conftest import WINDOW
 from tests.support.kafka import unique
@@ -291,3 +291,16 @@ def test_the_configuration_reference_lists_every_setting() -> None:
     doc = (Path(__file__).resolve().parents[2] / "docs" / "reference" / "configuration.md").read_text()
     for name in SPECS:
         assert f"`{name}` | `PICRL_{name.upper()}`" in doc, name
+
+
+def test_a_first_start_says_it_joined_and_later_rebalances_say_what_it_holds(caplog: pytest.LogCaptureFixture) -> None:
+    held = {0, 3}
+    group_log = GroupLog("picrl-worker", "host-0", lambda: held)
+    with caplog.at_level(logging.INFO, logger="picrl.worker"):
+        asyncio.run(group_log.on_rebalance_complete(None))
+        held.add(1)
+        asyncio.run(group_log.on_rebalance_complete(None))
+    assert [r.getMessage() for r in caplog.records] == [
+        "joined group picrl-worker as static member host-0: usage partitions [0, 3]",
+        "group picrl-worker rebalanced: usage partitions [0, 1, 3]",
+    ]
