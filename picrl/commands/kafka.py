@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import time
 from pathlib import Path
 
-from picrl.kafka import KAFKA_VERSION, BrokerInfo, LocalKafka
+from aiokafka.errors import KafkaError
+
+from picrl.kafka import KAFKA_VERSION, BrokerError, BrokerInfo, LocalKafka
 from picrl.kafka.local_broker import default_cache, default_home
+from picrl.kafka.partitions import NO_LEADER, describe_partitions, leaders, partition_lines
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -20,9 +24,15 @@ def register(sub: argparse._SubParsersAction) -> None:
         "of them). Kafka's internal topics get min(3, N) replicas and min.insync.replicas one less (1 on "
         "one node). On first use the jars are fetched from Maven Central with `mvn` into a cache folder "
         f"(default {default_cache()}); each node's config, data, log and pid file live under the home "
-        f"folder (default {default_home()}), in node-<i>/. status and stop handle every node.",
+        f"folder (default {default_home()}), in node-<i>/. start and stop handle every node, or one with --node N "
+        "(a drill: stop a node, watch `status`, start it again). status shows each node's state, how many "
+        "partitions it leads, and the partitions without a leader or short of in-sync replicas.",
     )
     parser.add_argument("action", choices=["start", "stop", "status"], help="what to do with the cluster")
+    parser.add_argument("--node", type=int, default=None, metavar="N", help="start or stop only node N (1, 2, ...)")
+    parser.add_argument(
+        "--crash", action="store_true", help="stop: SIGKILL at once, as a crash would (default: SIGTERM, graceful)"
+    )
     parser.add_argument("--home", type=Path, default=None, help="folder the cluster owns (env PICRL_KAFKA_HOME)")
     parser.add_argument("--cache", type=Path, default=None, help="folder for the Kafka jars (env PICRL_CACHE)")
     parser.add_argument(
@@ -41,9 +51,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     cluster = LocalKafka(args.home, args.cache, port=args.port, brokers=args.brokers)
+    if args.node is not None and args.action == "status":
+        raise BrokerError("--node goes with start or stop; status shows every node")
     if args.action == "start":
         started = time.monotonic()
-        info = cluster.start(timeout=args.timeout)
+        info = cluster.start(timeout=args.timeout, node=args.node)
         pids = ", ".join(str(node.pid) for node in info.nodes)
         _print(
             args,
@@ -54,12 +66,14 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if args.action == "stop":
         running = cluster.status()
-        stopped = cluster.stop()
-        count = len(running.running) if running is not None else 0
+        stopped = cluster.stop(crash=args.crash, node=args.node)
+        names = [n.node_id for n in (running.running if running is not None else ()) if args.node in (None, n.node_id)]
+        how = "killed" if args.crash else "stopped"
+        idle = f"no broker running in {cluster.home}" if args.node is None else f"node {args.node} is not running"
         _print(
             args,
-            {"stopped": stopped, "nodes": count},
-            f"stopped {count} node(s)" if stopped else f"no broker running in {cluster.home}",
+            {"stopped": stopped, "nodes": len(names), "node_ids": names},
+            f"{how} {len(names)} node(s) ({', '.join(map(str, names))})" if stopped else idle,
         )
         return 0
     info = cluster.status()
@@ -68,7 +82,16 @@ def run(args: argparse.Namespace) -> int:
         return 1
     seen = cluster.brokers_seen(info)
     healthy = len(seen) == len(info.nodes) and all(count == len(info.nodes) for count in seen.values())
-    nodes = [{**node, "brokers_seen": seen.get(node["node_id"], 0)} for node in info.as_dict()["nodes"]]
+    answering = ",".join(n.bootstrap for n in info.running if seen.get(n.node_id))
+    try:
+        partitions = asyncio.run(describe_partitions(answering)) if answering else None
+    except (KafkaError, OSError, TimeoutError):
+        partitions = None
+    led = leaders(partitions or [])
+    nodes = [
+        {**node, "brokers_seen": seen.get(node["node_id"], 0), "leads": led[node["node_id"]]}
+        for node in info.as_dict()["nodes"]
+    ]
     controller = cluster.active_controller()
     lines = [
         f"{_nodes(info)}, bootstrap {info.bootstrap}, "
@@ -80,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
         + (
             f"pid {n.pid}, {n.bootstrap}, "
             + (
-                f"answering, sees {seen[n.node_id]} of {len(info.nodes)} broker(s)"
+                f"answering, sees {seen[n.node_id]} of {len(info.nodes)} broker(s), leads {led[n.node_id]} partition(s)"
                 if seen[n.node_id]
                 else "NOT answering"
             )
@@ -89,7 +112,22 @@ def run(args: argparse.Namespace) -> int:
         )
         for n in info.nodes
     ]
-    data = {**info.as_dict(), "nodes": nodes, "running": True, "answers": healthy, "active_controller": controller}
+    lines += ["partitions: unknown (no node answers)"] if partitions is None else partition_lines(partitions)
+    data = {
+        **info.as_dict(),
+        "nodes": nodes,
+        "running": True,
+        "answers": healthy,
+        "active_controller": controller,
+        "partitions": None
+        if partitions is None
+        else {
+            "total": len(partitions),
+            "leaders": {str(node): count for node, count in sorted(led.items())},
+            "without_leader": [p.as_dict() for p in partitions if p.leader == NO_LEADER],
+            "under_replicated": [p.as_dict() for p in partitions if p.under_replicated],
+        },
+    }
     _print(args, data, "\n".join(lines))
     return 0 if healthy else 1
 

@@ -363,9 +363,11 @@ class LocalKafka:
         """How many live brokers each running node of ``info`` reports in a metadata answer (0: no answer)."""
         return {node.node_id: broker_count_or_zero(node.bootstrap) for node in info.running}
 
-    def answering(self, info: BrokerInfo) -> list[int]:
-        """The nodes of ``info`` that answer metadata requests and see every node of the cluster as a broker."""
-        return [node for node, seen in self.brokers_seen(info).items() if seen >= len(info.nodes)]
+    def answering(self, info: BrokerInfo, brokers: int | None = None) -> list[int]:
+        """The nodes of ``info`` that answer metadata requests and see ``brokers`` brokers (default: every node of
+        the cluster)."""
+        wanted = len(info.nodes) if brokers is None else brokers
+        return [node for node, seen in self.brokers_seen(info).items() if seen >= wanted]
 
     def active_controller(self) -> int | None:
         """The node that leads the KRaft controller quorum (the active controller), None while none is known.
@@ -443,17 +445,20 @@ class LocalKafka:
         )
         return nodes
 
-    def start(self, timeout: float = 120.0) -> BrokerInfo:
-        """Start every node that does not run (fetching jars and formatting storage on first use) and wait until
-        each answers metadata requests with all nodes registered as brokers. Returns the cluster at once if it
-        already runs and answers."""
+    def start(self, timeout: float = 120.0, *, node: int | None = None) -> BrokerInfo:
+        """Start every node that does not run, or only ``node`` (fetching jars and formatting storage on first use),
+        and wait until each answers metadata requests with every running node registered as a broker. Returns the
+        cluster at once if those nodes already run and answer."""
         running = self.status()
-        if running is not None and len(self.answering(running)) == len(running.nodes):
+        if running is not None and node is None and len(self.answering(running)) == len(running.nodes):
             return running
         java = self._java()
         libs = fetch_kafka_jars(self.cache, self.log)
         nodes = self._configure(java, libs)
-        down = [n for n in nodes if self._node(n).pid is None]
+        if node is not None and node not in {n.node_id for n in nodes}:
+            raise BrokerError(f"the cluster in {self.home} has no node {node} (nodes 1 to {len(nodes)})")
+        targets = [n for n in nodes if node in (None, n.node_id)]
+        down = [n for n in targets if self._node(n).pid is None]
         for taken in (p for n in down for p in (n.port, n.controller_port) if not _freed(p, PORT_WAIT)):
             raise BrokerError(
                 f"port {taken} on 127.0.0.1 is taken by another process; "
@@ -470,21 +475,21 @@ class LocalKafka:
                         f"last lines of {self.log_file(node_id)}:\n{self._log_tail(node_id)}"
                     )
             info = self.status() or BrokerInfo(str(self.home), KAFKA_VERSION, ())
-            answering = self.answering(info)
-            if info.nodes and len(answering) == len(nodes):
+            answering = self.answering(info, len(info.running))
+            if info.nodes and all(n.node_id in answering for n in targets):
                 return info
             if time.monotonic() > deadline:
-                silent = [n.node_id for n in info.nodes if n.node_id not in answering]
+                silent = [n.node_id for n in targets if n.node_id not in answering]
                 tails = "\n".join(f"{self.log_file(i)}:\n{self._log_tail(i)}" for i in silent)
                 if launched:
                     self._stop_all(launched)
                     raise BrokerError(
                         f"Kafka node(s) {silent} did not answer metadata requests with all "
-                        f"{len(nodes)} broker(s) within {timeout:.0f} s; last lines of\n{tails}"
+                        f"{len(info.running)} running broker(s) within {timeout:.0f} s; last lines of\n{tails}"
                     )
                 raise BrokerError(
                     f"Kafka node(s) {silent} of {self.home} run but do not answer metadata requests "
-                    f"with all {len(nodes)} broker(s); run `picrl kafka stop` first"
+                    f"with all {len(info.running)} running broker(s); run `picrl kafka stop` first"
                 )
             time.sleep(0.25)
 

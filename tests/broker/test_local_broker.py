@@ -134,6 +134,11 @@ def test_restart_keeps_port_and_data_and_cli_reports_state(
         status = json.loads(capsys.readouterr().out)
         pid = first["nodes"][0]["pid"]
         assert status["answers"] and status["nodes"][0]["pid"] == pid
+        # the topic and the consumer offsets' and transactions' partitions, all led by the one node, in sync
+        assert status["partitions"]["total"] >= 1 and status["partitions"]["leaders"].keys() == {"1"}
+        assert status["partitions"]["under_replicated"] == status["partitions"]["without_leader"] == []
+        assert main(["kafka", "status", *cli]) == 0
+        assert "leads" in capsys.readouterr().out
         assert main(["kafka", "start", "--json", *cli]) == 0, "start on a running broker is a no-op"
         assert json.loads(capsys.readouterr().out)["nodes"][0]["pid"] == pid
 

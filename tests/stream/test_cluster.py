@@ -9,7 +9,7 @@ import asyncio
 import json
 import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -54,7 +54,9 @@ def test_topics_get_three_replicas_and_a_node_killed_comes_back(
     cluster: LocalKafka, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """picrl's topics get three replicas and min.insync.replicas 2 by default; `status` names every node and the
-    active controller, and fails while a node is down; a node killed comes back on its ports."""
+    active controller. `kafka stop --node 2 --crash` kills a node: `status` fails, shows the others leading its
+    partitions and those partitions under-replicated; `kafka start --node 2` brings it back on its ports and its
+    replicas catch up."""
     capsys.readouterr()
     assert main(["kafka", "status", "--json", *_cli(cluster)]) == 0
     status = json.loads(capsys.readouterr().out)
@@ -67,12 +69,45 @@ def test_topics_get_three_replicas_and_a_node_killed_comes_back(
     replicas, min_isr = asyncio.run(_replication(status["bootstrap"], f"{prefix}.usage"))
     assert replicas == [3, 3] and min_isr == "2"
 
-    cluster.stop(node=2, crash=True)
+    assert main(["kafka", "stop", "--node", "2", "--crash", *_cli(cluster)]) == 0
+    assert capsys.readouterr().out.strip() == "killed 1 node(s) (2)"
     assert [n.pid is None for n in cluster.status().nodes] == [False, True, False]
+    # once the controller has fenced node 2, the others lead its partitions, now short of one in-sync replica
+    down = _status_until(
+        cluster,
+        lambda s: "2" not in s["partitions"]["leaders"] and any(2 in p["replicas"] for p in _short(s)),
+        capsys,
+    )
+    assert down["partitions"]["without_leader"] == [] and not down["answers"]
+    assert all(2 not in p["isr"] for p in _short(down))
     assert main(["kafka", "status", *_cli(cluster)]) == 1
-    assert "node 2: not running" in capsys.readouterr().out
-    again = cluster.start()
-    assert again.bootstrap == status["bootstrap"] and all(n.pid is not None for n in again.nodes)
+    out = capsys.readouterr().out
+    assert "node 2: not running" in out and f"{prefix}.usage[0]: leader node " in out, out
+    assert main(["kafka", "start", "--node", "2", *_cli(cluster)]) == 0
+    capsys.readouterr()
+    again = cluster.status()
+    assert again is not None and again.bootstrap == status["bootstrap"] and all(n.pid is not None for n in again.nodes)
+    back = _status_until(cluster, lambda s: s["answers"] and not _short(s), capsys)
+    assert back["partitions"]["total"] == down["partitions"]["total"]
+
+
+def _short(status: dict) -> list[dict]:
+    """The under-replicated partitions in `picrl kafka status --json`'s answer."""
+    return status["partitions"]["under_replicated"] if status["partitions"] else []
+
+
+def _status_until(
+    cluster: LocalKafka, holds: Callable[[dict], bool], capsys: pytest.CaptureFixture[str], wait: float = 60.0
+) -> dict:
+    """`picrl kafka status --json` once its answer ``holds`` (or after ``wait`` seconds: the caller's asserts say
+    what was missing)."""
+    deadline = time.monotonic() + wait
+    while True:
+        main(["kafka", "status", "--json", *_cli(cluster)])
+        status = json.loads(capsys.readouterr().out)
+        if (status["partitions"] is not None and holds(status)) or time.monotonic() > deadline:
+            return status
+        time.sleep(0.5)
 
 
 async def _replication(bootstrap: str, topic: str, wait: float = 15.0) -> tuple[list[int], str | None]:
