@@ -38,9 +38,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    given = load_artifact(args.model) if args.model else None  # a bad model fails before the trace's notes
+    config = config_from_args(args)  # a bad --config or model fails before the trace's notes are printed
+    given = load_artifact(args.model) if args.model else None
     trace, series = load_series(args)
-    config = config_from_args(args)
     if given is not None:
         artifact, origin = given, f"model {args.model}"
     else:

@@ -29,9 +29,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    config = config_from_args(args)  # a bad --config fails before the trace's notes are printed
     trace, series = load_series(args)
     started = time.monotonic()
-    artifact = train_with_progress(series, config_from_args(args))
+    artifact = train_with_progress(series, config)
     seconds = time.monotonic() - started
     artifact.reports["train_seconds"] = seconds
     save_artifact(artifact, args.out)

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from picrl.cli import main
+from picrl_core.series import prepare_series
 
 
 @pytest.mark.parametrize(
@@ -63,3 +65,30 @@ def test_the_broker_wait_is_15_seconds_by_default() -> None:
 def test_make_says_before_it_installs_a_system_package() -> None:
     recipe = (Path(__file__).parents[2] / "Makefile").read_text().split("\nprometheus:", 1)[1].split("\n\n", 1)[0]
     assert recipe.index("echo \"installing Debian's prometheus package") < recipe.index("apt-get update")
+
+
+@pytest.mark.parametrize("command", ["train", "evaluate"])
+def test_a_bad_config_fails_before_the_traces_notes(
+    command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    values = [np.nan if i == 100 else 10.0 + i % 7 for i in range(400)]
+    assert any("filled 1 gap" in note for note in prepare_series(np.array(values), "gappy").notes)  # printed if read
+    trace = tmp_path / "gappy.csv"
+    trace.write_text("t,v\n" + "\n".join(f"{60 * i}," + ("" if np.isnan(v) else str(v)) for i, v in enumerate(values)))
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"pretrain": {"iteratons": 5}}')
+    source = [
+        "--trace",
+        str(trace),
+        "--column",
+        "v",
+        "--time-column",
+        "t",
+        "--out",
+        str(tmp_path / "out"),
+        "--config",
+        str(bad),
+    ]
+    assert main([command, *source]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and "config.pretrain: unknown setting(s) iteratons" in err
