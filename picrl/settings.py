@@ -181,6 +181,12 @@ SPECS: dict[str, Spec] = {
         "worker web server port (/healthz, /metrics, /services/<id>; 0: off); when the "
         "default is taken, the next free port",
     ),
+    "capacity_gauge": Spec(
+        _optional(_positive_int),
+        None,
+        "export each service's decided capacity as the gauge picrl_decided_capacity on /metrics, for up to this "
+        "many services (a label value each; none: off)",
+    ),
     "log_format": Spec(_choice("json", "text"), "json", "log lines as JSON objects or plain text"),
     "respawn": Spec(
         _choice("on", "off"),
@@ -247,6 +253,7 @@ class Settings:
             instance_id=instance_id,
             stall_timeout=v["stall_timeout"],
             web_port=web_port,
+            capacity_gauge=v["capacity_gauge"] or 0,
             replication=replication or Replication(),
             max_policy_kl=v["max_kl"],
             policy_score_margin=v["score_margin"],

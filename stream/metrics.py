@@ -1,4 +1,5 @@
-"""Prometheus metrics of a worker (naming conventions: ``_total`` counters, seconds as the unit).
+"""Prometheus metrics of a worker, the trainer and the Prometheus producer (naming conventions: ``_total``
+counters, seconds as the unit).
 
 Each worker has its own registry, served by the worker's web server at ``/metrics``.
 """
@@ -6,9 +7,13 @@ Each worker has its own registry, served by the worker's web server at ``/metric
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from stream.records import Action, ResourceAction
 
 disable_created_metrics()  # no *_created series next to every counter
 
@@ -34,13 +39,60 @@ class CensorStreaks:
         return [streak for _, streak in self._by_service.values()]
 
 
+class DecidedCapacities(Collector):
+    """``picrl_decided_capacity{service, resource}``: the capacity each service's newest action decided (native
+    unit; ``resource`` empty for a single resource), for up to ``cap`` services of the partitions the worker holds:
+    a label value per service, so opt-in and capped. Actions of services beyond the cap are counted instead."""
+
+    def __init__(self, cap: int, held_partitions: Callable[[], Collection[int]], registry: CollectorRegistry) -> None:
+        self.cap = cap
+        self._held = held_partitions
+        self._by_service: dict[str, tuple[int, dict[str, float]]] = {}  # service -> (partition, resource -> capacity)
+        self.beyond_cap = Counter(
+            "picrl_decided_capacity_beyond_cap_total",
+            "Actions not exported as picrl_decided_capacity: their service is beyond the gauge's cap",
+            registry=registry,
+        )
+        registry.register(self)
+
+    def update(self, action: Action | ResourceAction, partition: int) -> None:
+        if action.service not in self._by_service and len(self._by_service) >= self.cap:
+            self.beyond_cap.inc()
+            return
+        capacities = (
+            {"": action.capacity}
+            if isinstance(action, Action)
+            else {name: r.capacity for name, r in action.resources.items()}
+        )
+        self._by_service[action.service] = (partition, capacities)
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        held = self._held()
+        for service in [s for s, (p, _) in self._by_service.items() if p not in held]:
+            del self._by_service[service]  # moved to another worker by a rebalance: its slot is free again
+        family = GaugeMetricFamily(
+            "picrl_decided_capacity",
+            "Capacity of each service's newest action (native unit), for the first services up to the cap",
+            labels=["service", "resource"],
+        )
+        for service, (_, capacities) in self._by_service.items():
+            for resource, capacity in capacities.items():
+                family.add_metric([service, resource], capacity)
+        yield family
+
+    def describe(self) -> Iterator[GaugeMetricFamily]:
+        return iter(())  # collected on each scrape (services come and go): nothing to check at registration
+
+
 class WorkerMetrics:
     """Counters, gauges and the decision-latency histogram of one stream worker; ``held_partitions``
-    returns the usage partitions the worker holds when the streak gauges are read."""
+    returns the usage partitions the worker holds when the streak gauges are read. ``capacity_gauge`` > 0
+    exports each service's decided capacity for up to that many services (:class:`DecidedCapacities`)."""
 
-    def __init__(self, held_partitions: Callable[[], Collection[int]]) -> None:
+    def __init__(self, held_partitions: Callable[[], Collection[int]], capacity_gauge: int = 0) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
+        self.decided = DecidedCapacities(capacity_gauge, held_partitions, r) if capacity_gauge > 0 else None
         self.events = Counter("picrl_events_total", "Usage events consumed", registry=r)
         self.censored = Counter(
             "picrl_censored_events_total",
@@ -133,4 +185,29 @@ class TrainerMetrics:
             "Wall time of one slow update and publish",
             buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
             registry=r,
+        )
+
+
+class SourceMetrics:
+    """What ``picrl produce prometheus`` has read and produced, and the health of its Prometheus server."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.up = Gauge("picrl_source_up", "1 while the Prometheus server answers, 0 during an outage", registry=r)
+        self.failures = Counter(
+            "picrl_source_query_failures_total", "Queries the Prometheus server did not answer", registry=r
+        )
+        self.outages = Counter(
+            "picrl_source_outages_total", "Outages of the Prometheus server (failed queries in a row)", registry=r
+        )
+        self.tick = Gauge("picrl_source_tick", "Last tick produced", registry=r)
+        self.events = Counter("picrl_source_events_total", "Usage events produced", registry=r)
+        self.missing = Counter(
+            "picrl_source_missing_total",
+            "Ticks of known services without usage or limit (no event: the worker holds)",
+            registry=r,
+        )
+        self.dead_letters = Counter(
+            "picrl_source_dead_letters_total", "Readings sent to the dead-letter topic", ["reason"], registry=r
         )

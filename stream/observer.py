@@ -21,11 +21,12 @@ RECENT_SERVICES = 10_000  # services whose recent decisions are kept (least rece
 
 
 class BatchObserver:
-    """The metrics (:class:`WorkerMetrics`, of the usage partitions ``held_partitions`` returns) and recent
-    decisions of one worker, updated from each batch it has sent."""
+    """The metrics (:class:`WorkerMetrics`, of the usage partitions ``held_partitions`` returns; ``capacity_gauge``
+    > 0: with each service's decided capacity, for up to that many services) and recent decisions of one worker,
+    updated from each batch it has sent."""
 
-    def __init__(self, held_partitions: Callable[[], Collection[int]]) -> None:
-        self.metrics = WorkerMetrics(held_partitions)
+    def __init__(self, held_partitions: Callable[[], Collection[int]], capacity_gauge: int = 0) -> None:
+        self.metrics = WorkerMetrics(held_partitions, capacity_gauge)
         self.recent: OrderedDict[str, deque[Action | ResourceAction]] = OrderedDict()
 
     def recent_of(self, service: str) -> Iterable[Action | ResourceAction]:
@@ -52,6 +53,8 @@ class BatchObserver:
         partition_of = {item.service: item.partition for item in incoming}
         for action in outcome.actions:
             m.streaks.update(action.service, partition_of[action.service], action.censor_streak)
+            if m.decided is not None:
+                m.decided.update(action, partition_of[action.service])
             if action.source_produced_at > 0:
                 m.latency.observe(max(0.0, action.decided_at - action.source_produced_at))
             self.remember(action)

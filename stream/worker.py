@@ -86,6 +86,7 @@ class WorkerSettings:
     instance_id: str | None = None  # static group membership (stream.membership); None: a dynamic member
     stall_timeout: float = 30.0  # records waiting on a partition and nothing committed this long: rejoin (0: never)
     web_port: int | None = None  # web server: /metrics, /healthz, /services/<id> (None: off)
+    capacity_gauge: int = 0  # export each service's decided capacity on /metrics for up to this many services
     replication: Replication = field(default_factory=Replication)  # of the table changelog Faust creates
     max_policy_kl: float = 0.5  # guardrail: refuse versions further than this from their parent
     policy_score_margin: float = 0.05  # guardrail: refuse versions scoring this much below their parent
@@ -120,7 +121,7 @@ class StreamWorker:
         self.settings = settings
         self.topics = TopicNames(settings.prefix)
         self.engine = DecisionEngine(artifact, settings.engine)
-        self.observer = BatchObserver(self.usage_partitions)
+        self.observer = BatchObserver(self.usage_partitions, settings.capacity_gauge)
         gate = PolicyGate(
             artifact.config,
             settings.policy_name,

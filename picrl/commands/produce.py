@@ -1,4 +1,5 @@
-"""``picrl produce replay|closed-loop``: put usage telemetry on the bus from a trace."""
+"""``picrl produce replay|closed-loop|prometheus``: put usage telemetry on the bus from a trace (or from Prometheus,
+:mod:`picrl.commands.prometheus`)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import argparse
 import asyncio
 from pathlib import Path
 
+from picrl.commands import prometheus
 from picrl.commands.bus import add_bus_arguments, command_logging, reachable_bootstrap, settings_from_args
 from picrl.commands.source import add_trace_source, load_trace
 from picrl.datasets import load_dataset, load_pod_fleet
@@ -163,6 +165,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="resume a stopped run at tick T (ticks 0..T are rebuilt from <prefix>.actions; default 0: a new run)",
     )
     loop.set_defaults(handler=run_closed_loop)
+    prometheus.register(kinds)
 
 
 def run_replay(args: argparse.Namespace) -> int:

@@ -93,6 +93,11 @@ _FLAGS: dict[str, tuple[type, str]] = {
         f"serve /healthz, /metrics (Prometheus) and /services/<id> on this port (default {WEB_PORT}, "
         "or the next free port when another worker on this host has it; 0: no web server)",
     ),
+    "capacity_gauge": (
+        int,
+        "expose each service's decided capacity as the gauge picrl_decided_capacity{service,resource} on "
+        "/metrics, for up to this many services: a label value per service, so a cap (default none: off)",
+    ),
 }
 
 log = logging.getLogger("picrl.worker")
