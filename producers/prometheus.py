@@ -32,9 +32,11 @@ import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.errors import KafkaError
 
 from stream.metrics import SourceMetrics
 from stream.records import DeadLetter, DecodeError, ResourceUsage, ResourceUsageEvent, UsageEvent
@@ -291,7 +293,7 @@ class PrometheusSource:
         one series per service carrying the service label."""
         for queries in self.queries.values():
             for name, expression in queries.named():
-                data = await self._call(lambda e=expression: self.client.query(e, at))  # type: ignore[misc]
+                data = await self._call(partial(self.client.query, expression, at))
                 instant_values(data, self.label, name, expression)
 
     async def readings_at(self, tick: int) -> Readings:
@@ -301,7 +303,7 @@ class PrometheusSource:
         for resource, queries in self.queries.items():
             answers[resource] = {}
             for name, expression in queries.named():
-                data = await self._call(lambda e=expression: self.client.query(e, at))  # type: ignore[misc]
+                data = await self._call(partial(self.client.query, expression, at))
                 answers[resource][name] = instant_values(data, self.label, name, expression)
         readings = combine(answers)
         self._note_missing(tick, readings)
@@ -317,8 +319,12 @@ class PrometheusSource:
                 answers[resource] = {}
                 for name, expression in queries.named():
                     data = await self._call(
-                        lambda e=expression, s=start, t=end: self.client.query_range(  # type: ignore[misc]
-                            e, s * self.interval, t * self.interval, self.interval
+                        partial(
+                            self.client.query_range,
+                            expression,
+                            start * self.interval,
+                            end * self.interval,
+                            self.interval,
                         )
                     )
                     answers[resource][name] = range_values(data, self.label, name, expression, self.interval)
@@ -380,54 +386,59 @@ class UsageWriter:
         self.bootstrap = bootstrap
         self.topics = topics
         self.producer_id = producer_id
-        self.producer = AIOKafkaProducer(
-            bootstrap_servers=bootstrap,
-            transactional_id=f"{topics.usage}.{producer_id}",
-            acks="all",
-            enable_idempotence=True,
-            linger_ms=5,
-        )
+        self._producer: AIOKafkaProducer | None = None
 
     async def start(self) -> int | None:
         """Start the producer (fencing a previous one with this id: its open transaction is aborted) and return the
         last tick it committed on the usage topic (None: none)."""
-        await self.producer.start()
-        return await last_tick(self.bootstrap, self.topics.usage, self.producer_id)
+        self._producer = AIOKafkaProducer(
+            bootstrap_servers=self.bootstrap,
+            transactional_id=f"{self.topics.usage}.{self.producer_id}",
+            acks="all",
+            enable_idempotence=True,
+            linger_ms=5,
+        )
+        await self._producer.start()
+        try:
+            partitions = await self._producer.partitions_for(self.topics.usage)
+        except KafkaError:
+            raise ValueError(
+                f"topic {self.topics.usage} not found: create the topics first (`picrl topics create`)"
+            ) from None
+        return await last_tick(self.bootstrap, self.topics.usage, sorted(partitions), self.producer_id)
 
     async def write(self, records: TickRecords) -> None:
         """One tick's records in one transaction."""
         header = [(PRODUCER_HEADER, self.producer_id.encode())]
-        async with self.producer.transaction():
+        producer = self._producer
+        assert producer is not None, "start() first"
+        async with producer.transaction():
             for event in records.events:
-                await self.producer.send(
-                    self.topics.usage, event.to_bytes(), key=event.service.encode(), headers=header
-                )
+                await producer.send(self.topics.usage, event.to_bytes(), key=event.service.encode(), headers=header)
             for service, letter in records.letters:
-                await self.producer.send(self.topics.deadletter, letter.to_bytes(), key=service.encode())
+                await producer.send(self.topics.deadletter, letter.to_bytes(), key=service.encode())
 
     async def stop(self) -> None:
-        await self.producer.stop()
+        if self._producer is not None:
+            await self._producer.stop()
 
 
-async def last_tick(bootstrap: str, topic: str, producer_id: str, timeout: float = 60.0) -> int | None:
-    """The largest tick among the committed records of ``producer_id`` on ``topic`` (None: none), read back from
-    each partition's end ``RESUME_CHUNK`` offsets at a time until one of its records shows."""
+async def last_tick(
+    bootstrap: str, topic: str, partitions: list[int], producer_id: str, timeout: float = 60.0
+) -> int | None:
+    """The largest tick among the committed records of ``producer_id`` on ``partitions`` of ``topic`` (None: none),
+    read back from each partition's end ``RESUME_CHUNK`` offsets at a time until one of its records shows."""
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_committed", enable_auto_commit=False)
     await consumer.start()
     ours = producer_id.encode()
     found: int | None = None
     try:
-        partitions = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or ())]
-        if not partitions:
-            await consumer.force_metadata_update()
-            partitions = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or ())]
-        if not partitions:
-            raise ValueError(f"topic {topic} does not exist: create the topics first (`picrl topics create`)")
-        consumer.assign(partitions)
-        begins = await consumer.beginning_offsets(partitions)
-        ends = await consumer.end_offsets(partitions)
+        tps = [TopicPartition(topic, p) for p in partitions]
+        consumer.assign(tps)
+        begins = await consumer.beginning_offsets(tps)
+        ends = await consumer.end_offsets(tps)
         deadline = time.monotonic() + timeout
-        for tp in partitions:
+        for tp in tps:
             end = ends[tp]
             while end > begins[tp]:
                 start = max(begins[tp], end - RESUME_CHUNK)
@@ -519,6 +530,6 @@ def backfill_rows(
                 row[prefix + "censored"] = str(int(one.censored))
             rows.setdefault(service, {})[tick] = row
     return {
-        service: [{"time": f"{tick * interval:g}", **by_tick.get(tick, {})} for tick in span]
+        service: [{"time": repr(tick * interval), **by_tick.get(tick, {})} for tick in span]
         for service, by_tick in rows.items()
     }

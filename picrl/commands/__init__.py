@@ -20,8 +20,9 @@ SUMMARIES: dict[str, str] = {
     "topics": "create picrl's Kafka topics (usage, actions, replay, policy, deadletter)",
     "worker": "run a stream worker: usage events in, provisioning actions and replay transitions out",
     "trainer": "run the policy trainer: consume replay, publish KL-regularised policy versions",
-    "produce": "produce usage telemetry from a trace (open-loop replay or closed loop)",
+    "produce": "produce usage telemetry from a trace (open-loop replay or closed loop) or from Prometheus",
     "policy": "list the published policy versions, or roll the workers back to one",
+    "schedule": "print the kubectl patch commands that would apply the actions to Kubernetes pods (dry run)",
     "explain": "show a service's state and last decisions from a running worker",
     "config": "show the effective settings of workers and trainers, with the source of each",
 }

@@ -92,7 +92,7 @@ def workload_from_args(args: argparse.Namespace) -> Workload:
 def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser(
         "produce",
-        help="produce usage telemetry from a trace (open-loop replay or closed loop)",
+        help="produce usage telemetry from a trace (open-loop replay or closed loop) or from Prometheus",
         description="Put usage events on <prefix>.usage from a trace, for N services.",
     )
     kinds = parser.add_subparsers(dest="kind", metavar="KIND", required=True)

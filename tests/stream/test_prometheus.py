@@ -15,6 +15,7 @@ from stream.topics import TopicNames, ensure_topics, topic_specs
 from tests.stream.conftest import WINDOW
 from tests.support.kafka import produce, unique, usage_json
 from tests.support.processes import picrl_process, require_program, stop, tail
+from tests.support.prometheus import wait_until_ready
 from tests.support.web import free_port, http_get
 
 RULES = Path(__file__).resolve().parents[2] / "docs" / "prometheus" / "picrl-alerts.yml"
@@ -24,14 +25,6 @@ def _query(port: int, expression: str) -> list[dict]:
     status, body = http_get(port, "/api/v1/query?query=" + urllib.parse.quote(expression))
     assert status == 200, body
     return body["data"]["result"]  # type: ignore[index]
-
-
-def _wait_until_ready(port: int, log: Path, wait: float = 90.0) -> None:
-    """Prometheus listens before its storage is open and answers 503 until then: wait for /-/ready."""
-    deadline = time.monotonic() + wait
-    while (status := http_get(port, "/-/ready")[0]) != 200:
-        assert time.monotonic() < deadline, (status, tail(log))
-        time.sleep(0.5)
 
 
 def test_prometheus_scrapes_worker_and_trainer_and_the_streak_alert_goes_off(
@@ -73,7 +66,7 @@ def test_prometheus_scrapes_worker_and_trainer_and_the_streak_alert_goes_off(
             stderr=subprocess.STDOUT,
         )
         try:
-            _wait_until_ready(prometheus_port, tmp_path / "prometheus.log")
+            wait_until_ready(prometheus_port, tmp_path / "prometheus.log")
             # one service short of capacity on every tick: its censoring streak grows past the alert's 10
             produce(
                 kafka_bootstrap,
