@@ -8,9 +8,9 @@ reports ``y_t = a_t``, as the usage record's rule asks. Prometheus answers the v
 sample at or before that instant (within its lookback, 5 minutes by default), so a tick reads what was scraped by
 then; the producer asks ``delay`` seconds after the instant, once that scrape is stored.
 
-A service is one value of the ``service_label`` label. A known service whose usage or limit series is absent at a
-tick gets no event (its worker holds the capacity in force); a NaN, infinite or negative value becomes a dead letter
-with its reason. A query that does not answer an instant vector of one series per service is refused at start
+A service is one value of the ``service_label`` label. A service whose usage or limit series is absent at a tick gets
+no event (its worker holds the capacity in force); a NaN, infinite or negative value becomes a dead letter with its
+reason. A query that does not answer an instant vector of one series per service is refused at start
 (:class:`PrometheusQueryError`). An unreachable server is retried with exponential backoff, logged once per outage
 and once at recovery, and counted in :class:`~stream.metrics.SourceMetrics`.
 
@@ -251,7 +251,7 @@ class PrometheusSource:
         self.backoff = backoff
         self.max_backoff = max_backoff
         self.metrics = metrics or SourceMetrics()
-        self.known: set[str] = set()
+        self._previous: set[str] = set()  # the services read at the tick before
         self._failures = 0  # failed tries of the outage going on (0: Prometheus answers)
         self._down_since = 0.0
 
@@ -297,7 +297,8 @@ class PrometheusSource:
                 instant_values(data, self.label, name, expression)
 
     async def readings_at(self, tick: int) -> Readings:
-        """Each service's readings at ``tick * interval``; a known service without them is counted as missing."""
+        """Each service's readings at ``tick * interval``; a service read at the tick before and absent now is counted
+        as missing."""
         at = tick * self.interval
         answers: dict[str | None, dict[str, dict[str, float]]] = {}
         for resource, queries in self.queries.items():
@@ -348,11 +349,17 @@ class PrometheusSource:
                 yield tick, readings
 
     def _note_missing(self, tick: int, readings: Readings) -> None:
-        missing = self.known - readings.keys()
+        """Count the services read at the tick before and absent now: a gap, or a pod gone (counted once)."""
+        missing = self._previous - readings.keys()
         if missing:
             self.metrics.missing.inc(len(missing))
-            log.info("tick %d: no usage or limit for %d known service(s), e.g. %s", tick, len(missing), min(missing))
-        self.known |= readings.keys()
+            log.info(
+                "tick %d: no usage or limit for %d service(s) read at the tick before, e.g. %s",
+                tick,
+                len(missing),
+                min(missing),
+            )
+        self._previous = set(readings)
 
 
 @dataclass

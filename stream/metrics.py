@@ -205,7 +205,7 @@ class SourceMetrics:
         self.events = Counter("picrl_source_events_total", "Usage events produced", registry=r)
         self.missing = Counter(
             "picrl_source_missing_total",
-            "Ticks of known services without usage or limit (no event: the worker holds)",
+            "Services read at a tick and without usage or limit at the next (no event: the worker holds)",
             registry=r,
         )
         self.dead_letters = Counter(

@@ -787,7 +787,9 @@ class PolicyVersion(_Record):
 
 @dataclass(frozen=True, slots=True)
 class DeadLetter(_Record):
-    """``picrl.deadletter``: a message that could not be used, verbatim, with the reason it was refused."""
+    """``picrl.deadletter``: a message that could not be used, verbatim, with the reason it was refused. A reading
+    ``picrl produce prometheus`` refused names its source instead: ``topic`` ``prometheus:<url>``, ``partition`` 0,
+    ``offset`` the tick, ``raw`` the readings as JSON."""
 
     reason: str
     detail: str

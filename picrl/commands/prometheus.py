@@ -205,6 +205,8 @@ def run(args: argparse.Namespace) -> int:
     configure_logging(args.log_level)
     if (args.start is None) != (args.end is None) or (args.out and args.start is None):
         raise ValueError("--from and --to go together (and --out needs them)")
+    if args.delay < 0:
+        raise ValueError(f"--delay must be >= 0 seconds; got {args.delay}")
     if not 0 <= args.tolerance < 1:
         raise ValueError(f"--tolerance must be in [0, 1); got {args.tolerance}")
     metrics = SourceMetrics()
@@ -234,7 +236,9 @@ async def _produce(source: PrometheusSource, writer: UsageWriter, args: argparse
     last = await writer.start()
     try:
         if args.start is not None:
-            first = max(math.ceil(args.start / source.interval), -1 if last is None else last + 1)
+            first = math.ceil(args.start / source.interval)
+            if last is not None:
+                first = max(first, last + 1)  # the ticks already produced are not produced again
             final = math.floor(args.end / source.interval)
             sent = await produce_range(source, writer, tolerance=args.tolerance, first=first, last=final)
             print(f"produced {sent} usage events of ticks {first} to {final} to {writer.topics.usage}")

@@ -1,10 +1,12 @@
-"""The censoring-streak gauges cover every service a worker holds, not only the last batch's."""
+"""The censoring-streak gauges cover every service a worker holds, not only the last batch's; the decided-capacity
+gauge is capped and follows the partitions held."""
 
 from __future__ import annotations
 
 from prometheus_client import generate_latest
 
 from stream.metrics import WorkerMetrics
+from stream.records import Action, ResourceAction, ResourceDecision
 from tests.support.web import metric
 
 
@@ -27,3 +29,30 @@ def test_streak_gauges_keep_services_absent_from_the_last_batches() -> None:
     held.discard(0)  # its partition moved to another worker, which reports it from now on
     assert metric(scrape(), "picrl_censor_streak_max") == 4
     assert metric(scrape(), "picrl_services_in_censor_streak") == 1
+
+
+def _action(service: str, capacity: float) -> Action:
+    return Action(service, 1, capacity, 0.5, 0, 0, 0, 0, 0, 0, 0, 0, False, 0, 0)
+
+
+def test_the_decided_capacity_gauge_is_opt_in_capped_and_follows_the_partitions_held() -> None:
+    assert WorkerMetrics(lambda: {0}).decided is None  # off by default: no label per service
+    held = {0, 1}
+    metrics = WorkerMetrics(lambda: held, capacity_gauge=2)
+    assert metrics.decided is not None
+    metrics.decided.update(_action("a", 10.0), 0)
+    metrics.decided.update(_action("a", 12.0), 0)  # the newest action
+    decision = ResourceDecision(7.0, 0.5, 0, 0, 0, 0, 0, 0, 0)
+    metrics.decided.update(ResourceAction("b", 1, {"gpu_mem": decision}, 0, False, 0, 0), 1)
+    metrics.decided.update(_action("c", 5.0), 1)  # beyond the cap of 2
+
+    def scrape() -> str:
+        return generate_latest(metrics.registry).decode()
+
+    assert metric(scrape(), "picrl_decided_capacity", resource="", service="a") == 12.0
+    assert metric(scrape(), "picrl_decided_capacity", resource="gpu_mem", service="b") == 7.0
+    assert 'service="c"' not in scrape() and metric(scrape(), "picrl_decided_capacity_beyond_cap_total") == 1
+    held.discard(0)  # a's partition moved to another worker: its slot is free again
+    assert 'service="a"' not in scrape()
+    metrics.decided.update(_action("c", 5.0), 1)
+    assert metric(scrape(), "picrl_decided_capacity", resource="", service="c") == 5.0
