@@ -157,8 +157,14 @@ def register(kinds: argparse._SubParsersAction) -> None:
         "producer resumes where it stopped (default 8)",
     )
     history = parser.add_argument_group("history (both --from and --to: query_range instead of polling)")
-    history.add_argument("--from", dest="start", type=_time, metavar="TIME", help="epoch seconds or ISO 8601")
-    history.add_argument("--to", dest="end", type=_time, metavar="TIME", help="epoch seconds or ISO 8601")
+    history.add_argument(
+        "--from",
+        dest="start",
+        type=_time,
+        metavar="TIME",
+        help="first instant: epoch seconds or ISO 8601, UTC unless a zone is given, e.g. 2026-11-01T00:00:00",
+    )
+    history.add_argument("--to", dest="end", type=_time, metavar="TIME", help="last instant, as --from")
     history.add_argument(
         "--out",
         type=Path,
