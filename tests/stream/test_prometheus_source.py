@@ -12,6 +12,7 @@ import asyncio
 import collections
 import math
 import time
+from argparse import Namespace
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,12 +20,14 @@ import numpy as np
 import pytest
 
 from picrl.cli import main
+from picrl.commands.prometheus import queries_from_args
 from picrl.datasets import Trace, load_csv
 from picrl.workloads import copies_of
 from picrl_core.artifact import ModelArtifact
 from producers.prometheus import (
     PrometheusQueryError,
     Reading,
+    ResourceQueries,
     instant_values,
     usage_record,
 )
@@ -330,3 +333,15 @@ def test_an_answer_with_two_series_for_a_service_is_refused() -> None:
     assert instant_values({"resultType": "vector", "result": [series]}, "service", "usage", "q") == {"a": 1.0}
     with pytest.raises(PrometheusQueryError, match="several series"):
         instant_values({"resultType": "vector", "result": [series, series]}, "service", "usage", "q")
+
+
+def test_each_resource_takes_its_queries_in_the_order_of_the_resource_flags() -> None:
+    two = Namespace(resource=["gpu_mem", "gpu_compute"], usage=["mu", "cu"], limit=["ml", "cl"], shortage=None)
+    assert queries_from_args(two) == {
+        "gpu_mem": ResourceQueries("mu", "ml"),
+        "gpu_compute": ResourceQueries("cu", "cl"),
+    }
+    one = Namespace(resource=None, usage=["u"], limit=["l"], shortage=["s"])
+    assert queries_from_args(one) == {None: ResourceQueries("u", "l", "s")}
+    with pytest.raises(ValueError, match="once each per resource"):
+        queries_from_args(Namespace(resource=["gpu_mem", "gpu_compute"], usage=["mu"], limit=["ml"], shortage=None))
