@@ -205,3 +205,11 @@ def tripled(workload: Workload, window: int) -> Workload:
     window: every service outgrows the range its first window gave it."""
     ramp = np.clip((np.arange(workload.ticks) - window - 5) / 20.0, 0.0, 1.0)[:, None]
     return replace(workload, demand=workload.demand * (1.0 + 2.0 * ramp))
+
+
+def quietened(workload: Workload, window: int) -> Workload:
+    """``workload`` with demand at a tenth of its level for 20 ticks from 5 ticks after the warm-up window (a night:
+    every service's usage falls below the floor of its range), then back."""
+    t = np.arange(workload.ticks)[:, None]
+    night = (t >= window + 5) & (t < window + 25)
+    return replace(workload, demand=np.where(night, 0.1 * workload.demand, workload.demand))
