@@ -40,6 +40,22 @@ def _positive_int(value: Any) -> int:
     return number
 
 
+def _count(value: Any) -> int:
+    if isinstance(value, bool):
+        raise ValueError("expected an integer >= 0")
+    number = value if isinstance(value, int) else int(str(value).strip())
+    if number < 0:
+        raise ValueError("expected an integer >= 0")
+    return number
+
+
+def _share(value: Any) -> float:
+    number = float(value)
+    if not 0 <= number <= 1:
+        raise ValueError("expected a number from 0 to 1")
+    return number
+
+
 def _choice(*allowed: str) -> Callable[[Any], str]:
     def parse(value: Any) -> str:
         if value not in allowed:
@@ -156,6 +172,8 @@ SPECS: dict[str, Spec] = {
     "headroom": Spec(_non_negative, 0.5, "window scaling: spans added on each side of the first window's range"),
     "range_growth": Spec(_growth, 2.0, "an outgrown range grows upward to this many times its span (1: never)"),
     "grow_after": Spec(_positive_int, 3, "short ticks in a row, the last at the top of the range, before it grows"),
+    "shrink_after": Spec(_count, 3, "ticks in a row seen below a range's floor before it comes down (0: never)"),
+    "floor_share": Spec(_share, 0.5, "a floor comes down to this share of the usage of the tick that lowers it"),
     "max_services": Spec(_optional(_positive_int), None, "cap on services per worker (none: no cap)"),
     "max_tick_gap": Spec(_positive_int, 1_000, "ticks further than this from the expected one are refused"),
     "resources": Spec(
@@ -237,6 +255,8 @@ class Settings:
             overrides=dict(self.services),
             range_growth=v["range_growth"],
             grow_after=v["grow_after"],
+            shrink_after=v["shrink_after"],
+            floor_share=v["floor_share"],
             resources=resources,
         )
         return WorkerSettings(

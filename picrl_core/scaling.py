@@ -9,6 +9,18 @@ is short on every tick with the capacity pinned at the top, and what it reveals 
 says by how much. :func:`outgrown` detects that and :func:`grown_high` widens the range (:func:`next_high`
 is the rule of one tick, as the stream and the growth protocol of the comparison apply it);
 :func:`~picrl_core.controller_state.rescale_state` carries a controller state over to a new range.
+
+A floor fixed from a busy history holds the capacity at ``low`` however little the service uses: a service
+that idles at night is paid at its day's floor. :func:`next_low` is the rule that brings the floor down, of one
+tick too. With ``u_t = min(d_t, A_t)`` the usage seen (native) and ``s_t`` the run of ticks seen in full below the
+floor (a per-service counter the worker keeps in its row and the growth loop beside it):
+
+* ``s_t = s_{t-1} + 1`` when ``u_t < L_t`` and the tick was not short, else ``0`` (:func:`floor_streak`);
+* ``L_{t+1} = rho u_t`` when ``s_t >= m``, else ``L_t`` (``m = shrink_after``, ``rho = floor_share``), and the
+  run restarts (``s_t = 0``) on a lowered floor.
+
+The top stays, so a morning that needs the day's capacity again finds it within the range: the controller
+raises its action in ``[0, 1]`` of the wider range, with no range change. ``m = 0``: floors never come down.
 """
 
 from __future__ import annotations
@@ -79,3 +91,34 @@ def next_high(
     if fixed is not None:
         grow &= ~np.asarray(fixed, dtype=bool)
     return np.where(grow, grown_high(low, high, factor), high)
+
+
+def floor_streak(streak: np.ndarray, usage: np.ndarray, low: np.ndarray, short: np.ndarray) -> np.ndarray:
+    """The run of ticks in a row seen in full below the floor: ``streak + 1`` where ``usage < low`` on a tick that
+    was not ``short``, else 0."""
+    below = (np.asarray(usage, dtype=np.float64) < low) & ~np.asarray(short, dtype=bool)
+    return np.where(below, np.asarray(streak) + 1, 0)
+
+
+def next_low(
+    low: np.ndarray,
+    usage: np.ndarray,
+    streak: np.ndarray,
+    *,
+    after: int,
+    share: float,
+    fixed: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The floors after a tick and the runs below them: ``share * usage`` where ``streak`` (:func:`floor_streak`
+    of this tick) reaches ``after``, with the run restarted at 0; ``low`` and ``streak`` elsewhere and where
+    ``fixed`` (an operator's range). ``after`` 0: floors never come down."""
+    low = np.asarray(low, dtype=np.float64)
+    streak = np.asarray(streak)
+    if after == 0:
+        return low, streak
+    if not 0.0 <= share <= 1.0:
+        raise ValueError(f"a floor comes down to a share in [0, 1] of the usage; got {share}")
+    shrink = streak >= after
+    if fixed is not None:
+        shrink &= ~np.asarray(fixed, dtype=bool)
+    return np.where(shrink, share * np.asarray(usage, dtype=np.float64), low), np.where(shrink, 0, streak)

@@ -180,6 +180,40 @@ def intermittent(
     return np.clip(demand, 0.0, 1.0)
 
 
+def idle_nights(
+    n: int,
+    period: int = 144,
+    level: float = 0.6,
+    amplitude: float = 0.2,
+    night: float = 1 / 3,
+    idle: float = 0.1,
+    idle_from: float = 0.6,
+    noise: float = 0.02,
+    seed: int = 0,
+) -> np.ndarray:
+    """A daily wave whose nights go idle after a busy history: ``level (1 + amplitude sin(2 pi t / period)) +
+    noise eps_t`` by day, and through the share ``night`` of each period around the wave's trough, from tick
+    ``idle_from * n`` on, ``idle * level (1 + 5 noise eps_t)`` (``idle`` 0: the service scales to zero at night).
+    Before that tick the nights stay busy on the wave, so a range fixed from the history has its floor at the
+    day's trough (about ``level (1 - amplitude)``), far above the idle nights."""
+    _check_length(n)
+    if not 0 < night < 1 or idle < 0 or not 0 <= idle_from <= 1 or period < 2:
+        raise ValueError(f"need 0 < night < 1, idle >= 0, idle_from in [0, 1], period >= 2; got {night}, {idle}")
+    rng = np.random.default_rng(seed)
+    t = np.arange(n)
+    day = level * (1.0 + amplitude * np.sin(2 * np.pi * t / period)) + noise * rng.standard_normal(n)
+    phase = (t % period) / period
+    dark = (np.abs(phase - 0.75) < night / 2) & (t >= idle_from * n)
+    quiet = idle * level * (1.0 + 5 * noise * rng.standard_normal(n))
+    return np.clip(np.where(dark, quiet, day), 0.0, 1.0)
+
+
+def night_ticks(n: int, period: int = 144, night: float = 1 / 3) -> np.ndarray:
+    """The ticks of :func:`idle_nights`' nights (whether or not they idle yet), ``(n,)`` bool."""
+    phase = (np.arange(n) % period) / period
+    return np.abs(phase - 0.75) < night / 2
+
+
 def shared_load_pods(n: int, pods: int = 24, period: int = 288, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """Pods whose GPU memory and GPU compute follow one load, ``(memory, compute)``, each ``(n, pods)``: the
     shape where a memory shortage hides compute demand, which the bundled pods lack (their compute idles

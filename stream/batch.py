@@ -56,13 +56,17 @@ class Refusal:
     detail: str
 
 
+# Why a range moved: its top outgrown, its floor underused (usage below it), the operator's range set.
+RangeReason = Literal["outgrown", "underused", "operator"]
+
+
 @dataclass(frozen=True)
 class RangeChange:
     """A service's range moved from ``[low, high]`` to ``[new_low, new_high]`` at ``tick``."""
 
     service: str
     tick: int
-    reason: Literal["outgrown", "operator"]
+    reason: RangeReason
     low: float
     high: float
     new_low: float

@@ -5,8 +5,8 @@ Faust agent (``stream.worker``) decodes messages, hands them here with the servi
 and sends back what comes out. All decisions come from :class:`picrl_core.PicRLController`.
 
 Per service the worker keeps one fixed-size row (:attr:`DecisionEngine.row_dtype`): the controller
-state (``picrl_core.state_codec``), the service's native range ``[low, high]``, the capacity it
-decided last, the tick it expects next and its warm-up buffer.
+state (``picrl_core.state_codec``), the service's native range ``[low, high]`` and the ticks it has
+stayed below the floor, the capacity it decided last, the tick it expects next and its warm-up buffer.
 
 A batch is applied in rounds (each service's first event, then its second, ...), each round in the
 stages of the controller (:meth:`DecisionEngine._process`):
@@ -16,7 +16,8 @@ stages of the controller (:meth:`DecisionEngine._process`):
 2. warm up: record the ticks of services still filling their window, and make the first decisions of
    those whose window is now full;
 3. step the others: carry their state over to an operator's new range (``stream.ranges``), observe the
-   tick in each service's range, one controller step, grow the ranges the tick showed outgrown;
+   tick in each service's range, one controller step, grow the ranges the tick showed outgrown and lower the
+   floors its usage stayed below;
 4. store the new states in the rows, with the operator's bounds on the capacity;
 5. emit the actions and the replay transitions (``stream.outputs``).
 
@@ -26,8 +27,8 @@ keep the capacity in force, raised by ``warmup_bump`` after a shortage so the wi
 demand. After the ``W``-th tick the range is set (``stream.ranges``: from the operator, the model
 artifact, or the window widened by ``headroom`` on each side), the window becomes the controller's
 history (Algorithm 1, line 17) and the first PIC-RL decision is emitted for the next tick. A range
-that a service outgrows grows, and an operator's range is followed (``stream.ranges``); each change is
-reported in ``BatchOutcome.ranges``.
+that a service outgrows grows, a floor it stays below comes down, and an operator's range is followed
+(``stream.ranges``); each change is reported in ``BatchOutcome.ranges``.
 
 A tick's record refused for its value rather than its identity (a :class:`BadValue` from the
 decoder, or an event missing a context channel the model reads) is dead-lettered and answered with a
@@ -140,6 +141,7 @@ class DecisionEngine:
                 ("core", self.codec.dtype),
                 ("low", "<f8"),
                 ("high", "<f8"),
+                ("floor_streak", "<i4"),  # ticks in a row seen below the floor (stream.ranges)
                 ("capacity", "<f8"),
                 ("expected_tick", "<i8"),
                 ("policy_version", "<i8"),
@@ -354,7 +356,8 @@ class DecisionEngine:
         state = self.ranges.follow_operator(sub, self.codec.unpack(sub["core"]), items, outcome.ranges)
         seen = self._observe(sub, state, items)
         new, transition = self.controller.step(state, seen.y, seen.censored, seen.context, seen.missing)
-        new = self.ranges.grow(sub, state, new, seen.short, items, outcome.ranges)
+        usage = np.array([_one_resource(item.event).usage for item in items])
+        new = self.ranges.move(sub, state, new, seen.short, seen.censored, usage, items, outcome.ranges)
         behaviour_versions = sub["policy_version"].copy()
         clipped = self._store(sub, new, items)
         rows[index] = sub

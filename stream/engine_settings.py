@@ -1,4 +1,4 @@
-"""How a worker's decision engine treats its services: scaling, warm-up, bounds, range growth and the operator's
+"""How a worker's decision engine treats its services: scaling, warm-up, bounds, range rules and the operator's
 per-service overrides (``picrl worker`` builds them from its settings, ``picrl.settings``)."""
 
 from __future__ import annotations
@@ -56,6 +56,8 @@ class EngineSettings:
     overrides: Mapping[str, ServiceOverride] = field(default_factory=dict)  # per service id
     range_growth: float = 2.0  # an outgrown range grows to this many times its span (1: ranges never grow)
     grow_after: int = 3  # short ticks in a row, the last at the top of the range, before it grows
+    shrink_after: int = 3  # ticks in a row seen below the floor before it comes down (0: floors never come down)
+    floor_share: float = 0.5  # a floor comes down to this share of the usage of that tick
     # several resources per service (picrl_core.resources): usage records carry a ``resources`` map (schema 2) and
     # each resource is a row ``<service>/<resource>`` (the key of its overrides and of its replay transitions)
     resources: tuple[Resource, ...] = ()
@@ -69,5 +71,7 @@ class EngineSettings:
             raise ValueError("headroom and warmup_bump must be >= 0 and max_tick_gap >= 1")
         if self.range_growth < 1 or self.grow_after < 1:
             raise ValueError("range_growth must be >= 1 (1: never) and grow_after >= 1")
+        if self.shrink_after < 0 or not 0 <= self.floor_share <= 1:
+            raise ValueError("shrink_after must be >= 0 (0: never) and floor_share in [0, 1]")
         if self.max_services is not None and self.max_services < 1:
             raise ValueError("max_services must be >= 1 (or None for no cap)")

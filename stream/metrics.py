@@ -137,7 +137,7 @@ class WorkerMetrics:
         self.lag = Gauge("picrl_consumer_lag", "Usage messages not yet consumed", ["partition"], registry=r)
         self.range_changes = Counter(
             "picrl_range_changes_total",
-            "Service ranges moved: outgrown (grown at the top) or operator (set in the settings file)",
+            "Service ranges moved: outgrown (grown at the top), underused (floor lowered) or operator (settings file)",
             ["reason"],
             registry=r,
         )

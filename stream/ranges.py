@@ -8,25 +8,32 @@ for ever with the capacity pinned at the top. When a tick is short with the capa
 the range and makes a run of ``grow_after`` short ticks, the range grows upward to ``range_growth`` times its
 span (``picrl_core.scaling.next_high``) and the controller state is carried over to it
 (``rescale_state``: same native history, prediction, calibrator offsets and capacity in force), so the next
-decisions can go above the old top. An operator's range is carried over at the service's next event and
-never grows. Each change is reported as a :class:`stream.batch.RangeChange`.
+decisions can go above the old top.
+
+Floors that come down: a floor set from busy ticks would hold an idle service's capacity at it. When a tick's usage,
+seen in full, lies below the floor and makes a run of ``shrink_after`` such ticks (the row's ``floor_streak``), the
+floor comes down to ``floor_share`` times that usage (``picrl_core.scaling.next_low``) and the state is carried over
+the same way, so the next decisions can go below the old floor; the top stays, so the day's capacity is still in
+range when the demand comes back. The growth protocol of the comparison applies both rules as the worker does
+(``picrl_core.methods.growth.run_growth_loop``). An operator's range is carried over at the service's next event
+and never moves otherwise. Each change is reported as a :class:`stream.batch.RangeChange`.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import cast
 
 import numpy as np
 
 from picrl_core.controller_state import ControllerState, rescale_state
-from picrl_core.scaling import next_high, window_range
+from picrl_core.scaling import floor_streak, next_high, next_low, window_range
 from picrl_core.series import MinMaxScaler
-from stream.batch import Incoming, RangeChange
+from stream.batch import Incoming, RangeChange, RangeReason
 from stream.engine_settings import EngineSettings
 
 
 class RangeKeeper:
-    """Sets, follows and grows the ranges of a batch's services (their rows' ``low`` and ``high``)."""
+    """Sets, follows and moves the ranges of a batch's services (their rows' ``low``, ``high`` and ``floor_streak``)."""
 
     def __init__(self, settings: EngineSettings, series: MinMaxScaler | None) -> None:
         if settings.scaling == "artifact" and series is None:
@@ -48,36 +55,48 @@ class RangeKeeper:
         self, sub: np.ndarray, state: ControllerState, items: list[Incoming], changes: list[RangeChange]
     ) -> ControllerState:
         """Carry ``state`` (the rows ``sub``) over to the operator's ranges where they differ from the rows'."""
-        return _move(sub, state, *self._operators(items, sub["low"], sub["high"]), items, "operator", changes)
+        low, high = self._operators(items, sub["low"], sub["high"])
+        return _move(sub, state, low, high, items, np.full(len(items), "operator"), changes)
 
-    def grow(
+    def move(
         self,
         sub: np.ndarray,
         before: ControllerState,
         after: ControllerState,
         short: np.ndarray,
+        censored: np.ndarray,
+        usage: np.ndarray,
         items: list[Incoming],
         changes: list[RangeChange],
     ) -> ControllerState:
-        """Grow the ranges the tick just observed (``short``, with ``before.action`` in force) shows outgrown,
-        except an operator's, and carry the stepped state ``after`` over to them."""
-        if self.settings.range_growth > 1:
-            low, high = sub["low"].copy(), sub["high"].copy()
-            operators = np.array(
-                [getattr(self.settings.overrides.get(item.service), "low", None) is not None for item in items]
-            )  # an operator's range stays
-            new_high = next_high(
-                low,
-                high,
-                before.action,
-                short,
-                after.censor_streak,
-                after=self.settings.grow_after,
-                factor=self.settings.range_growth,
-                fixed=operators,
-            )
-            return _move(sub, after, low, new_high, items, "outgrown", changes)
-        return after
+        """Grow the ranges the tick just observed (``short``, with ``before.action`` in force) shows outgrown, lower
+        the floors its ``usage`` (native; not ``censored``, a coupled shortage included) has stayed below, except
+        an operator's, and carry the stepped state ``after`` over to them."""
+        settings = self.settings
+        low, high = sub["low"].copy(), sub["high"].copy()
+        operators = np.array(
+            [getattr(settings.overrides.get(item.service), "low", None) is not None for item in items]
+        )  # an operator's range stays
+        new_high = next_high(
+            low,
+            high,
+            before.action,
+            short,
+            after.censor_streak,
+            after=settings.grow_after,
+            factor=settings.range_growth,
+            fixed=operators,
+        )
+        new_low, sub["floor_streak"] = next_low(
+            low,
+            usage,
+            floor_streak(sub["floor_streak"], usage, low, censored),
+            after=settings.shrink_after,
+            share=settings.floor_share,
+            fixed=operators,
+        )
+        reasons = np.where(new_high != high, "outgrown", "underused")
+        return _move(sub, after, new_low, new_high, items, reasons, changes)
 
     def _operators(self, items: list[Incoming], low: np.ndarray, high: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(low, high)`` with the operator's range where one is set."""
@@ -95,10 +114,11 @@ def _move(
     new_low: np.ndarray,
     new_high: np.ndarray,
     items: list[Incoming],
-    reason: Literal["outgrown", "operator"],
+    reasons: np.ndarray,
     changes: list[RangeChange],
 ) -> ControllerState:
-    """Carry ``state`` over to the new ranges (identical ones are left exactly as they are)."""
+    """Carry ``state`` over to the new ranges (identical ones are left exactly as they are); ``reasons`` says why
+    each service's range moved."""
     low, high = sub["low"].copy(), sub["high"].copy()
     moved = (new_low != low) | (new_high != high)
     if not moved.any():
@@ -108,7 +128,7 @@ def _move(
             RangeChange(
                 items[j].service,
                 int(items[j].event.tick),
-                reason,
+                cast(RangeReason, str(reasons[j])),
                 float(low[j]),
                 float(high[j]),
                 float(new_low[j]),

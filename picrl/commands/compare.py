@@ -136,7 +136,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         default="clipped",
         help="clipped (default; the paper's Table 2): test demand clipped to the training range, every action "
         "in [0, 1] of it. growth (what the stream does): the test demand unclipped, each service starting in "
-        "its training range and growing it when outgrown, as a worker does; metrics in training-range and "
+        "its training range, growing it when outgrown and lowering its floor when underused, as a worker does; "
+        "metrics in training-range and "
         "native units, and growth.md/.csv (shortfall above the training peak, ticks to catch up, "
         "over-provisioning cost). Hindsight references do not run under growth; multi-resource data runs clipped",
     )

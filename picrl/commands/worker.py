@@ -54,6 +54,11 @@ _FLAGS: dict[str, tuple[type, str]] = {
         "times its span (default 2; 1: ranges never grow)",
     ),
     "grow_after": (int, "short ticks in a row, the last at the top of the range, before it grows (default 3)"),
+    "shrink_after": (
+        int,
+        "ticks in a row seen below a range's floor before the floor comes down (default 3; 0: floors never come down)",
+    ),
+    "floor_share": (float, "a floor comes down to this share of the usage of the tick that lowers it (default 0.5)"),
     "batch_max": (int, "most events decided in one batch (default 1000)"),
     "batch_within": (float, "seconds to wait for more events before deciding (default 0.005)"),
     "commit_interval": (float, "seconds between commits, transactions under exactly_once (default 0.05)"),

@@ -5,12 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from picrl_core import synthetic
 from picrl_core.config import CostConfig
+from picrl_core.costs import mean_service_metrics
 from picrl_core.growth_metrics import catch_up_ticks, growth_metrics
 from picrl_core.methods.base import Provisioner
 from picrl_core.methods.growth import RangeGrowth, run_growth_loop
 from picrl_core.methods.headroom import RecentMaxProvisioner
-from picrl_core.scaling import next_high
+from picrl_core.scaling import floor_streak, next_high, next_low
 
 
 def test_a_range_grows_on_the_nth_short_tick_at_its_top_unless_fixed_or_the_factor_is_one() -> None:
@@ -85,3 +87,46 @@ def test_the_recent_maximum_rule_adds_its_headroom_in_native_units_and_follows_a
         RecentMaxProvisioner(3, 0.1, 100.0, 200.0), demand, np.full((1, 3), 0.5), 100.0, 200.0, RangeGrowth()
     )
     assert run.high[-1, 0] > 400.0 and run.capacity[-1, 0] >= demand[-1, 0]  # it caught up with the growth
+
+
+def test_a_floor_comes_down_to_a_share_of_the_usage_on_the_mth_tick_below_it_unless_fixed_or_m_is_zero() -> None:
+    low = np.full(4, 10.0)
+    usage = np.array([4.0, 4.0, 12.0, 4.0])
+    short = np.array([False, True, False, False])
+    streak = floor_streak(np.array([2, 2, 2, 0]), usage, low, short)
+    assert streak.tolist() == [3, 0, 0, 1]  # a short tick or one at or above the floor breaks the run
+    new_low, after = next_low(low, usage, streak, after=3, share=0.5)
+    assert new_low.tolist() == [2.0, 10, 10, 10] and after.tolist() == [0, 0, 0, 1]  # the run restarts
+    fixed = np.array([True, False, False, False])
+    assert next_low(low, usage, streak, after=3, share=0.5, fixed=fixed)[0].tolist() == low.tolist()
+    assert next_low(low, usage, streak, after=0, share=0.5)[0].tolist() == low.tolist()
+    assert next_low(low, usage, streak, after=1, share=0.0)[0].tolist() == [0.0, 10, 10, 0]
+
+
+def busy_then_idle_nights() -> tuple[np.ndarray, np.ndarray, float, float]:
+    """(demand, night ticks) of a daily wave whose nights go idle after its first two days, and the range of those
+    two days."""
+    n, period = 720, 144
+    demand = synthetic.idle_nights(n, period=period, idle_from=2 * period / n, seed=4)
+    history = demand[: 2 * period]
+    return demand[2 * period :], synthetic.night_ticks(n, period)[2 * period :], history.min(), history.max()
+
+
+def test_a_service_that_idles_at_night_gives_its_capacity_back() -> None:
+    demand, night, low, high = busy_then_idle_nights()
+    history = np.full((1, 3), 0.5)
+    fixed = run_growth_loop(
+        RecentMaxProvisioner(3, 0.1, low, high), demand[:, None], history, low, high, RangeGrowth(shrink_after=0)
+    )
+    moving = run_growth_loop(
+        RecentMaxProvisioner(3, 0.1, low, high), demand[:, None], history, low, high, RangeGrowth()
+    )
+    night_demand = np.median(demand[night])
+    assert np.median(fixed.capacity[night, 0]) >= low > 5 * night_demand  # the fixed floor: 8x the night
+    assert np.median(moving.capacity[night, 0]) <= 2 * night_demand
+    assert (moving.low[-1] < low).all() and (moving.high[-1] >= high).all()  # the floor came down, the top stayed
+    # the mornings' shortages (the rule re-learns the day in ~20 ticks) cost less than the nights saved
+    fixed_cost, moving_cost = (
+        mean_service_metrics(run.capacity, demand[:, None], CostConfig()) for run in (fixed, moving)
+    )
+    assert moving_cost.under_mass > fixed_cost.under_mass and moving_cost.regret < 0.8 * fixed_cost.regret

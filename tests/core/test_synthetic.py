@@ -12,7 +12,9 @@ from picrl_core.synthetic import (
     diurnal,
     exponential_growth,
     heavy_tailed_bursts,
+    idle_nights,
     intermittent,
+    night_ticks,
     shared_load_pods,
     stationary_gaussian,
 )
@@ -23,6 +25,7 @@ GENERATORS: list[Callable[..., np.ndarray]] = [
     heavy_tailed_bursts,
     exponential_growth,
     intermittent,
+    idle_nights,
 ]
 
 
@@ -123,3 +126,14 @@ def test_shared_load_pods_run_memory_and_compute_on_one_load() -> None:
     assert not np.array_equal(memory[:, 0], memory[:, 1])  # each pod its own phase and surges
     with pytest.raises(ValueError, match="at least one pod"):
         shared_load_pods(100, pods=0)
+
+
+def test_idle_nights_are_busy_through_the_history_and_idle_after_it() -> None:
+    demand = idle_nights(1440, seed=3)
+    night = night_ticks(1440)
+    train, _, test = chronological_split(1440)
+    history, later = demand[train], demand[test]
+    assert history.min() > 0.4  # the nights of the history stay on the wave: the floor is the day's trough
+    assert np.median(later[night[test]]) == pytest.approx(0.06, abs=0.01)  # 10% of the level
+    assert np.all(later[~night[test]] > 0.4)
+    assert np.all(idle_nights(1440, idle=0.0, seed=3)[test][night[test]] == 0.0)  # scale to zero

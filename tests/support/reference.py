@@ -12,7 +12,7 @@ from picrl_core.controller import PicRLController
 from picrl_core.controller_state import ControllerState, rescale_state
 from picrl_core.noise import service_key
 from picrl_core.resources import coupled_flags, impute_served_share, observe, unobserved
-from picrl_core.scaling import from_unit, next_high, to_unit, window_range
+from picrl_core.scaling import floor_streak, from_unit, next_high, next_low, to_unit, window_range
 from picrl_core.series import MinMaxScaler
 from picrl_core.simulator import DECISION_FIELDS, Trajectory, censor
 from producers.workload import Workload
@@ -36,10 +36,13 @@ def reference_run(
     context: np.ndarray | None = None,
     range_growth: float = 2.0,
     grow_after: int = 3,
+    shrink_after: int = 3,
+    floor_share: float = 0.5,
 ) -> ReferenceRun:
     """The simulator's closed loop (``picrl_core.simulator``) over the ticks after the warm-up window,
     with each service scaled by the range a worker derives from its first window, the warm-up as
-    uncensored history, and the worker's range growth (``range_growth`` 1: none).
+    uncensored history, and the worker's range rules (``range_growth`` 1: no growth, ``shrink_after`` 0: floors
+    stay).
 
     Demand above a service's range stays above 1 (no capacity in range covers it: the tick is short, as
     on the cluster); below it, it is 0, as the worker sees usage under its range."""
@@ -63,6 +66,7 @@ def reference_run(
         for f in fields(Trajectory)
     }
     lows, highs, capacity = (np.empty((ticks, len(services))) for _ in range(3))
+    rules = _Rules(range_growth, grow_after, shrink_after, floor_share, np.zeros(len(services), dtype=np.int64))
     for t in range(ticks):
         unit = _unit(demand[window + t], low, high)
         observed, censored = censor(unit, state.action)
@@ -70,16 +74,16 @@ def reference_run(
             record[name][t] = getattr(state, name)
         record["demand"][t], record["observed"][t], record["censored"][t] = unit, observed, censored
         lows[t], highs[t], capacity[t] = low, high, from_unit(state.action, low, high)
-        state, high, record["reward"][t] = _advance(
+        state, low, high, record["reward"][t] = _advance(
             controller,
             state,
             observed,
             censored,
             None if scaled_context is None else scaled_context[window + t],
+            np.minimum(demand[window + t], capacity[t]),
             low,
             high,
-            range_growth,
-            grow_after,
+            rules,
         )
     return ReferenceRun(Trajectory(**record), lows, highs, capacity)
 
@@ -90,6 +94,8 @@ def coupled_reference_run(
     headroom: float,
     range_growth: float = 2.0,
     grow_after: int = 3,
+    shrink_after: int = 3,
+    floor_share: float = 0.5,
     coupled: bool = True,
 ) -> ReferenceRun:
     """:func:`reference_run` for services provisioned several resources at once (``workload.resources``, its
@@ -113,6 +119,7 @@ def coupled_reference_run(
         f.name: np.empty((ticks, r * n), dtype=bool if f.name == "censored" else np.float64) for f in fields(Trajectory)
     }
     lows, highs, capacity = (np.empty((ticks, r * n)) for _ in range(3))
+    rules = _Rules(range_growth, grow_after, shrink_after, floor_share, np.zeros(r * n, dtype=np.int64))
     for t in range(ticks):
         native = from_unit(state.action, low, high)
         y_native, _, own, _ = observe(demand[window + t], native.reshape(r, n), resources)
@@ -141,10 +148,21 @@ def coupled_reference_run(
             censored,
         )
         lows[t], highs[t], capacity[t] = low, high, native
-        state, high, record["reward"][t] = _advance(
-            controller, state, observed, censored, None, low, high, range_growth, grow_after, missing
+        state, low, high, record["reward"][t] = _advance(
+            controller, state, observed, censored, None, y_native.ravel(), low, high, rules, missing
         )
     return ReferenceRun(Trajectory(**record), lows, highs, capacity)
+
+
+@dataclass
+class _Rules:
+    """The worker's range rules and each row's run of ticks below its floor."""
+
+    range_growth: float
+    grow_after: int
+    shrink_after: int
+    floor_share: float
+    below: np.ndarray
 
 
 def _advance(
@@ -153,20 +171,29 @@ def _advance(
     observed: np.ndarray,
     censored: np.ndarray,
     context: np.ndarray | None,
+    usage: np.ndarray,
     low: np.ndarray,
     high: np.ndarray,
-    range_growth: float,
-    grow_after: int,
+    rules: _Rules,
     missing: np.ndarray | None = None,
-) -> tuple[ControllerState, np.ndarray, np.ndarray]:
-    """One controller step and the worker's range growth: the next state, the top of the ranges and the
-    transition's rewards."""
+) -> tuple[ControllerState, np.ndarray, np.ndarray, np.ndarray]:
+    """One controller step and the worker's range rules on the tick's native ``usage``: the next state, the
+    ranges and the transition's rewards."""
     new, transition = controller.step(state, observed, censored, context, missing)
     short = censored if missing is None else censored & ~missing
-    new_high = next_high(low, high, state.action, short, new.censor_streak, after=grow_after, factor=range_growth)
-    if (new_high != high).any():
-        new, high = rescale_state(new, low, high, low, new_high), new_high
-    return new, high, transition.reward
+    new_high = next_high(
+        low, high, state.action, short, new.censor_streak, after=rules.grow_after, factor=rules.range_growth
+    )
+    new_low, rules.below = next_low(
+        low,
+        usage,
+        floor_streak(rules.below, usage, low, censored),
+        after=rules.shrink_after,
+        share=rules.floor_share,
+    )
+    if (new_high != high).any() or (new_low != low).any():
+        new, low, high = rescale_state(new, low, high, new_low, new_high), new_low, new_high
+    return new, low, high, transition.reward
 
 
 def _unit(demand: np.ndarray, low: np.ndarray, high: np.ndarray) -> np.ndarray:
@@ -178,3 +205,11 @@ def tripled(workload: Workload, window: int) -> Workload:
     window: every service outgrows the range its first window gave it."""
     ramp = np.clip((np.arange(workload.ticks) - window - 5) / 20.0, 0.0, 1.0)[:, None]
     return replace(workload, demand=workload.demand * (1.0 + 2.0 * ramp))
+
+
+def quietened(workload: Workload, window: int) -> Workload:
+    """``workload`` with demand at a tenth of its level for 20 ticks from 5 ticks after the warm-up window (a night:
+    every service's usage falls below the floor of its range), then back."""
+    t = np.arange(workload.ticks)[:, None]
+    night = (t >= window + 5) & (t < window + 25)
+    return replace(workload, demand=np.where(night, 0.1 * workload.demand, workload.demand))
