@@ -96,29 +96,49 @@ def table3_genai() -> str:
 
 
 def _command(folder: str) -> str:
-    """The run's recorded command, its ``--out`` the folder it is committed in."""
+    """The run's recorded command as it runs now: its ``--out`` the folder it is committed in, and its protocol
+    named (a run recorded before the product protocol became the default ran the paper's without naming it)."""
+    record = run(folder)
     out = "docs/results" if folder == "." else f"docs/results/{folder}"
-    return re.sub(r"--out \S+", f"--out {out}", run(folder)["command"])
+    command = re.sub(r"--out \S+", f"--out {out}", record["command"])
+    named = f" --protocol {record['protocol']} --out "
+    return command if "--protocol" in command else command.replace(" --out ", named)
 
 
 def runs_table() -> str:
-    """Every committed run: its command, protocol, budget, cells and wall time, as its results.json records."""
+    """Every committed run: its protocol, budget, cells, wall time and command, as its results.json records."""
     lines = ["| run | protocol | budget | cells | wall time | command |", "|---|---|---|---|---|---|"]
     for folder in RUNS:
         record = run(folder)
-        link = f"[`{folder}`](results/{'' if folder == '.' else folder + '/'}results.json)"
-        protocol = record.get("protocol") or "paper"
+        name = "results" if folder == "." else folder
+        link = f"[`{name}`](results/{'' if folder == '.' else folder + '/'}results.json)"
         lines.append(
-            f"| {link} | {protocol} | {record['budget']['name']}, {record['seeds']} seed(s) | {len(record['cells'])} | "
-            f"{record['wall_seconds']:,.0f} s, {record['jobs']} job(s) | `{_command(folder)}` |"
+            f"| {link} | {record['protocol']} | {record['budget']['name']}, {record['seeds']} seed(s) | "
+            f"{len(record['cells'])} | {record['wall_seconds']:,.0f} s, {record['jobs']} job(s) | "
+            f"`{_command(folder)}` |"
         )
     return "\n".join(lines)
 
 
+def cell_means(folder: str, metric: str) -> dict[tuple[str, str], float]:
+    """The mean over seeds of one metric of the run's cells (those that report it), per (method, dataset)."""
+    values: dict[tuple[str, str], list[float]] = {}
+    for cell in run(folder)["cells"]:
+        if cell["metrics"] is not None and metric in cell["metrics"]:
+            values.setdefault((cell["method"], cell["dataset"]), []).append(cell["metrics"][metric])
+    return {key: sum(v) / len(v) for key, v in values.items()}
+
+
+def _native(value: float) -> str:
+    return f"{value:.3g}" if abs(value) >= 1e5 else f"{value:,.1f}"
+
+
 def protocol_change() -> str:
     """The headline methods' test regret under the paper's protocol and the product's, from the two quick runs
-    (one seed, the first 300 test ticks), in units of the training range, with the product's native regret."""
+    (one seed, the first 300 test ticks), in units of the training range, with the product's native regret; then
+    what each run recommends."""
     paper, product = summaries("quick-paper"), summaries("quick-product")
+    native = cell_means("quick-product", "regret_native")
     datasets = list(run("quick-product")["datasets"])
     header = "| method | " + " | ".join(f"{d}: paper / product (native)" for d in datasets) + " |"
     lines = [header, "|---|" + "---|" * len(datasets)]
@@ -126,9 +146,19 @@ def protocol_change() -> str:
         row = []
         for dataset in datasets:
             old, new = paper[(method, dataset)].mean, product[(method, dataset)].mean
-            row.append(f"{old['regret']:.2f} / {new['regret']:.2f} ({new['regret_native']:,.1f})")
+            row.append(f"{old['regret']:.2f} / {new['regret']:.2f} ({_native(native[(method, dataset)])})")
         lines.append(f"| {REGISTRY[method].label} | " + " | ".join(row) + " |")
+    lines.append(
+        "| *recommended (validation regret under the run's protocol)* | "
+        + " | ".join(f"{_recommended('quick-paper', d)} / {_recommended('quick-product', d)}" for d in datasets)
+        + " |"
+    )
     return "\n".join(lines)
+
+
+def _recommended(folder: str, dataset: str) -> str:
+    rec = run(folder)["recommendation"][dataset]
+    return "none" if rec is None else REGISTRY[rec["method"]].label
 
 
 def compare_cells() -> str:

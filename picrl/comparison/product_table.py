@@ -61,7 +61,11 @@ def markdown_product(means: dict[tuple[str, str], dict[str, float]], methods: Se
 
 
 def _fmt(value: float) -> str:
-    return "n/a" if math.isnan(value) else f"{value:,.1f}" if abs(value) >= 100 else f"{value:.3f}"
+    if math.isnan(value):
+        return "n/a"
+    if abs(value) >= 1e7:  # bytes and the like: four significant digits
+        return f"{value:.4g}"
+    return f"{value:,.1f}" if abs(value) >= 100 else f"{value:.3f}"
 
 
 def write_product_csv(path: Path, means: dict[tuple[str, str], dict[str, float]], methods: Sequence[str]) -> Path:

@@ -145,7 +145,7 @@ def results_json(
 ) -> dict:
     """Everything the run did, as results.json holds it."""
     return {
-        "command": " ".join(["picrl", *sys.argv[1:]]) if sys.argv[0].endswith("picrl") else " ".join(sys.argv),
+        "command": " ".join(["picrl", *sys.argv[1:]]) if _is_picrl(sys.argv[0]) else " ".join(sys.argv),
         "wall_seconds": wall,
         "jobs": jobs,
         "seeds": plan.seeds,
@@ -190,6 +190,12 @@ def results_json(
         ],
         "recommendation": advice,
     }
+
+
+def _is_picrl(program: str) -> bool:
+    """``picrl`` or ``python -m picrl``, recorded alike as ``picrl``."""
+    path = Path(program)
+    return path.name == "picrl" or (path.name == "__main__.py" and path.parent.name == "picrl")
 
 
 def report(plan: Plan, results: list[CellResult], wall: float, jobs: int, out: Path) -> int:

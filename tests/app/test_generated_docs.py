@@ -11,6 +11,7 @@ from picrl import doc_figures
 from picrl.reference import COMMAND, ROOT, pages, read_dataclasses, render
 from picrl.settings import SPECS
 from picrl_core.config import PicRLConfig
+from picrl_core.methods import REGISTRY
 
 
 def test_every_committed_generated_page_is_what_its_sources_render() -> None:
@@ -37,10 +38,15 @@ def test_the_docs_figures_agree_with_the_result_files() -> None:
     assert f"| PIC-RL (default) | {mean[('pic-rl', 'genai-mem')]:.2f} ± " in table
     assert f"**{mean[('conformal', 'genai-mem')]:.2f} ± " in table  # the lowest censored method on GenAI-Mem
     assert f"| {mean[('oracle', 'pods')]:.2f} |" in table  # a hindsight reference has no spread
-    cells = len(full["cells"])
-    for path in (ROOT / "docs" / "results.md", ROOT / "docs" / "performance.md"):
-        counts = {int(n.replace(",", "")) for n in re.findall(r"([\d,]+) cells", path.read_text())}
-        assert cells in counts, path
+    # every "N cells" the pages state is a committed run's count or the full / quick comparison's under a protocol
+    methods = len(full["methods"])
+    product = sum(REGISTRY[m].group != "hindsight" for m in full["methods"])
+    known = {len(doc_figures.run(f)["cells"]) for f in doc_figures.RUNS}
+    known |= {product * 15, methods * 15, product * 3, methods * 3}
+    for path in doc_figures.PAGES:
+        stated = {int(n.replace(",", "")) for n in re.findall(r"([\d,]+) cells", path.read_text())}
+        assert stated <= known, (path, stated - known)
+    assert f"| {len(full['cells'])} |" in doc_figures.runs_table()
 
 
 def test_the_reference_names_every_setting_and_every_model_field() -> None:
@@ -82,3 +88,17 @@ class Outer:
     assert bare.comment == ""
     assert classes["Outer"].fields[0].factory == "Inner" and classes["Outer"].fields[0].default is None
     assert classes["Inner"].doc.startswith("Inner things.")
+
+
+def test_the_protocol_change_the_docs_state_is_the_quick_runs() -> None:
+    """docs/results.md's reading of the two quick runs quotes their numbers."""
+    page = (ROOT / "docs" / "results.md").read_text()
+    paper, product = (doc_figures.summaries(f"quick-{p}") for p in ("paper", "product"))
+    for dataset in ("genai-mem", "genai-ctx"):  # inside the training range: one loop under both protocols
+        for method in doc_figures.PROTOCOL_ROWS:
+            old, new = paper[(method, dataset)].mean["regret"], product[(method, dataset)].mean["regret"]
+            assert new == pytest.approx(old, rel=1e-12), (method, dataset)
+    recommended = doc_figures.run("quick-product")["recommendation"]["dlrm"]
+    assert (recommended["method"], recommended["runner_up"]) == ("pic-rl", "cql")
+    assert f"at {product[('pic-rl', 'dlrm')].mean['regret']:.2f} (PIC-RL)" in page
+    assert f"PIC-RL ({recommended['regret']:.2f}, CQL {recommended['runner_up_regret']:.2f})" in page

@@ -1,4 +1,4 @@
-"""The comparison's growth protocol decides as a stream worker does, bit for bit, on demand that outgrows its range."""
+"""The comparison's product protocol decides as a stream worker does, bit for bit, on demand that outgrows its range."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from tests.stream.test_decisions import Loop
 from tests.support.reference import tripled
 
 
-def test_the_growth_protocol_equals_the_worker_on_a_series_that_outgrows_its_range(
+def test_the_product_protocol_equals_the_worker_on_a_series_that_outgrows_its_range(
     tiny_artifact: ModelArtifact, native_trace: Trace
 ) -> None:
     workload = tripled(copies_of(native_trace, 3, WINDOW + 60, start=900, seed=3), WINDOW)
