@@ -238,6 +238,8 @@ def resolve(args: argparse.Namespace) -> Plan:
     cache = CellCache((args.cache or default_cache()) / "compare", traces, config, budget, args.protocol)
     series = {name: test_series(trace, budget) for name, trace in traces.items()}
     methods = _protocol_methods(methods, traces, args.protocol)
+    if not methods:
+        raise ValueError("no method left to run: the hindsight references run under --protocol paper only")
     return Plan(traces, series, methods, seeds, budget, config, args.protocol, cache)
 
 

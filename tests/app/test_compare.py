@@ -165,6 +165,8 @@ def test_bad_arguments_are_refused_with_a_message(tmp_path: Path, capsys: pytest
     with pytest.raises(SystemExit):
         main(["compare", "--methods", "nope", "--out", str(tmp_path)])
     assert "invalid choice: 'nope'" in capsys.readouterr().err
+    assert main(["compare", "--methods", "oracle", "--quick", "--datasets", "genai-mem", "--out", str(tmp_path)]) == 2
+    assert "the hindsight references run under --protocol paper only" in capsys.readouterr().err
 
 
 def test_mae_change_is_relative_to_full_and_undefined_over_a_zero_mae() -> None:
