@@ -105,8 +105,16 @@ def _command(folder: str) -> str:
     return command if "--protocol" in command else command.replace(" --out ", named)
 
 
+def _cells(record: dict) -> str:
+    """The run's cell count, and how many it computed when it read others from the cache."""
+    cells = record["cells"]
+    computed = sum(not c["cached"] for c in cells)
+    return f"{len(cells)}" + ("" if computed == len(cells) else f" ({computed} computed)")
+
+
 def runs_table() -> str:
-    """Every committed run: its protocol, budget, cells, wall time and command, as its results.json records."""
+    """Every committed run: its protocol, budget, cells (and how many it computed rather than read from the cache),
+    wall time and command, as its results.json records."""
     lines = ["| run | protocol | budget | cells | wall time | command |", "|---|---|---|---|---|---|"]
     for folder in RUNS:
         record = run(folder)
@@ -114,7 +122,7 @@ def runs_table() -> str:
         link = f"[`{name}`](results/{'' if folder == '.' else folder + '/'}results.json)"
         lines.append(
             f"| {link} | {record['protocol']} | {record['budget']['name']}, {record['seeds']} seed(s) | "
-            f"{len(record['cells'])} | {record['wall_seconds']:,.0f} s, {record['jobs']} job(s) | "
+            f"{_cells(record)} | {record['wall_seconds']:,.0f} s, {record['jobs']} job(s) | "
             f"`{_command(folder)}` |"
         )
     return "\n".join(lines)
