@@ -4,7 +4,7 @@ Every trace is cut by :func:`picrl_core.series.development_series`: the first 75
 split trains, the rest of the training split validates (early stopping, the sigma temperature, the
 fast-step selection, the baselines' knobs) and its *validation* split plays the test. The test split
 of a trace is never read here, so the choices below cannot have been fitted to the reported tables.
-The part that plays the test runs as the product runs it (the growth protocol,
+The part that plays the test runs as the product runs it (the product protocol,
 :func:`picrl_core.methods.evaluation.growth_episode`): unclipped, each range growing by the stream's
 rule, regret in units of the training range. The traces (:func:`traces`) hold the regimes users meet:
 growth past the training range (DLRM, syn-growth, syn-drift), idle stretches (four pods' duty cycles,
@@ -258,7 +258,7 @@ def regret(
     provisioner: Provisioner, series: PreparedSeries, native: np.ndarray, config: PicRLConfig, censoring: bool = True
 ) -> dict:
     """Regret and metrics of a fitted ``provisioner`` on the development test part, as the product runs it:
-    the growth protocol on its unclipped ``native`` demand, in units of the training range."""
+    the product protocol on its unclipped ``native`` demand, in units of the training range."""
     run = growth_episode(provisioner, series, native, config, censoring=censoring)
     growth = {key: run.extra[key] for key in ("ticks_above_peak", "catch_up_ticks", "shortfall_above_peak")}
     return run.metrics.to_dict() | {key: None if np.isnan(value) else value for key, value in growth.items()}

@@ -1,14 +1,16 @@
-"""The configuration reference, ``docs/reference/configuration.md``, rendered from the code that defines it.
+"""The generated docs: the configuration reference, ``docs/reference/configuration.md``, rendered from the code
+that defines it, and the headline figures of the README, docs/results.md and docs/performance.md, rendered from the
+committed result files (:mod:`picrl.doc_figures`).
 
 It reads the worker and trainer settings (:data:`picrl.settings.SPECS`), the per-service overrides
 (``stream.engine_settings.ServiceOverride``) and the model's hyper-parameters (the dataclasses under
 ``picrl_core.config.PicRLConfig``): each field's name, type, default and the comment written beside or above it.
 The dataclasses are read from their source with :mod:`ast` and :mod:`tokenize`, without importing the stream's
-modules (they load torch and Faust). Regenerate the page with::
+modules (they load torch and Faust). Regenerate every generated page with::
 
-    python -m picrl.reference > docs/reference/configuration.md
+    python -m picrl.reference
 
-``tests/app/test_configuration_reference.py`` fails while the committed page differs from :func:`render`.
+``tests/app/test_generated_docs.py`` fails while a committed page differs from :func:`pages`.
 """
 
 from __future__ import annotations
@@ -25,8 +27,10 @@ from typing import Any
 
 from picrl.settings import SPECS
 
-COMMAND = "python -m picrl.reference > docs/reference/configuration.md"
-PAPER_PRESET = Path(__file__).resolve().parents[1] / "configs" / "paper.json"
+COMMAND = "python -m picrl.reference"
+ROOT = Path(__file__).resolve().parents[1]
+PAPER_PRESET = ROOT / "configs" / "paper.json"
+CONFIGURATION = ROOT / "docs" / "reference" / "configuration.md"
 
 
 @dataclass(frozen=True)
@@ -238,5 +242,15 @@ def render(paper_preset: Path = PAPER_PRESET) -> str:
     return "\n".join(lines) + "\n"
 
 
+def pages() -> dict[Path, str]:
+    """Every generated page as it should be committed: the configuration reference whole, and the pages whose
+    figure blocks are rendered from the result files."""
+    from picrl import doc_figures  # here: it loads the comparison's tables (torch)
+
+    return {CONFIGURATION: render(), **doc_figures.pages()}
+
+
 if __name__ == "__main__":
-    print(render(), end="")
+    for path, text in pages().items():
+        path.write_text(text)
+        print(f"wrote {path.relative_to(ROOT)}")

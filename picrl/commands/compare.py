@@ -1,45 +1,34 @@
-"""``picrl compare``: PIC-RL against every baseline and ablation under the same PIC loop (Tables 2-3)."""
+"""``picrl compare``: PIC-RL against every baseline and ablation under the same PIC loop (Tables 2-3).
+
+Three stages: :func:`resolve` (arguments to a :class:`~picrl.comparison.plan.Plan`), :func:`execute` (its cells,
+computed or cached) and :func:`~picrl.comparison.report.report` (tables, figures, recommendation, results.json).
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
 import os
-import platform
 import sys
 import time
-from dataclasses import asdict
 from pathlib import Path
 
 import torch
 from tqdm import tqdm
 
 from picrl.commands.source import load_trace
-from picrl.comparison.figures import plot_ablation_bars, plot_cumulative_regret, plot_resources, plot_trajectories
-from picrl.comparison.growth_table import growth_means, markdown_growth, write_growth_csv
-from picrl.comparison.recommendation import cached_summaries, markdown_recommendation, recommend
+from picrl.comparison.plan import Plan
+from picrl.comparison.report import report
 from picrl.comparison.runner import (
     FULL,
     PROTOCOLS,
     QUICK,
     CellCache,
     CellResult,
+    Protocol,
+    dataset_protocol,
     run_comparison,
-    scored_demand,
     test_series,
-)
-from picrl.comparison.tables import (
-    full_information_pairs,
-    idle_shares,
-    markdown_censoring_cost,
-    markdown_fleet,
-    markdown_resources,
-    markdown_table2,
-    markdown_table3,
-    summarise,
-    table2_methods,
-    table3_methods,
-    write_csv,
 )
 from picrl.datasets import DATASETS, FLEETS, Trace, load_dataset, load_resource_csv
 from picrl.kafka.local_broker import default_cache
@@ -55,15 +44,17 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Train every method on each dataset's training split and run it on the test split in the "
         "counterfactual simulator, seeing only min(d, a) and the censoring flag, for several seeds. "
         "Writes table2.md/.csv (baselines), censoring_cost.md (each method's regret over its full-information "
-        "reference), table3.md/.csv (ablations), fleet.md (for a fleet: the spread of regret over its services), "
+        "reference), product.md/.csv (under the product protocol: native metrics and the demand above the "
+        "training peak), table3.md/.csv (ablations), fleet.md (for a fleet: the spread of regret over its services), "
         "resources.md and resources.png (for services provisioned several resources: each resource's regret "
         "and shortages; resources-<dataset>.png when there are several such datasets), results.json and figures "
         "(trajectories.png, ablation_bars.png, cumulative_regret.png) to --out. Finished cells are "
         "cached, so a rerun (or a run with more seeds or methods) trains only what is new. It ends with a "
         "recommendation (recommendation.md): per dataset, the method with the lowest mean validation regret "
-        "(each cell's trained method run on the validation episode; the test split plays no part, references are "
-        "not candidates), its margin over the next, and whether the other budget (--quick or not) agrees, read "
-        "from the cache when a run with the other budget and the same options left its cells there.",
+        "(each cell's trained method run on the validation episode under the run's protocol; the test split plays "
+        "no part, references are not candidates), its margin over the next, and whether the other budget (--quick "
+        "or not) agrees, read from the cache when a run with the other budget and the same options left its cells "
+        "there.",
         epilog="methods:\n"
         + "\n".join(f"  {name:<13} {m.label} [{m.group}]: {m.reference}" for name, m in REGISTRY.items()),
     )
@@ -133,13 +124,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--protocol",
         choices=PROTOCOLS,
-        default="clipped",
-        help="clipped (default; the paper's Table 2): test demand clipped to the training range, every action "
-        "in [0, 1] of it. growth (what the stream does): the test demand unclipped, each service starting in "
-        "its training range, growing it when outgrown and lowering its floor when underused, as a worker does; "
-        "metrics in training-range and "
-        "native units, and growth.md/.csv (shortfall above the training peak, ticks to catch up, "
-        "over-provisioning cost). Hindsight references do not run under growth; multi-resource data runs clipped",
+        default="product",
+        help="product (default; what a worker does): the test demand unclipped, each service starting in its "
+        "training range and keeping it by the worker's own rules (growing it when outgrown, lowering its floor when "
+        "underused); metrics in native units first (product.md/.csv: "
+        "regret, shortfall above the training peak, ticks to catch up, over-provisioning cost) with training-range "
+        "units beside (table2.md), and the recommendation from the validation episode run the same way. Hindsight "
+        "references do not run under it, and multi-resource data runs the paper's protocol (said per dataset). "
+        "paper: the paper's preset (its Table 2): test demand clipped to the training range, every action in "
+        "[0, 1] of it",
     )
     parser.add_argument("--cache", type=Path, help="cache folder (default ~/.cache/picrl; cells in compare/)")
     parser.add_argument("--out", type=Path, required=True, help="folder for tables, results.json and figures")
@@ -188,28 +181,6 @@ def _base_config(path: Path | None) -> PicRLConfig:
         raise ValueError(f"--config {path}: {exc}") from exc
 
 
-def _protocol_methods(methods: list[str], protocol: str, all_methods: bool) -> list[str]:
-    """Under the growth protocol "all" leaves out the hindsight references (they replay the clipped test split)."""
-    if protocol != "growth" or not all_methods:
-        return methods
-    kept = [m for m in methods if REGISTRY[m].group != "hindsight"]
-    if len(kept) < len(methods):
-        print(f"growth protocol: {', '.join(m for m in methods if m not in kept)} left out (hindsight references)")
-    return kept
-
-
-def _growth_outputs(results: list[CellResult], methods: list[str], out: Path) -> list[Path]:
-    """growth.md and growth.csv when cells ran under the growth protocol (printed too); the files written."""
-    means = growth_means(results)
-    if not means:
-        return []
-    table = markdown_growth(means, methods)
-    (out / "growth.md").write_text(table)
-    print("Growth: demand above the training peak (mean over seeds; native units unless said)\n")
-    print(table)
-    return [out / "growth.md", write_growth_csv(out / "growth.csv", means, methods)]
-
-
 class MethodBars:
     """One progress bar per method on a terminal: cells finished out of datasets x seeds, with the last
     cell's MAE. Elsewhere (a log file, CI) one line per finished cell instead of redrawn bars."""
@@ -249,7 +220,8 @@ class MethodBars:
             bar.close()
 
 
-def run(args: argparse.Namespace) -> int:
+def resolve(args: argparse.Namespace) -> Plan:
+    """The resolve stage: the data, the methods, the seeds, the budget, the config and the cache of the run."""
     if args.jobs < 1:
         raise ValueError("--jobs must be >= 1")
     seeds = args.seeds if args.seeds is not None else (1 if args.quick else 5)
@@ -263,158 +235,61 @@ def run(args: argparse.Namespace) -> int:
         if "all" in args.methods
         else list(dict.fromkeys(args.methods))
     )
-    methods = _protocol_methods(methods, args.protocol, "all" in args.methods)
     config = _base_config(args.config)
-    series = {name: test_series(trace, budget) for name, trace in traces.items()}
-    for name, prepared in series.items():
-        for note in prepared.notes:
-            print(f"note ({name}): {note}")
     cache = CellCache((args.cache or default_cache()) / "compare", traces, config, budget, args.protocol)
-    args.out.mkdir(parents=True, exist_ok=True)
+    series = {name: test_series(trace, budget) for name, trace in traces.items()}
+    methods = _protocol_methods(methods, traces, args.protocol)
+    if not methods:
+        raise ValueError("no method left to run: the hindsight references run under --protocol paper only")
+    return Plan(traces, series, methods, seeds, budget, config, args.protocol, cache)
+
+
+def _protocol_methods(methods: list[str], traces: dict[str, Trace], protocol: Protocol) -> list[str]:
+    """Where a dataset runs under the product protocol the hindsight references are left out (they replay the
+    paper's clipped test split)."""
+    if all(dataset_protocol(trace, protocol) == "paper" for trace in traces.values()):
+        return methods
+    kept = [m for m in methods if REGISTRY[m].group != "hindsight"]
+    if len(kept) < len(methods):
+        print(f"product protocol: {', '.join(m for m in methods if m not in kept)} left out (hindsight references)")
+    return kept
+
+
+def execute(plan: Plan, jobs: int) -> tuple[list[CellResult], float]:
+    """The run stage: every cell of the plan (computed or read from the cache) and the wall time it took."""
+    for name, prepared in plan.series.items():
+        used = dataset_protocol(plan.traces[name], plan.protocol)
+        for note in prepared.notes:
+            unclipped = used == "product" and note.endswith("clipped to [0, 1]")
+            print(f"note ({name}): {note}" + (" in the model's inputs; scored unclipped" if unclipped else ""))
+        if used != plan.protocol:
+            print(f"{name}: paper protocol (the product protocol is defined for services of one resource)")
     torch.set_num_threads(1)
     print(
-        f"{len(methods)} methods x {len(traces)} datasets x {seeds} seeds, {budget.name} budget, {args.jobs} jobs, "
-        f"{args.protocol} protocol"
+        f"{len(plan.methods)} methods x {len(plan.traces)} datasets x {plan.seeds} seeds, {plan.budget.name} budget, "
+        f"{jobs} jobs, {plan.protocol} protocol"
     )
     started = time.monotonic()
-    bars = MethodBars(methods, len(traces) * seeds)
+    bars = MethodBars(plan.methods, len(plan.traces) * plan.seeds)
     try:
         results = run_comparison(
-            traces, range(seeds), methods, config, budget, cache, args.jobs, bars.update, args.protocol
+            plan.traces,
+            range(plan.seeds),
+            plan.methods,
+            plan.config,
+            plan.budget,
+            plan.cache,
+            jobs,
+            bars.update,
+            plan.protocol,
         )
     finally:
         bars.close()
-    wall = time.monotonic() - started
-    datasets = list(traces)
-    summaries = summarise(results)
-    table2, table3 = markdown_table2(summaries, methods, datasets), markdown_table3(summaries, methods, datasets)
-    written = []
-    if table2_methods(methods):
-        (args.out / "table2.md").write_text(table2)
-        written += [
-            args.out / "table2.md",
-            write_csv(args.out / "table2.csv", summaries, table2_methods(methods), datasets),
-        ]
-        print("\nTable 2: test-split MAE, regret and shortage rate (mean ± std over seeds; lowest regret in bold)\n")
-        print(table2)
-    if full_information_pairs(methods):
-        censoring = markdown_censoring_cost(summaries, methods, datasets)
-        (args.out / "censoring_cost.md").write_text(censoring)
-        written.append(args.out / "censoring_cost.md")
-        print("Cost of censoring: regret under PIC over the same method's full-information regret\n")
-        print(censoring)
-    if len(table3_methods(methods)) > 1:
-        (args.out / "table3.md").write_text(table3)
-        written += [
-            args.out / "table3.md",
-            write_csv(args.out / "table3.csv", summaries, table3_methods(methods), datasets),
-        ]
-        print("Table 3: ablations (ΔMAE relative to PIC-RL Full)\n")
-        print(table3)
-    written += _growth_outputs(results, methods, args.out)
-    demands = {name: scored_demand(traces[name], s, budget, args.protocol) for name, s in series.items()}
-    multi = [n for n in datasets if series[n].resources]
-    sections = []
-    for name in multi:
-        table = (
-            markdown_resources(results, name, methods, series[name].resources)
-            + "\n"
-            + idle_shares(demands[name], series[name].resources)
-        )
-        sections.append(f"### {name}\n\n{table}")
-        print(f"Resources of {name} (mean over seeds)\n")
-        print(table)
-        drawn = [m for m in ("pic-rl", "pic-rl-per-resource") if m in methods] or table2_methods(methods)[:2]
-        path = args.out / ("resources.png" if len(multi) == 1 else f"resources-{name}.png")
-        figure = plot_resources(results, demands[name], series[name].resources, name, path, drawn)
-        written += [figure] if figure else []
-    if sections:
-        (args.out / "resources.md").write_text("\n".join(sections))
-        written.append(args.out / "resources.md")
-    fleets = [name for name in datasets if series[name].services > 1 and not series[name].resources]
-    if fleets and table2_methods(methods):
-        spread = "".join(
-            f"### {name} ({series[name].services} services)\n\n"
-            f"{markdown_fleet(results, demands[name], name, methods, config.cost)}\n"
-            for name in fleets
-        )
-        (args.out / "fleet.md").write_text(spread)
-        written.append(args.out / "fleet.md")
-        print("Fleets: regret of each service, pooled over seeds\n")
-        print(spread)
-    figure_dataset = "genai-mem" if "genai-mem" in traces else datasets[0]
-    written += [
-        p
-        for p in (
-            plot_trajectories(results, demands[figure_dataset], figure_dataset, 0, args.out / "trajectories.png"),
-            plot_ablation_bars(summaries, methods, datasets, args.out / "ablation_bars.png"),
-            plot_cumulative_regret(results, demands, methods, config.cost, args.out / "cumulative_regret.png"),
-        )
-        if p is not None
-    ]
-    other_budget = FULL if budget is QUICK else QUICK
-    other = cached_summaries(CellCache(cache.root, traces, config, other_budget, args.protocol), datasets, methods)
-    advice = {d: recommend(summaries, methods, d) for d in datasets}
-    recommendation = markdown_recommendation(
-        advice, {d: recommend(other, methods, d) for d in datasets}, budget, other_budget
-    )
-    (args.out / "recommendation.md").write_text(recommendation)
-    written.append(args.out / "recommendation.md")
-    failed = [r for r in results if r.error]
-    report = {
-        "command": " ".join(["picrl", *sys.argv[1:]]) if sys.argv[0].endswith("picrl") else " ".join(sys.argv),
-        "wall_seconds": wall,
-        "jobs": args.jobs,
-        "seeds": seeds,
-        "protocol": args.protocol,
-        "budget": budget.__dict__,
-        "machine": {
-            "platform": platform.platform(),
-            "cpus": os.cpu_count(),
-            "python": platform.python_version(),
-            "torch": torch.__version__,
-        },
-        "config": config.to_dict(),
-        "datasets": {
-            name: {
-                "test_ticks": int(s.by_service("test").shape[1]),
-                "services": s.services,
-                "step_seconds": traces[name].step_seconds,
-                "notes": list(s.notes),
-            }
-            for name, s in series.items()
-        },
-        "methods": {
-            m: {"label": REGISTRY[m].label, "group": REGISTRY[m].group, "reference": REGISTRY[m].reference}
-            for m in methods
-        },
-        "cells": [
-            {
-                "dataset": r.cell.dataset,
-                "seed": r.cell.seed,
-                "method": r.cell.method,
-                "metrics": r.metrics,
-                "seconds": r.fit_and_run_seconds,
-                "cached": r.cached,
-                "error": r.error,
-            }
-            for r in results
-        ],
-        "summary": [
-            {"method": s.method, "dataset": s.dataset, "seeds": s.n, "failed": s.failed, "mean": s.mean, "std": s.std}
-            for s in summaries.values()
-        ],
-        "recommendation": {d: None if r is None else asdict(r) for d, r in advice.items()},
-    }
-    (args.out / "results.json").write_text(json.dumps(report, indent=2) + "\n")
-    written.append(args.out / "results.json")
-    computed = sum(not r.cached for r in results)
-    print(f"{len(results)} cells ({computed} computed, {len(results) - computed} from the cache) in {wall:.0f} s")
-    print("written: " + ", ".join(str(p) for p in written))
-    print("\n" + recommendation)
-    for result in failed:
-        print(
-            f"\nFAILED {result.cell.method} on {result.cell.dataset} seed {result.cell.seed}:\n{result.error}",
-            file=sys.stderr,
-        )
-    return 1 if failed else 0
+    return results, time.monotonic() - started
+
+
+def run(args: argparse.Namespace) -> int:
+    plan = resolve(args)
+    args.out.mkdir(parents=True, exist_ok=True)
+    results, wall = execute(plan, args.jobs)
+    return report(plan, results, wall, args.jobs, args.out)

@@ -197,9 +197,12 @@ def print_summary(summary: dict, out: Path) -> None:
         f"{summary['policy_versions']}; duplicate actions {summary['duplicate_actions']}"
     )
     if metrics:
-        print("| " + " | ".join(COLUMNS) + " |")
-        print("|" + "---|" * len(COLUMNS))
-        print("| " + " | ".join(f"{metrics[c]:.4g}" for c in COLUMNS) + " |")
+        native = summary["metrics_native"]
+        rows = [(f"native ({summary['unit']})", native)] if "regret" in native else list(native.items())
+        print("| units | " + " | ".join(COLUMNS) + " |")
+        print("|---|" + "---|" * len(COLUMNS))
+        for units, values in [*rows, ("normalised", metrics)]:  # native units first
+            print(f"| {units} | " + " | ".join(f"{values[c]:.4g}" for c in COLUMNS) + " |")
     resources = summary.get("resources")
     if resources:
         names = list(resources["weights"])

@@ -248,12 +248,13 @@ def run(args: argparse.Namespace) -> int:
     print_summary(summary, args.out)
     print(trainer_tally(args.out / "trainer.log"))
     print(
-        f"how to read these next to `picrl evaluate` (the README's results): here MAE and the rates are means over "
-        f"the {summary['control_ticks']} control ticks of {args.services} services, each scaled by its own demand "
-        "range over this run, and regret is summed over all of them; every service is "
+        f"how to read these next to `picrl evaluate` (the README's results): the native row is the capacity the "
+        f"worker decided against the demand over the {summary['control_ticks']} control ticks of {args.services} "
+        "services, pooled (MAE and rates are means, regret a sum); in the normalised row each service is scaled by "
+        "its own demand range over this run. Every service is "
         f"{'a pod (each of its resources a row)' if trace.resources else 'a shifted, scaled copy'} "
         "that starts cold (its first range from its first window of ticks, not the training range). `evaluate` "
-        "scores one series scaled by its training range over the whole test split, so the two are not comparable "
-        "one to one."
+        "scores one series over the whole test split (native units, and units of its training range), so the two "
+        "are not comparable one to one."
     )
     return 0

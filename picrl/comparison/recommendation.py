@@ -1,11 +1,13 @@
 """The answer to "which method should I use?" that ends ``picrl compare``: per dataset, the method with the lowest
 mean *validation* regret over seeds, its margin over the next one, and whether the other budget agrees.
 
-A cell's validation regret is its fitted provisioner run on the validation episode after its test run
-(:func:`picrl_core.methods.evaluation.validation_regret`): the ticks every method's knobs are chosen on, so the test
-split plays no part in the recommendation. The candidates are Table 2's methods that act under censoring: the
-full-information references (demand revealed every tick), the hindsight references (they read the test split) and
-the ablations are not.
+A cell's validation regret is its fitted provisioner run on the validation episode after its test run, under the
+run's protocol (:func:`picrl_core.methods.evaluation.validation_regret` for the paper's,
+:func:`~picrl_core.methods.evaluation.run_growth_test_split` for the product's: the episode unclipped, the range kept
+as the worker keeps it): the ticks every method's knobs are chosen on, so the test split plays no part in the
+recommendation, and it ranks the methods as the protocol scores them. The candidates are Table 2's methods that act
+under censoring: the full-information references (demand revealed every tick), the hindsight references (they read
+the test split) and the ablations are not.
 
 ``compare`` runs one budget. The other one's verdict is read from the cell cache (same traces, config, protocol and
 method list): over the seeds ``0, 1, ...`` for which every candidate's cell is there. Without one, the note says the
@@ -106,11 +108,15 @@ def markdown_recommendation(
     other: dict[str, Recommendation | None],
     budget: Budget,
     other_budget: Budget,
+    protocols: dict[str, str],
 ) -> str:
-    """Per dataset: what to use under ``budget``, then whether ``other_budget`` (from the cache) agrees."""
+    """Per dataset: what to use under ``budget``, then whether ``other_budget`` (from the cache, under the same
+    protocol) agrees; ``protocols`` names each dataset's protocol (said in the heading, or per dataset when they
+    differ)."""
     lines = []
+    named = set(protocols.values())
     for dataset, rec in this.items():
-        lines.append(_line(rec, dataset))
+        lines.append(_line(rec, dataset) + (f" ({protocols[dataset]} protocol)" if len(named) > 1 else ""))
         known = other.get(dataset)
         if rec is None:
             continue
@@ -129,7 +135,8 @@ def markdown_recommendation(
                 f"{REGISTRY[known.method].label} (`{known.method}`, validation regret {known.regret:.2f}); the full "
                 f"budget trains as `picrl train` does, so prefer its answer, `{full.method}`."
             )
+    which = f", {named.pop()} protocol" if len(named) == 1 else ""
     return (
-        f"Recommendation ({budget.name} budget): the lowest mean validation regret (the test split plays no part; "
-        "references are not candidates)\n\n" + "\n".join(lines) + "\n"
+        f"Recommendation ({budget.name} budget{which}): the lowest mean validation regret under the protocol of the "
+        "run (the test split plays no part; references are not candidates)\n\n" + "\n".join(lines) + "\n"
     )

@@ -8,10 +8,10 @@ parallel processes, longest first. Each finished cell is written to the cache
 (``<cache>/compare/<dataset>/<method>-seed<k>-<key>.{json,npz}``, ``key`` a digest of the trace, the
 config, the budget, the protocol and the ``picrl_core`` source), so a rerun neither retrains nor reruns it.
 
-Two protocols: ``clipped``, the paper's (test demand clipped to the training range,
-:func:`~picrl_core.methods.evaluation.run_on_test_split`), and ``growth``, the product's (unclipped native
-demand, ranges that grow as the stream's, :func:`~picrl_core.methods.evaluation.run_growth_test_split`); a
-multi-resource fleet runs clipped under either.
+Two protocols: ``product``, the default (unclipped native demand, each service's range kept by the worker's
+rules, :func:`~picrl_core.methods.evaluation.run_growth_test_split`), and ``paper``, the paper's preset (test
+demand clipped to the training range, :func:`~picrl_core.methods.evaluation.run_on_test_split`; Table 2); a
+multi-resource fleet runs the paper's under either (:func:`dataset_protocol`).
 """
 
 from __future__ import annotations
@@ -89,8 +89,14 @@ QUICK = Budget(
 )
 
 
-Protocol = Literal["clipped", "growth"]
-PROTOCOLS: tuple[Protocol, ...] = ("clipped", "growth")
+Protocol = Literal["product", "paper"]
+PROTOCOLS: tuple[Protocol, ...] = ("product", "paper")
+
+
+def dataset_protocol(trace: Trace, protocol: Protocol) -> Protocol:
+    """The protocol ``trace``'s cells run under: ``protocol``, except the paper's for a multi-resource trace
+    (the product protocol is defined for services of one resource)."""
+    return "paper" if trace.resources else protocol
 
 
 @dataclass(frozen=True)
@@ -133,11 +139,16 @@ def native_test(trace: Trace, budget: Budget) -> np.ndarray:
     return test if budget.test_ticks is None else test[: budget.test_ticks]
 
 
+def native_validation(trace: Trace) -> np.ndarray:
+    """The validation split of a one-resource trace (or fleet) in native units, unclipped, ``(T, N)``."""
+    return native_splits(trace.values, trace.name)[1]
+
+
 def scored_demand(trace: Trace, series: PreparedSeries, budget: Budget, protocol: Protocol) -> np.ndarray:
     """The test demand a dataset's cells are scored on, ``(T,)`` or ``(T, N)`` for a fleet: the scaled test split,
-    clipped to the training range, or under the growth protocol unclipped in units of the training range
-    (``(x - L) / (H - L)``, as :func:`~picrl_core.methods.evaluation.growth_episode` scores it)."""
-    if protocol != "growth" or trace.resources:
+    clipped to the training range (the paper's protocol), or under the product's unclipped in units of the
+    training range (``(x - L) / (H - L)``, as :func:`~picrl_core.methods.evaluation.growth_episode` scores it)."""
+    if dataset_protocol(trace, protocol) == "paper":
         return series.test if series.services == 1 else series.by_service("test").T
     demand = (native_test(trace, budget) - series.scaler.low) / (series.scaler.high - series.scaler.low)
     return demand[:, 0] if series.services == 1 else demand
@@ -157,16 +168,16 @@ class CellCache:
     """Finished cells on disk: metrics and timing as JSON, actions and censoring flags as ``.npz``."""
 
     def __init__(
-        self, root: Path, traces: dict[str, Trace], config: PicRLConfig, budget: Budget, protocol: Protocol = "clipped"
+        self, root: Path, traces: dict[str, Trace], config: PicRLConfig, budget: Budget, protocol: Protocol = "product"
     ) -> None:
         self.root = root
         base = hashlib.sha256(_core_digest().encode())
         base.update(json.dumps({"config": config.to_dict(), "budget": asdict(budget)}, sort_keys=True).encode())
-        if protocol != "clipped":  # the paper's cells keep their keys
-            base.update(protocol.encode())
         self._keys = {}
         for name, trace in traces.items():
             digest = base.copy()
+            if dataset_protocol(trace, protocol) != "paper":  # the paper's cells keep their keys
+                digest.update(protocol.encode())
             digest.update(np.ascontiguousarray(trace.values).tobytes())
             if trace.context is not None:
                 digest.update(np.ascontiguousarray(trace.context).tobytes())
@@ -207,19 +218,20 @@ def run_group(
     budget: Budget,
     cache: CellCache,
     report: Report,
-    protocol: Protocol = "clipped",
+    protocol: Protocol = "product",
 ) -> None:
-    """Run (or load) every method's cell of one (dataset, seed) under ``protocol``; identical offline phases
-    train once."""
+    """Run (or load) every method's cell of one (dataset, seed) under ``protocol`` (:func:`dataset_protocol`);
+    identical offline phases train once."""
     torch.set_num_threads(1)
     series = test_series(trace, budget)
     cell_config = replace(budget.apply(config), seed=seed)
-    native = native_test(trace, budget) if protocol == "growth" and not trace.resources else None
+    product = dataset_protocol(trace, protocol) == "product"
+    native = (native_test(trace, budget), native_validation(trace)) if product else None
 
     def evaluate(name: str) -> TestSplitRun:
         if native is None:
             return run_on_test_split(REGISTRY[name], series, cell_config, trace.step_seconds)
-        return run_growth_test_split(REGISTRY[name], series, native, cell_config, trace.step_seconds)
+        return run_growth_test_split(REGISTRY[name], series, *native, cell_config, trace.step_seconds)
 
     with shared_training():
         for name in methods:
@@ -279,7 +291,7 @@ def run_comparison(
     cache: CellCache,
     jobs: int,
     report: Report,
-    protocol: Protocol = "clipped",
+    protocol: Protocol = "product",
 ) -> list[CellResult]:
     """Every cell of ``traces x seeds x methods`` under ``protocol``; ``report`` sees each as it finishes.
     Results come back with their arrays (read from the cache), in plan order."""

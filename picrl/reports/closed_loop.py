@@ -1,10 +1,12 @@
 """Results of a closed-loop run over Kafka: metrics, a per-tick CSV and a figure.
 
-Services differ in size, so every metric is computed on each service's demand scaled by that
-service's own demand range over the run (0 = its minimum, 1 = its maximum) and then pooled, on
-the ticks where PIC-RL was in control (after the warm-up). Services provisioned several resources are
-scored per resource and in total (``picrl_core.methods.coupled.resource_metrics``: the resources' regrets
-weighted as in the coupled cost), with a figure of one service's resources.
+Metrics come in native units first (``metrics_native``: the capacity the worker decided against the demand, in
+the workload's unit, pooled over the services; per resource for services provisioned several), then normalised
+(``metrics``): services differ in size, so each service's demand is scaled by its own demand range over the run
+(0 = its minimum, 1 = its maximum) and then pooled. Both on the ticks where PIC-RL was in control (after the
+warm-up). Services provisioned several resources are scored per resource and in total
+(``picrl_core.methods.coupled.resource_metrics``: the resources' regrets weighted as in the coupled cost), with a
+figure of one service's resources.
 """
 
 from __future__ import annotations
@@ -32,12 +34,28 @@ def _normalised(record: ClosedLoopRecord) -> tuple[np.ndarray, np.ndarray]:
     return (record.capacity - low) / span, (demand - low) / span
 
 
+def _native_metrics(record: ClosedLoopRecord, ticks: np.ndarray, cost: CostConfig) -> dict:
+    """The metrics of the capacity decided against the demand in native units over ``ticks``, pooled over the
+    services; with several resources, per resource name (their units differ)."""
+    w = record.workload
+    if not w.resources:
+        return episode_metrics(record.capacity[ticks], w.demand[ticks], cost).to_dict()
+    n = len(w.services)
+    return {
+        r.name: episode_metrics(
+            record.capacity[ticks, i * n : (i + 1) * n], w.demand[ticks, i * n : (i + 1) * n], cost
+        ).to_dict()
+        for i, r in enumerate(w.resources)
+    }
+
+
 def summarise(record: ClosedLoopRecord, cost: CostConfig = CostConfig()) -> dict:
     """Pooled metrics over the control ticks, plus run facts (ticks, services, versions, seconds)."""
     capacity, demand = _normalised(record)
     control = record.control
     ticks = np.flatnonzero(control.all(axis=1))
     metrics = episode_metrics(capacity[ticks], demand[ticks], cost).to_dict() if ticks.size else {}
+    native = _native_metrics(record, ticks, cost) if ticks.size else {}
     versions = record.policy_version[record.policy_version >= 0]
     resources = record.workload.resources
     per_resource = {}
@@ -59,6 +77,7 @@ def summarise(record: ClosedLoopRecord, cost: CostConfig = CostConfig()) -> dict
         "censoring_rate": float(record.censored[control].mean()) if control.any() else 0.0,
         "policy_versions": sorted({int(v) for v in versions}),
         "duplicate_actions": record.duplicate_actions,
+        "metrics_native": native,
         "metrics": metrics,
         "unit": record.workload.unit,
         "normalisation": "each service's demand range over the run; control ticks only",

@@ -81,3 +81,23 @@ def plot_phase3(trajectory: Trajectory, cost: CostConfig, path: Path, title: str
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
+
+
+def plot_native_trajectory(
+    demand: np.ndarray, capacity: np.ndarray, censored: np.ndarray, peak: float, path: Path, title: str = ""
+) -> Path:
+    """One service's ``(T,)`` capacity in force against the hidden demand in native units, shortages marked,
+    with the training range's top (the product protocol's run of ``picrl evaluate``)."""
+    t = np.arange(demand.shape[0])
+    short = np.asarray(censored, dtype=bool)
+    fig, ax = plt.subplots(figsize=(14, 4.5))
+    ax.plot(t, demand, color="black", lw=1, label="demand (hidden from the controller)")
+    ax.plot(t, capacity, color="tab:orange", lw=1.2, label="capacity in force")
+    ax.scatter(t[short], capacity[short], marker="x", color="red", s=14, label=f"short ({short.mean():.0%})")
+    ax.axhline(peak, color="grey", ls=":", label="training peak")
+    ax.set(title=title, xlabel="tick", ylabel="native units")
+    ax.legend(fontsize=8, loc="upper left")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path

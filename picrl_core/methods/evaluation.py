@@ -8,9 +8,9 @@ config's cost weights for the metrics (a fleet's are the mean over its services)
 
 :func:`run_on_test_split` is the paper's protocol (test demand clipped to the training range);
 :func:`run_growth_test_split` the product's (:mod:`picrl_core.methods.growth`: unclipped demand, ranges
-that grow as the stream's), with metrics in training-range units, in native units and of the growth
-(:mod:`picrl_core.growth_metrics`); :func:`growth_episode` runs a fitted provisioner under it (the design
-ladder's development episodes).
+kept by the worker's rules), with metrics in native units, in training-range units and of the growth
+(:mod:`picrl_core.growth_metrics`), its validation episode run under the same protocol;
+:func:`growth_episode` runs a fitted provisioner under it (the design ladder's development episodes).
 """
 
 from __future__ import annotations
@@ -103,20 +103,26 @@ NATIVE_METRICS = ("mae", "regret", "under_mass", "over_mass")
 def run_growth_test_split(
     method: Method,
     series: PreparedSeries,
-    native_demand: np.ndarray,
+    native_test: np.ndarray,
+    native_validation: np.ndarray,
     config: PicRLConfig,
     step_seconds: float,
     growth: RangeGrowth = STREAM_GROWTH,
 ) -> TestSplitRun:
-    """:func:`run_on_test_split` under the growth protocol (:func:`growth_episode`). Not defined for a
+    """:func:`run_on_test_split` under the product's protocol (:func:`growth_episode`): the test split
+    ``native_test`` and the validation split ``native_validation`` unclipped in native units, ``(T_i, N)``
+    (:func:`~picrl_core.series.native_splits`). The validation regret comes from the validation episode under
+    the same protocol, so a recommendation by it ranks what the worker would do. Not defined for a
     multi-resource fleet, nor for a hindsight reference (group ``"hindsight"``: it replays the clipped test
     split)."""
     if method.group == "hindsight":
-        raise ValueError(f"{method.name} replays the clipped test split; it has no run under the growth protocol")
+        raise ValueError(f"{method.name} replays the clipped test split; it has no run under the product protocol")
     provisioner = method.fitted(series, config, step_seconds)
-    run = growth_episode(provisioner, series, native_demand, config, censoring=method.censoring, growth=growth)
-    # the validation episode runs clipped, as every method's knobs were chosen on it
-    return replace(run, validation_regret=validation_regret(provisioner, method, series, config))
+    run = growth_episode(provisioner, series, native_test, config, censoring=method.censoring, growth=growth)
+    validation = growth_episode(
+        provisioner, series, native_validation, config, censoring=method.censoring, growth=growth, split="val"
+    )
+    return replace(run, validation_regret=validation.metrics.regret)
 
 
 def growth_episode(
@@ -127,16 +133,21 @@ def growth_episode(
     *,
     censoring: bool = True,
     growth: RangeGrowth = STREAM_GROWTH,
+    split: str = "test",
 ) -> TestSplitRun:
-    """A fitted ``provisioner`` on the test split of ``series`` under the growth protocol: ``native_demand``
+    """A fitted ``provisioner`` on the test split of ``series`` under the product's protocol: ``native_demand``
     ``(T, N)`` is that split unclipped in native units (:func:`~picrl_core.series.native_splits`), each service
-    starts in the training range (the stream's ``scaling="artifact"``) and grows by ``growth``. ``demand`` and
+    starts in the training range (the stream's ``scaling="artifact"``) and keeps it by ``growth``. ``demand`` and
     ``actions`` of the result are in units of the training range (``(x - L) / (H - L)``, beyond ``[0, 1]``
-    where the demand is); ``extra`` holds the native metrics and the growth metrics."""
+    where the demand is); ``extra`` holds the native metrics and the growth metrics. ``split="val"`` runs the
+    validation episode of :func:`~picrl_core.pipeline.evaluation_inputs` instead: ``native_demand`` is then the
+    whole validation split, of which the episode is the last ticks."""
     if series.resources:
-        raise ValueError("the growth protocol runs services of one resource; a multi-resource fleet runs clipped")
-    inputs = evaluation_inputs(series, config.predictor.window)
+        raise ValueError("the product protocol runs services of one resource; a multi-resource fleet runs the paper's")
+    inputs = evaluation_inputs(series, config.predictor.window, split)
     native = np.asarray(native_demand, dtype=np.float64)
+    if split == "val":
+        native = native[native.shape[0] - inputs["demand"].shape[0] :]
     if native.shape != inputs["demand"].shape:
         raise ValueError(f"native demand {native.shape} is not the test split's shape {inputs['demand'].shape}")
     low, high = series.scaler.low, series.scaler.high

@@ -31,13 +31,15 @@ class RecentMaxProvisioner(Provisioner, FollowsRange):
         if window < 1 or headroom < 0:
             raise ValueError(f"window must be >= 1 and headroom >= 0; got {window}, {headroom}")
         self.window, self.headroom = window, headroom
-        self.low, self.high = np.asarray(low, dtype=np.float64), np.asarray(high, dtype=np.float64)
+        self.trained = (np.asarray(low, dtype=np.float64), np.asarray(high, dtype=np.float64))
+        self.low, self.high = self.trained
         self._seen = np.empty((0, 0))  # (N, <= W) native observations, oldest first
 
     def _action(self) -> np.ndarray:
         return to_unit((1.0 + self.headroom) * self._seen.max(axis=1), self.low, self.high)
 
     def start(self, history: np.ndarray, history_context: np.ndarray | None) -> np.ndarray:
+        self.low, self.high = self.trained  # a new run starts in the training range, wherever the last one moved
         self._seen = from_unit(np.asarray(history, dtype=np.float64)[:, -self.window :], self.low, self.high)
         return self._action()
 

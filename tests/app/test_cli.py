@@ -47,17 +47,58 @@ def test_train_then_evaluate_with_the_model(
     start = json.loads((tmp_path / "model" / "training.json").read_text())["phase3_start"]
     calibrator = json.loads((tmp_path / "model" / "artifact.json").read_text())["config"]["calibrator"]
     assert (calibrator["initial_margin"], calibrator["initial_scale"]) == (start["margin_in_sigma"], start["scale"])
-    assert main(["evaluate", *source, "--model", str(tmp_path / "model"), "--out", str(tmp_path / "eval")]) == 0
-    assert "| mae | regret | shortage_rate |" in capsys.readouterr().out
+    model = ["--model", str(tmp_path / "model")]
+    assert main(["evaluate", *source, *model, "--protocol", "paper", "--out", str(tmp_path / "eval")]) == 0
+    assert "| units | mae | regret | shortage_rate |" in capsys.readouterr().out
     report = json.loads((tmp_path / "eval" / "metrics.json").read_text())
-    assert report["test_ticks"] == 84
+    assert report["test_ticks"] == 84 and report["protocol"] == "paper" and report["above_peak"] is None
     assert 0.0 <= report["metrics"]["mae"] < 0.5 and report["metrics"]["steps"] == 84
-    trajectory = np.loadtxt(tmp_path / "eval" / "trajectory.csv", delimiter=",", skiprows=1)
-    assert trajectory.shape == (84, 12)
-    demand, action, observed, censored = trajectory[:, 1], trajectory[:, 2], trajectory[:, 3], trajectory[:, 4]
+    low, high = report["training_range"]
+    assert report["metrics_native"]["regret"] == pytest.approx(report["metrics"]["regret"] * (high - low))
+    trajectory = _columns(tmp_path / "eval" / "trajectory.csv")
+    assert len(trajectory) == 14 and trajectory["tick"].shape == (84,)
+    demand, action, observed, censored = (trajectory[k] for k in ("demand", "action", "observed", "censored"))
     np.testing.assert_allclose(observed, np.minimum(demand, action), atol=1e-5)
     np.testing.assert_array_equal(censored == 1, demand > action)
+    np.testing.assert_allclose(trajectory["demand_native"], low + demand * (high - low), rtol=1e-5)
+    np.testing.assert_allclose(trajectory["action_native"], low + action * (high - low), rtol=1e-5)
     assert (tmp_path / "eval" / "phase3.png").stat().st_size > 10_000
+
+
+def _columns(path: Path) -> dict[str, np.ndarray]:
+    table = np.genfromtxt(path, delimiter=",", names=True)
+    return {name: table[name] for name in table.dtype.names or ()}
+
+
+def test_evaluate_scores_what_the_worker_does_by_default(
+    tiny_config: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A trace whose test part grows 1.5x past its training peak: the product protocol (the default) scores the
+    unclipped demand in native units with the shortfall above the peak; the paper's clips it to the peak."""
+    t = np.arange(420)
+    demand = 40.0 + 100.0 * diurnal(420, period=48, seed=3) * np.where(t >= 336, 1.5, 1.0)
+    path = tmp_path / "growing.csv"
+    path.write_text("t,gpu_mem_gib\n" + "".join(f"{60 * i},{v:.4f}\n" for i, v in enumerate(demand)))
+    source = ["--trace", str(path), "--column", "gpu_mem_gib", "--time-column", "t", "--config", tiny_config]
+    assert main(["train", *source, "--out", str(tmp_path / "model")]) == 0
+    model = ["--model", str(tmp_path / "model")]
+    assert main(["evaluate", *source, *model, "--out", str(tmp_path / "product")]) == 0
+    assert main(["evaluate", *source, *model, "--protocol", "paper", "--out", str(tmp_path / "paper")]) == 0
+    assert "product protocol" in capsys.readouterr().out
+    product, paper = (json.loads((tmp_path / p / "metrics.json").read_text()) for p in ("product", "paper"))
+    peak = product["training_range"][1]
+    test = demand[-84:]
+    assert product["protocol"] == "product" and test.max() > 1.2 * peak
+    above = product["above_peak"]
+    assert above["ticks_above_peak"] == float((np.round(test, 4) > peak).sum()) > 0
+    assert above["shortfall_above_peak"] > 0 and above["catch_up_ticks"] >= 0
+    rows = _columns(tmp_path / "product" / "trajectory.csv")
+    np.testing.assert_allclose(rows["demand_native"], test, rtol=1e-5)  # unclipped
+    np.testing.assert_array_equal(rows["censored"] == 1, rows["demand_native"] > rows["action_native"])
+    clipped = _columns(tmp_path / "paper" / "trajectory.csv")["demand_native"]
+    assert clipped.max() == pytest.approx(peak, rel=1e-5)
+    assert product["metrics_native"]["regret"] > paper["metrics_native"]["regret"]  # the growth is not free
+    assert (tmp_path / "product" / "trajectory.png").stat().st_size > 10_000
 
 
 def test_evaluate_trains_once_then_reuses_the_cache(

@@ -34,7 +34,8 @@ DATASETS = ("genai-ctx",)
 
 @pytest.fixture(scope="module")
 def quick_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, str]:
-    """``picrl compare --quick`` as a user runs it (a subprocess, two jobs), on a method of every group."""
+    """``picrl compare --quick`` as a user runs it (a subprocess, two jobs, the product protocol by default), on a
+    method of every group."""
     out, cache = tmp_path_factory.mktemp("compare"), tmp_path_factory.mktemp("cache")
     done = subprocess.run(
         [sys.executable, "-m", "picrl", "compare", "--quick", "--jobs", "2", "--out", str(out), "--cache", str(cache)]
@@ -55,7 +56,9 @@ def test_quick_comparison_writes_tables_results_and_figures(quick_run: tuple[Pat
     assert results["budget"]["name"] == "quick" and results["seeds"] == 1
     cells = results["cells"]
     assert {REGISTRY[m].group for m in METHODS} == {m.group for m in REGISTRY.values() if not m.multi_resource_only}
-    assert len(cells) == len(DATASETS) * len(METHODS) and not any(c["error"] for c in cells)
+    ran = [m for m in METHODS if REGISTRY[m].group != "hindsight"]  # the product protocol leaves them out
+    assert results["protocol"] == "product" and "oracle left out (hindsight references)" in stdout
+    assert len(cells) == len(DATASETS) * len(ran) and not any(c["error"] for c in cells)
     assert all(0.0 <= c["metrics"]["shortage_rate"] <= 1.0 and c["metrics"]["mae"] >= 0.0 for c in cells)
     ticks = {name: info["test_ticks"] for name, info in results["datasets"].items()}
     assert ticks == {"genai-ctx": 288}
@@ -63,7 +66,7 @@ def test_quick_comparison_writes_tables_results_and_figures(quick_run: tuple[Pat
     dlrm = runner.test_series(load_dataset("dlrm"), runner.QUICK)  # quick: at most the first 300 test ticks
     assert len(dlrm.test) == 300 < len(runner.test_series(load_dataset("dlrm"), runner.FULL).test)
     table2 = (out / "table2.md").read_text()
-    for method in (REGISTRY[m] for m in METHODS):
+    for method in (REGISTRY[m] for m in ran):
         if method.group != "ablation":
             assert f"| {method.label} |" in table2, method.label
     assert table2.count("**") == 2 * len(DATASETS)  # one lowest regret per dataset
@@ -78,6 +81,8 @@ def test_quick_comparison_writes_tables_results_and_figures(quick_run: tuple[Pat
     for name in FIGURES:
         assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
     assert "Table 2" in stdout and "Table 3" in stdout and "Cost of censoring" in stdout
+    assert stdout.index("Product protocol: native units first") < stdout.index("Table 2")
+    assert "| PIC-RL (Ours) |" in (out / "product.md").read_text()
     censoring = (out / "censoring_cost.md").read_text()
     assert "| PIC-RL (Ours) |" in censoring and "| Conformal |" in censoring
 
@@ -99,6 +104,8 @@ def test_the_pod_fleet_runs_every_pod_as_a_service_and_reports_the_spread(tmp_pa
                 "--methods",
                 "kaplan-meier",
                 "oracle",
+                "--protocol",
+                "paper",
                 "--out",
                 str(tmp_path),
                 "--cache",
@@ -158,6 +165,8 @@ def test_bad_arguments_are_refused_with_a_message(tmp_path: Path, capsys: pytest
     with pytest.raises(SystemExit):
         main(["compare", "--methods", "nope", "--out", str(tmp_path)])
     assert "invalid choice: 'nope'" in capsys.readouterr().err
+    assert main(["compare", "--methods", "oracle", "--quick", "--datasets", "genai-mem", "--out", str(tmp_path)]) == 2
+    assert "the hindsight references run under --protocol paper only" in capsys.readouterr().err
 
 
 def test_mae_change_is_relative_to_full_and_undefined_over_a_zero_mae() -> None:
@@ -202,6 +211,7 @@ def test_the_two_resource_pods_report_each_resource_and_draw_both(tmp_path: Path
     )
     results = json.loads((tmp_path / "results.json").read_text())
     assert results["datasets"]["pods-2r"]["services"] == 144
+    assert results["protocol"] == "product" and results["datasets"]["pods-2r"]["protocol"] == "paper"
     cells = {c["method"]: c["metrics"] for c in results["cells"]}
     for metrics in cells.values():
         assert metrics["regret"] == pytest.approx(2.0 * metrics["regret_gpu_mem"] + metrics["regret_gpu_compute"])

@@ -1,4 +1,4 @@
-"""``picrl compare --protocol clipped|growth`` on a user's trace whose test part outgrows its training range."""
+"""``picrl compare --protocol product|paper`` on a user's trace whose test part outgrows its training range."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from picrl.comparison.runner import QUICK, native_test
 from picrl.datasets import Trace
 from picrl_core.config import PicRLConfig
 from picrl_core.methods import REGISTRY
-from picrl_core.methods.evaluation import run_on_test_split
+from picrl_core.methods.evaluation import growth_episode, run_growth_test_split, run_on_test_split
 
 METHODS = ("vpa", "recent-max")
 
@@ -40,12 +40,13 @@ def _compare(path: Path, out: Path, cache: Path, *protocol: str) -> dict:
     return json.loads((out / "results.json").read_text())
 
 
-def test_the_clipped_preset_is_the_default_and_reproduces_the_papers_protocol(
+def test_the_paper_preset_reproduces_the_papers_protocol(
     growing: tuple[Path, np.ndarray], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     path, values = growing
-    results = _compare(path, tmp_path / "a", tmp_path / "cache", "--protocol", "clipped")
-    assert results["protocol"] == "clipped" and not (tmp_path / "a" / "growth.md").exists()
+    results = _compare(path, tmp_path / "a", tmp_path / "cache", "--protocol", "paper")
+    assert results["protocol"] == "paper" and not (tmp_path / "a" / "product.md").exists()
+    assert results["datasets"]["growing:usage"]["protocol"] == "paper"
     trace = Trace("growing", values, None, (), 60.0, "", "test")
     series = runner.test_series(trace, QUICK)
     config = replace(QUICK.apply(PicRLConfig()), seed=0)
@@ -53,18 +54,17 @@ def test_the_clipped_preset_is_the_default_and_reproduces_the_papers_protocol(
         direct = run_on_test_split(REGISTRY[cell["method"]], series, config, 60.0).metrics.to_dict()
         assert {k: cell["metrics"][k] for k in direct} == pytest.approx(direct, rel=1e-12), cell["method"]
     capsys.readouterr()
-    again = _compare(path, tmp_path / "b", tmp_path / "cache")  # no --protocol: the same cells, from the cache
+    again = _compare(path, tmp_path / "b", tmp_path / "cache", "--protocol", "paper")  # the same cells, cached
     assert "2 cells (0 computed, 2 from the cache)" in capsys.readouterr().out
-    assert again["protocol"] == "clipped" and [c["metrics"] for c in again["cells"]] == [
-        c["metrics"] for c in results["cells"]
-    ]
+    assert [c["metrics"] for c in again["cells"]] == [c["metrics"] for c in results["cells"]]
+    assert "(quick budget, paper protocol)" in (tmp_path / "b" / "recommendation.md").read_text()
 
 
-def test_the_growth_protocol_reports_native_and_growth_metrics(
+def test_the_product_protocol_is_the_default_and_reports_native_metrics_first(
     growing: tuple[Path, np.ndarray], tmp_path: Path
 ) -> None:
     path, values = growing
-    results = _compare(path, tmp_path / "out", tmp_path / "cache", "--protocol", "growth")
+    results = _compare(path, tmp_path / "out", tmp_path / "cache")  # no --protocol: the product's
     trace = Trace("growing", values, None, (), 60.0, "", "test")
     native = native_test(trace, QUICK)[:, 0]
     peak = values[:360].max()
@@ -75,20 +75,44 @@ def test_the_growth_protocol_reports_native_and_growth_metrics(
         assert m["catch_up_ticks"] >= 0 and m["over_cost_native"] > 0
         span = peak - values[:360].min()
         assert m["regret_native"] == pytest.approx(m["regret"] * span, rel=1e-9)  # the same episode in two units
-    assert "| Recent max + headroom |" in (tmp_path / "out" / "growth.md").read_text()
-    with (tmp_path / "out" / "growth.csv").open() as handle:
+    assert results["protocol"] == "product" and results["datasets"]["growing:usage"]["protocol"] == "product"
+    table = (tmp_path / "out" / "product.md").read_text()
+    assert "| Recent max + headroom |" in table
+    assert table.index("regret (native)") < table.index("regret (training range)")  # native units first
+    with (tmp_path / "out" / "product.csv").open() as handle:
         rows = list(csv.DictReader(handle))
     assert {r["method"] for r in rows} == set(METHODS)
+    assert "(quick budget, product protocol)" in (tmp_path / "out" / "recommendation.md").read_text()
+
+
+def test_the_recommendation_ranks_by_the_validation_episode_of_the_runs_protocol() -> None:
+    """Under the product protocol a cell's validation regret is its validation episode run unclipped in a range
+    the worker's rules keep: on a trace whose validation part outgrows training, another number than the paper's
+    clipped episode gives (its recommendation was word for word the paper's when both ran the clipped one)."""
+    t = np.arange(600)
+    values = 100.0 + 20.0 * np.sin(2 * np.pi * t / 48) + np.where(t >= 360, (t - 360) * 0.5, 0.0)
+    trace = Trace("growing", values, None, (), 60.0, "", "test")
+    series = runner.test_series(trace, QUICK)
+    config = replace(QUICK.apply(PicRLConfig()), seed=0)
+    method = REGISTRY["recent-max"]
+    product = run_growth_test_split(
+        method, series, native_test(trace, QUICK), runner.native_validation(trace), config, 60.0
+    )
+    paper = run_on_test_split(method, series, config, 60.0)
+    provisioner = method.fitted(series, config, 60.0)
+    validation = growth_episode(provisioner, series, runner.native_validation(trace), config, split="val")
+    assert product.validation_regret == validation.metrics.regret
+    assert paper.validation_regret is not None and product.validation_regret != paper.validation_regret
 
 
 def test_the_figures_read_the_demand_each_protocol_scores(growing: tuple[Path, np.ndarray]) -> None:
-    """Under growth the trajectories and cumulative regret are drawn against the unclipped demand in units of the
-    training range, the demand the cells' regret is scored on; clipped, against the paper's clipped split."""
+    """Under the product protocol the trajectories and cumulative regret are drawn against the unclipped demand in
+    units of the training range, the demand the cells' regret is scored on; under the paper's, its clipped split."""
     _, values = growing
     trace = Trace("growing", values, None, (), 60.0, "", "test")
     series = runner.test_series(trace, QUICK)
-    growth = runner.scored_demand(trace, series, QUICK, "growth")
-    clipped = runner.scored_demand(trace, series, QUICK, "clipped")
+    growth = runner.scored_demand(trace, series, QUICK, "product")
+    clipped = runner.scored_demand(trace, series, QUICK, "paper")
     low, high = values[:360].min(), values[:360].max()
     np.testing.assert_allclose(growth, (native_test(trace, QUICK)[:, 0] - low) / (high - low), rtol=1e-12)
     assert growth.shape == clipped.shape and growth.max() > 1.5 and clipped.max() <= 1.0

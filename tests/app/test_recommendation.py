@@ -39,23 +39,24 @@ def test_the_recommendation_reads_validation_regret_only_and_skips_every_referen
         5.0,
         6.0,
     )
-    text = markdown_recommendation({"d": rec}, {}, QUICK, FULL)
+    text = markdown_recommendation({"d": rec}, {}, QUICK, FULL, {"d": "product"})
     assert "**PIC-RL (Ours) (`pic-rl`)**" in text and "1.00 below the next, Conformal (6.00, 16.7% lower)" in text
+    assert text.startswith("Recommendation (quick budget, product protocol)")
     assert "full budget's winner is unknown" in text and "without --quick" in text
     # a validation regret left NaN (a cell that has none) is no candidate; none left: no recommendation
     nan = {k: summary(k[0], val=float("nan"), test=1.0) for k in summaries}
     assert recommend(nan, methods, "d") is None
-    assert "no method has a validation regret" in markdown_recommendation({"d": None}, {}, FULL, QUICK)
+    assert "no method has a validation regret" in markdown_recommendation({"d": None}, {}, FULL, QUICK, {"d": "paper"})
 
 
 def test_the_note_says_when_the_budgets_disagree_and_when_a_margin_is_within_the_seed_spread() -> None:
     full = {("pic-rl", "d"): summary("pic-rl", 5.0, 1.0, std=2.0, n=5), ("cql", "d"): summary("cql", 5.5, 1.0)}
     quick = {("pic-rl", "d"): summary("pic-rl", 6.0, 1.0), ("spo", "d"): summary("spo", 4.0, 1.0)}
     this, other = recommend(full, ["pic-rl", "cql"], "d"), recommend(quick, ["pic-rl", "spo"], "d")
-    text = markdown_recommendation({"d": this}, {"d": other}, FULL, QUICK)
+    text = markdown_recommendation({"d": this}, {"d": other}, FULL, QUICK, {"d": "paper"})
     assert "The budgets disagree: the quick budget" in text and "names SPO+ (`spo`" in text
     assert "prefer its answer, `pic-rl`" in text and "treat the two as tied" in text
-    agree = markdown_recommendation({"d": this}, {"d": this}, FULL, QUICK)
+    agree = markdown_recommendation({"d": this}, {"d": this}, FULL, QUICK, {"d": "paper"})
     assert "The quick budget agrees" in agree and "disagree" not in agree
 
 
@@ -81,7 +82,8 @@ def test_compare_ends_with_a_recommendation_and_reads_the_other_budget_from_the_
     quick = capsys.readouterr().out
     results = json.loads((tmp_path / "quick" / "results.json").read_text())
     cells = {c["method"]: c["metrics"] for c in results["cells"]}
-    assert "val_regret" not in cells["oracle"] and all(cells[m]["val_regret"] > 0 for m in ("sgd", "vpa"))
+    assert "oracle" not in cells  # the product protocol (the default) leaves the hindsight references out
+    assert all(cells[m]["val_regret"] > 0 for m in ("sgd", "vpa"))
     [(dataset, rec)] = results["recommendation"].items()
     best = min(("sgd", "kaplan-meier", "vpa"), key=lambda m: cells[m]["val_regret"])
     assert rec["method"] == best and rec["regret"] == pytest.approx(cells[best]["val_regret"])
@@ -92,4 +94,8 @@ def test_compare_ends_with_a_recommendation_and_reads_the_other_budget_from_the_
     # the full budget finds the quick one's cells in the cache and compares (these methods train nothing)
     assert main([*common, "--out", str(tmp_path / "full")]) == 0
     text = (tmp_path / "full" / "recommendation.md").read_text()
-    assert "Recommendation (full budget)" in text and "The quick budget agrees (cached, 1 seed(s))" in text
+    assert "Recommendation (full budget, product protocol)" in text
+    assert "The quick budget agrees (cached, 1 seed(s))" in text
+    # the other budget's verdict is read from the cache of the run's protocol only
+    assert main([*common, "--protocol", "paper", "--out", str(tmp_path / "paper")]) == 0
+    assert "The quick budget's winner is unknown" in (tmp_path / "paper" / "recommendation.md").read_text()

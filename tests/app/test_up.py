@@ -58,6 +58,7 @@ def test_up_runs_worker_trainer_and_closed_loop_then_reports(
     for name in ("ticks.csv", "closed_loop.png", "worker.log", "trainer.log"):
         assert (out / name).stat().st_size > 0, name
     assert "| mae | regret |" in printed and "censoring rate" in printed
+    assert summary["metrics_native"]["regret"] > 0 and printed.index("| native (") < printed.index("| normalised |")
     assert "how to read these next to `picrl evaluate`" in printed  # the run's metrics are not evaluate's
     assert "stopped after" in (out / "trainer.log").read_text()  # stopped cleanly by SIGTERM
 

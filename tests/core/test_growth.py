@@ -1,4 +1,4 @@
-"""The growth protocol: the range rule, the loop around any method, its metrics, the recent-maximum rule."""
+"""The product protocol's range rule, the loop around any method, its metrics, the recent-maximum rule."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The comparison's growth protocol decides as a stream worker does, bit for bit, on demand that outgrows its range
+"""The comparison's product protocol decides as a stream worker does, bit for bit, on demand that outgrows its range
 and on demand that falls below its floor (in process, and over a real broker)."""
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ def _simulated(artifact: ModelArtifact, workload: Workload, growth: RangeGrowth)
     return run_growth_loop(provisioner, workload.demand[WINDOW:], history, low, high, growth)
 
 
-def test_the_growth_protocol_equals_the_worker_on_a_series_that_outgrows_its_range(
+def test_the_product_protocol_equals_the_worker_on_a_series_that_outgrows_its_range(
     tiny_artifact: ModelArtifact, native_trace: Trace
 ) -> None:
     workload = tripled(copies_of(native_trace, 3, WINDOW + 60, start=900, seed=3), WINDOW)

@@ -13,6 +13,7 @@ from picrl.datasets import Trace, load_dataset, load_pod_fleet
 from picrl.reports.closed_loop import write_report
 from picrl.workloads import copies_of, fleet_of, resource_fleet_of
 from picrl_core.config import CostConfig
+from picrl_core.costs import episode_metrics
 from picrl_core.methods.coupled import resource_metrics
 from picrl_core.resources import GPU_POD, killing, observe
 from producers.closed_loop import ClosedLoopRecord
@@ -72,6 +73,9 @@ def test_a_two_resource_report_scores_each_resource_and_draws_a_pods_resources(t
     assert summary["resources"]["total_regret"] == pytest.approx(total.regret)
     assert summary["resources"]["regret_gpu_compute"] == pytest.approx(extra["regret_gpu_compute"])
     assert summary["resources"]["hard"] == ["gpu_mem"]
+    n = len(workload.services)  # native units first: per resource, its own unit
+    native = episode_metrics(capacity[8:, n:], workload.demand[8:, n:], CostConfig())
+    assert summary["metrics_native"]["gpu_compute"]["regret"] == pytest.approx(native.regret)
     header = (tmp_path / "ticks.csv").read_text().splitlines()[0]
     assert header.endswith(",resource") and len((tmp_path / "ticks.csv").read_text().splitlines()) == 1 + 80 * 8
     assert (tmp_path / "resources.png").stat().st_size > 10_000

@@ -1,9 +1,10 @@
-"""The growth protocol's table (``compare --protocol growth``): how each method meets demand above its training peak.
+"""The product protocol's table (``compare``'s default, ``product.md``): each method in native units first, and how
+it meets demand above its training peak.
 
-Columns (mean over the seeds that ran; :mod:`picrl_core.growth_metrics` defines them): regret in units of
-the training range and in native units, the native unit-ticks short while demand is above the training
-peak, the ticks demand spent there, the ticks from the outgrowth until the capacity caught up, and the
-native over-provisioning cost.
+Columns (mean over the seeds that ran; :mod:`picrl_core.growth_metrics` defines the growth ones): regret in native
+units and in units of the training range, the native unit-ticks short while demand is above the training peak, the
+ticks demand spent there, the ticks from the outgrowth until the capacity caught up, and the native
+over-provisioning cost.
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ from picrl.comparison.runner import CellResult
 from picrl_core.methods import REGISTRY
 
 COLUMNS = (
-    ("regret", "regret (training range)"),
     ("regret_native", "regret (native)"),
+    ("regret", "regret (training range)"),
     ("shortfall_above_peak", "shortfall above peak (native unit-ticks)"),
     ("ticks_above_peak", "ticks above peak"),
     ("catch_up_ticks", "ticks to catch up"),
@@ -28,7 +29,7 @@ COLUMNS = (
 )
 
 
-def growth_means(results: Sequence[CellResult]) -> dict[tuple[str, str], dict[str, float]]:
+def product_means(results: Sequence[CellResult]) -> dict[tuple[str, str], dict[str, float]]:
     """(method, dataset) -> the mean over seeds of each column, for the cells that report them."""
     cells: dict[tuple[str, str], list[dict[str, float]]] = {}
     for result in results:
@@ -44,7 +45,7 @@ def _any(rows: list[dict[str, float]], name: str) -> bool:
     return any(not math.isnan(m[name]) for m in rows)
 
 
-def markdown_growth(means: dict[tuple[str, str], dict[str, float]], methods: Sequence[str]) -> str:
+def markdown_product(means: dict[tuple[str, str], dict[str, float]], methods: Sequence[str]) -> str:
     """One table per dataset, a row per method that ran on it."""
     out = []
     for dataset in dict.fromkeys(d for _, d in means):
@@ -60,10 +61,14 @@ def markdown_growth(means: dict[tuple[str, str], dict[str, float]], methods: Seq
 
 
 def _fmt(value: float) -> str:
-    return "n/a" if math.isnan(value) else f"{value:,.1f}" if abs(value) >= 100 else f"{value:.3f}"
+    if math.isnan(value):
+        return "n/a"
+    if abs(value) >= 1e7:  # bytes and the like: four significant digits
+        return f"{value:.4g}"
+    return f"{value:,.1f}" if abs(value) >= 100 else f"{value:.3f}"
 
 
-def write_growth_csv(path: Path, means: dict[tuple[str, str], dict[str, float]], methods: Sequence[str]) -> Path:
+def write_product_csv(path: Path, means: dict[tuple[str, str], dict[str, float]], methods: Sequence[str]) -> Path:
     """Long format: one row per (method, dataset), a column per metric."""
     with path.open("w", newline="") as handle:
         writer = csv.writer(handle)
