@@ -85,7 +85,7 @@ def evaluate(name: str, values: np.ndarray, seed: int, rows: list[str]) -> dict[
     out: dict[str, dict] = {}
     with shared_training():
         artifact = train_offline(series, base)
-        for row in rows:
+        for row in (row for row in rows if row in ROWS):
             config = ROWS[row](artifact.config)
             provisioner = PicRLProvisioner.from_artifact(replace(artifact, config=config))
             started = time.perf_counter()
@@ -99,7 +99,7 @@ def evaluate(name: str, values: np.ndarray, seed: int, rows: list[str]) -> dict[
             }
         run = growth_episode(PicRLProvisioner.from_artifact(artifact, slow_updates=False), series, native, base)
         out["no slow loop"] = {"regret_last_third": last_third_regret(run, base), "regret": run.metrics.regret}
-        if "A7 w/o pretrain" in rows or not rows:
+        if "A7 w/o pretrain" in rows:
             a7 = train_offline(series, replace(base, ablation=replace(base.ablation, pretrain=False)))
             run = growth_episode(PicRLProvisioner.from_artifact(a7), series, native, a7.config)
             out["A7 w/o pretrain"] = {
