@@ -212,30 +212,6 @@ class OnlineConfig:
 
 
 @dataclass(frozen=True)
-class RefitConfig:
-    """Phase 3 slow loop for the predictor (``picrl_core.predictor.refit``): every ``N_update`` ticks a refit of the
-    Phase-1 LSTM on the replay by the censored (Tobit) likelihood, tied to the version acting by a KL term and an
-    EMA as the policy's slow update is; a version acts only once it beats its parent on held-out replay."""
-
-    enabled: bool = False  # refit the predictor online (the slow loop's policy update runs either way)
-    ticks: int = 1024  # replay kept per service (ticks)
-    sequences: int = 16  # sequences of 4 W ticks per gradient step, each read from a zero state
-    gradient_steps: int = 4  # Adam steps per refit
-    lr: float = 1e-3  # Adam's step size
-    kl_coef: float = 1.0  # weight of KL(N(mu, sigma) || N(mu_ref, sigma_ref)) to the acting predictor; 0: untied
-    ema_decay: float = 0.9  # acting parameters = EMA of the refitted ones; 0: the refit acts as it is
-    holdout_every: int = 10  # every n-th tick (by service key and tick) is held out: it never trains
-    # a candidate acts once its held-out censored NLL is below its parent's by at least this (nats per tick)
-    threshold: float = 0.01
-
-    def __post_init__(self) -> None:
-        if self.ticks < 2 or self.sequences < 1 or self.gradient_steps < 1 or self.holdout_every < 2:
-            raise ValueError("refit.ticks >= 2, sequences >= 1, gradient_steps >= 1 and holdout_every >= 2 needed")
-        if not 0.0 <= self.ema_decay < 1.0 or self.kl_coef < 0 or self.threshold < 0:
-            raise ValueError("refit.ema_decay must lie in [0, 1), kl_coef and threshold must be >= 0")
-
-
-@dataclass(frozen=True)
 class AblationConfig:
     """Ablations of Table 3 as switches of the one implementation (A1, A4, A7; A2/A3/A5/A6 live in
     :class:`RewardConfig` and :class:`OnlineConfig`)."""
@@ -258,7 +234,6 @@ class PicRLConfig:
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     pretrain: PretrainConfig = field(default_factory=PretrainConfig)
     online: OnlineConfig = field(default_factory=OnlineConfig)
-    refit: RefitConfig = field(default_factory=RefitConfig)
     ablation: AblationConfig = field(default_factory=AblationConfig)
 
     def to_dict(self) -> dict[str, Any]:

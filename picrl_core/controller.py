@@ -52,7 +52,6 @@ class Transition:
     next_features: np.ndarray  # (B, F) float32 s_{t+1}
     censored: np.ndarray  # (B,) bool
     action: np.ndarray  # (B,) float64 a_t
-    observed: np.ndarray  # (B,) float64 y_t = min(d_t, a_t), the feedback (the predictor refit's target)
 
 
 @dataclass(frozen=True)
@@ -231,7 +230,6 @@ class PicRLController:
             next_features=new.features,
             censored=obs.censored,
             action=state.action,
-            observed=obs.y,
         )
         return new, transition
 

@@ -25,12 +25,6 @@ def service_key(service_id: str) -> int:
     return int.from_bytes(hashlib.blake2b(service_id.encode(), digest_size=8).digest(), "little") >> 1
 
 
-def held_out(keys: np.ndarray | int, ticks: np.ndarray | int, every: int) -> np.ndarray:
-    """Whether a service's tick is held out for validation by the slow loops (never trains): every ``every``-th by
-    service key and tick, the same in the stream's trainer and the simulator, whatever the batching."""
-    return (np.asarray(keys, np.uint64) + np.asarray(ticks, np.int64).astype(np.uint64)) % np.uint64(every) == 0
-
-
 def _splitmix64(x: np.ndarray) -> np.ndarray:
     with np.errstate(over="ignore"):
         z = x + _GOLDEN

@@ -22,7 +22,6 @@ from picrl_core.costs import EpisodeMetrics, episode_metrics
 from picrl_core.online import ReplayBuffer, SlowPolicyLearner, SlowUpdateStats
 from picrl_core.policy import N_FEATURES, PolicyNetwork, ValueNetwork
 from picrl_core.predictor.model import GaussianLSTM, PredictorReport
-from picrl_core.predictor.refit import PredictorRefit, PredictorReplay, held_out_nll, improves
 from picrl_core.predictor.train import train_predictor
 from picrl_core.pretrain import pretrain_policy
 from picrl_core.series import PreparedSeries
@@ -173,53 +172,25 @@ class SlowLoop:
     buffer, and the KL-regularised learner updates the acting policy every ``N_update`` ticks (once the
     buffer holds ``min(batch_size, 32)``). The acting policy changes in place. Algorithm 1 counts the
     steps of its one service; a tick of N services brings N transitions, so counting transitions would
-    update N times as often (every tick for a 91-pod fleet), and each update would see one tick only.
+    update N times as often (every tick for a 91-pod fleet), and each update would see one tick only."""
 
-    With ``refit.enabled`` and a ``predictor``, the same update refits the predictor on its replay
-    (:mod:`picrl_core.predictor.refit`), and the refitted version replaces ``predictor``'s weights in place (what
-    the controller acts with) when it passes the held-out gate; each such version is counted in
-    :attr:`predictor_versions` as ``(tick, held-out NLL, parent's)``."""
-
-    def __init__(
-        self, policy: PolicyNetwork, value: ValueNetwork, config: PicRLConfig, predictor: GaussianLSTM | None = None
-    ) -> None:
+    def __init__(self, policy: PolicyNetwork, value: ValueNetwork, config: PicRLConfig) -> None:
         self.learner = SlowPolicyLearner(policy, value, config)
         self.buffer = ReplayBuffer(config.online.buffer_size, N_FEATURES)
         self.updates: list[SlowUpdateStats] = []
         self._online = config.online
         self._since_update = 0
-        self.predictor = predictor if config.refit.enabled else None
-        self.refit = None if self.predictor is None else PredictorRefit(self.predictor, config.refit, config.seed)
-        self.predictor_replay = PredictorReplay(config.refit, 2 + config.predictor.context_channels)
-        self.predictor_versions: list[tuple[int, float, float]] = []
 
     @property
     def acting(self) -> PolicyNetwork:
         return self.learner.acting
 
-    def observe(self, transition: Transition, state: ControllerState) -> None:
-        """Keep ``transition``, the step's to ``state``; every ``N_update`` ticks the slow update."""
+    def observe(self, transition: Transition) -> None:
         self.buffer.add(transition)
-        if self.refit is not None:
-            newest = np.concatenate(
-                [state.observations[:, -1:], state.censored[:, -1:].astype(np.float32), state.context[:, -1]], axis=1
-            )
-            self.predictor_replay.add(state.keys, state.tick - 1, newest, transition.observed, transition.censored)
         self._since_update += 1
         if self._since_update >= self._online.n_update and len(self.buffer) >= min(self._online.batch_size, 32):
             self.updates.append(self.learner.update(self.buffer))
             self._since_update = 0
-            self._refit(int(state.tick[0]) if len(state) else 0)
-
-    def _refit(self, tick: int) -> None:
-        """One refit of the predictor, and its version in force when it beats the one acting on held-out replay."""
-        if self.refit is None or self.predictor is None or self.refit.update(self.predictor_replay) is None:
-            return
-        candidate = held_out_nll(self.refit.acting, self.predictor_replay)
-        parent = held_out_nll(self.predictor, self.predictor_replay)
-        if improves(candidate, parent, self.refit.cfg.threshold):
-            self.predictor.load_state_dict(self.refit.acting.state_dict())
-            self.predictor_versions.append((tick, float(candidate or 0.0), float(parent or 0.0)))
 
 
 def online_controller(
@@ -230,13 +201,11 @@ def online_controller(
     slow_updates: bool = True,
 ) -> tuple[PicRLController, SlowLoop | None]:
     """The Phase 3 controller acting with (a copy of) ``policy`` and, when ``slow_updates``, the slow
-    loop that refines it (and, with ``refit.enabled``, a copy of ``predictor`` that it refits); the networks
-    passed in are left untouched."""
+    loop that refines it; the networks passed in are left untouched."""
     if not slow_updates:
         return PicRLController(predictor, copy.deepcopy(policy), config), None
-    acting = copy.deepcopy(predictor) if config.refit.enabled else predictor
-    slow = SlowLoop(policy, value, config, acting)
-    return PicRLController(acting, slow.acting, config), slow
+    slow = SlowLoop(policy, value, config)
+    return PicRLController(predictor, slow.acting, config), slow
 
 
 def run_online(
@@ -263,7 +232,7 @@ def run_online(
 
     def hook(t: int, state: ControllerState, transition: Transition) -> None:
         if slow is not None:
-            slow.observe(transition, state)
+            slow.observe(transition)
         if on_step is not None:
             on_step(t, state, transition)
         if progress is not None:

@@ -73,7 +73,6 @@ def _as_transition(records: list[TransitionRecord]) -> Transition:
         next_features=np.array([r.next_features for r in records], np.float32),
         censored=np.array([r.censored for r in records], bool),
         action=np.array([r.action for r in records], np.float64),
-        observed=np.array([r.observed for r in records], np.float64),
     )
 
 

@@ -85,8 +85,6 @@ class PicRLProvisioner(Provisioner, FollowsRange):
     def moved(self, low: np.ndarray, high: np.ndarray, new_low: np.ndarray, new_high: np.ndarray) -> np.ndarray:
         if self._state is None:
             raise RuntimeError("start() must be called before moved()")
-        if self.slow is not None:
-            self.slow.predictor_replay.rescale(self._state.keys, low, high, new_low, new_high)
         self._state = rescale_state(self._state, low, high, new_low, new_high)
         return self._state.action.copy()
 
@@ -111,7 +109,7 @@ class PicRLProvisioner(Provisioner, FollowsRange):
             )
         self._state, transition = self.controller.step(self._state, y, censored, context, missing)
         if self.slow is not None:
-            self.slow.observe(transition, self._state)
+            self.slow.observe(transition)
         return self._state.action.copy()
 
 

@@ -164,7 +164,7 @@ class IncrementalForecaster:
         return advance_memory(self.model, newest, memory, self.chunk)
 
 
-def sequence_outputs(model: GaussianLSTM, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _sequence_outputs(model: GaussianLSTM, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """``(mu, sigma)`` ``(B, T)`` after every step of sequences ``x`` ``(B, T, 2 + C)`` from a zero state."""
     out, _ = model.lstm(x)
     rows, steps, hidden = out.shape
@@ -226,7 +226,7 @@ def stream_forecasts(
         for s in range(services):
             part = slice(s * per, (s + 1) * per)
             x = torch.from_numpy(_inputs(series[part], None if context is None else context[part]))[None]
-            m, sd = sequence_outputs(model, x[:, :-1])
+            m, sd = _sequence_outputs(model, x[:, :-1])
             mu.append(m[0, window - 1 :].numpy().astype(np.float64))
             sigma.append(sd[0, window - 1 :].numpy().astype(np.float64))
             target.append(series[part][window:])
@@ -267,6 +267,6 @@ class SequenceSampler:
         return torch.from_numpy(x), torch.from_numpy(t)
 
     def loss(self, model: GaussianLSTM, x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
-        mu, sigma = sequence_outputs(model, x)
+        mu, sigma = _sequence_outputs(model, x)
         first = self.cfg.window - 1
         return gaussian_nll(mu[:, first:], sigma[:, first:], t[:, first:])

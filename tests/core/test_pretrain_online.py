@@ -139,7 +139,6 @@ def _transition(rewards: np.ndarray, seed: int = 0, policy: PolicyNetwork | None
         next_features=rng.normal(size=(n, N_FEATURES)).astype(np.float32),
         censored=np.zeros(n, bool),
         action=np.zeros(n),
-        observed=np.zeros(n),
     )
 
 

@@ -44,7 +44,6 @@ def _transitions(n: int, rng: np.random.Generator) -> Transition:
         next_features=features,
         censored=rng.random(n) < 0.3,
         action=rng.random(n),
-        observed=rng.random(n),
     )
 
 
