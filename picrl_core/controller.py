@@ -21,9 +21,8 @@ from picrl_core.calibrator import escape_step, feedback, reactive_step, release_
 from picrl_core.censored_estimator import ROWS_PER_THREAD, CensoredDemandEstimate, estimate_censored_demand
 from picrl_core.config import EstimatorConfig, PicRLConfig
 from picrl_core.controller_state import ControllerState
-from picrl_core.costs import critical_ratio
 from picrl_core.features import state_features
-from picrl_core.idle import busy_responsibility, hurdle_quantile, idle_share
+from picrl_core.idle import busy_responsibility
 from picrl_core.mills import mean_above
 from picrl_core.noise import counter_normal
 from picrl_core.policy import N_OUTPUTS, PolicyNetwork, gaussian_log_prob, risk_centre, squash
@@ -34,11 +33,11 @@ from picrl_core.repeats import (
     gaussian_responsibility,
     inside_range,
     mean_above_or_repeat,
-    repeat_quantile,
     repeats_in,
     track_repeats,
 )
 from picrl_core.reward import expected_cost, step_reward
+from picrl_core.rules.choice import order_rule
 
 
 @dataclass
@@ -135,6 +134,7 @@ class PicRLController:
         # each service's online temperature of sigma; ablation A1 (no uncertainty) has one constant sigma
         self.scales_sigma = config.calibrator.online_scale and config.ablation.use_uncertainty
         self.risk_centre = risk_centre(config)  # the k range's centre (an inverse normal cdf: once, not per tick)
+        self.order_rule = order_rule(config)  # the Gaussian order, the repeat mixture or the hurdle: once, not per tick
 
     def set_policy(self, policy: PolicyNetwork) -> None:
         """Hot-swap the acting policy (slow-loop update or a new published version)."""
@@ -173,7 +173,7 @@ class PicRLController:
             bias=zeros.copy(),
             temperature=np.full(n, scale),
             escape=zeros.copy(),
-            repeat_share=repeats_in(history[:, -self.window :], self.config.estimator.act_on_repeat),
+            repeat_share=repeats_in(history[:, -self.window :], self.order_rule.acts_on_repeat),
             last_seen=observations[:, -1].astype(np.float64),
         )  # the padding is no repeat
         return self._decide(
@@ -269,22 +269,21 @@ class PicRLController:
         )
 
     def _calibrate(self, state: ControllerState, obs: Feedback) -> FastVariables:
-        """Calibrate: the fast loop's step on the feedback: margin and bias (Eq. 12; with ``estimator.idle_hurdle`` not
+        """Calibrate: the fast loop's step on the feedback: margin and bias (Eq. 12; under the hurdle's order not
         after an order at the floor's atom, :mod:`picrl_core.idle`), the temperature of sigma, the censoring-streak
         escape and the repeat share with the last demand seen. Rows whose demand went unobserved keep their
         temperature and escape."""
         cfg = self.config
         y, censored, unseen, shortage, a = obs.y, obs.censored, obs.unseen, obs.shortage, state.action
-        stepped_short, stepped_over, idle = shortage, obs.over, None
-        if cfg.estimator.idle_hurdle:  # the pending idle mass: an order at the floor was no quantile of the margin
-            recent = slice(-cfg.estimator.window, None)
-            idle = idle_share(state.observations[:, recent], state.censored[:, recent])
-            busy_order = idle < critical_ratio(cfg.cost)
+        stepped_short, stepped_over = shortage, obs.over
+        idle = self.order_rule.pending_idle(state.observations, state.censored)  # the hurdle's idle mass, else None
+        if idle is not None:  # an order at the floor was no quantile of the margin
+            busy_order = idle < self.order_rule.fractile
             stepped_short, stepped_over = shortage & busy_order, obs.over & busy_order
         margin, bias = reactive_step(state.margin, state.bias, state.eta, stepped_short, stepped_over, state.sigma, cfg)
         observed = ~censored if unseen is None else ~censored & ~unseen
         after_seen, missed = state.censor_streak == 0, None
-        if cfg.estimator.act_on_repeat:  # a shortage at or above v did not repeat; a clipped v is no value seen
+        if self.order_rule.acts_on_repeat:  # a shortage at or above v did not repeat; a clipped v is no value seen
             missed = shortage & (a >= state.last_seen - REPEAT_TOLERANCE)
             after_seen = after_seen & inside_range(state.last_seen)
         gaussian_share = (
@@ -472,21 +471,12 @@ class PicRLController:
         censor_streak: np.ndarray,
         window: Window,
     ) -> np.ndarray:
-        """Eq. (11) before its clip, :func:`unclipped_action`; with ``estimator.act_on_repeat`` the critical-fractile
-        quantile of the repeat mixture around it (:func:`~picrl_core.repeats.repeat_quantile`); with
-        ``estimator.idle_hurdle`` that of the hurdle mixture with the idle mass of ``window``
-        (:func:`~picrl_core.idle.hurdle_quantile`)."""
-        cfg = self.config
-        order = unclipped_action(mu, k, sigma, margin, bias, escape, cfg.ablation.use_k_sigma)
-        fresh, fractile = censor_streak == 0, critical_ratio(cfg.cost)
-        if cfg.estimator.idle_hurdle:
-            recent = slice(-cfg.estimator.window, None)
-            idle = idle_share(window.observations[:, recent], window.censored[:, recent])
-            share = repeat_share if cfg.estimator.act_on_repeat else np.zeros_like(repeat_share)
-            return hurdle_quantile(order, sigma, share, last_seen, fresh, idle, fractile)
-        if not cfg.estimator.act_on_repeat:
-            return order
-        return repeat_quantile(order, sigma, repeat_share, last_seen, fresh, fractile)
+        """Eq. (11) before its clip, :func:`unclipped_action`, turned into the order by the controller's rule
+        (:attr:`order_rule`: the paper's Gaussian order, the repeat mixture or the hurdle, :mod:`picrl_core.rules`)."""
+        planned = unclipped_action(mu, k, sigma, margin, bias, escape, self.config.ablation.use_k_sigma)
+        return self.order_rule.order(
+            planned, sigma, repeat_share, last_seen, censor_streak == 0, window.observations, window.censored
+        )
 
     def _predict(
         self, observations: np.ndarray, censored: np.ndarray, context: np.ndarray, memory: np.ndarray | None
