@@ -1,13 +1,19 @@
 """Model artifacts: a folder with weights in safetensors (never pickle) and JSON for the rest.
 
-weights.safetensors   predictor.*, policy.*, value.* tensors
-artifact.json         format version, config, scaling, training reports, sha256 of the weights
+weights.safetensors   predictor.*, policy.*, value.* tensors (none for a method without networks)
+artifact.json         format version, the method it serves and its fitted parameters, config, scaling, training
+                      reports, sha256 of the weights
+
+An artifact serves one method of :mod:`picrl_core.deployable` (``method``, PIC-RL by default); a worker refuses one
+for another method. A PIC-RL predictor variant keeps another network in the predictor's place: its manifest names
+the network's class, and :func:`picrl_core.deployable.load_model` builds it.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,12 +22,13 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load, load_file, save, save_file
 
-from picrl_core.config import PicRLConfig
+from picrl_core.config import PicRLConfig, PredictorConfig
 from picrl_core.policy import PolicyNetwork, ValueNetwork
 from picrl_core.predictor.model import GaussianLSTM
 
 FORMAT_VERSION = 4  # 4: the config without the switches of rejected ideas (a state row of 364 B windowed)
 WEIGHTS = "weights.safetensors"
+NETWORKS = ("predictor", "policy", "value")
 MANIFEST = "artifact.json"
 
 
@@ -31,21 +38,31 @@ class ArtifactError(ValueError):
 
 @dataclass
 class ModelArtifact:
-    """Everything needed to act: trained networks, the config they were trained with, the scaling."""
+    """Everything needed to act: the method served, its trained networks (None for a method without) and fitted
+    parameters, the config they were trained with, the scaling."""
 
     config: PicRLConfig
-    predictor: GaussianLSTM
-    policy: PolicyNetwork
-    value: ValueNetwork
+    predictor: torch.nn.Module | None
+    policy: PolicyNetwork | None
+    value: ValueNetwork | None
     scaling: dict[str, Any] = field(default_factory=dict)  # MinMaxScaler dicts of the series and context
     reports: dict[str, Any] = field(default_factory=dict)  # training reports (phase 1 and 2), dataset info
+    method: str = "pic-rl"  # the picrl_core.deployable method it serves
+    parameters: dict[str, Any] = field(default_factory=dict)  # the method's fitted parameters (JSON values)
+
+    def networks(self) -> tuple[GaussianLSTM, PolicyNetwork, ValueNetwork]:
+        """The predictor, policy and value networks; :class:`ArtifactError` for a method that has none."""
+        if self.predictor is None or self.policy is None or self.value is None:
+            raise ArtifactError(f"a model of method {self.method!r} has no PIC-RL networks")
+        return self.predictor, self.policy, self.value  # any Gaussian predictor network
 
 
 def save_artifact(artifact: ModelArtifact, folder: Path) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     tensors = {
         f"{part}.{name}": tensor.detach().contiguous().clone()
-        for part in ("predictor", "policy", "value")
+        for part in NETWORKS
+        if getattr(artifact, part) is not None
         for name, tensor in getattr(artifact, part).state_dict().items()
     }
     save_file(tensors, str(folder / WEIGHTS))
@@ -53,6 +70,9 @@ def save_artifact(artifact: ModelArtifact, folder: Path) -> Path:
         "format_version": FORMAT_VERSION,
         "weights_sha256": hashlib.sha256((folder / WEIGHTS).read_bytes()).hexdigest(),
         "predictor": artifact.config.predictor.kind,  # "windowed" or "incremental" (config.predictor.kind says it too)
+        "method": artifact.method,
+        "parameters": artifact.parameters,
+        "networks": None if artifact.predictor is None else type(artifact.predictor).__name__,
         "config": artifact.config.to_dict(),
         "scaling": artifact.scaling,
         "reports": artifact.reports,
@@ -61,8 +81,20 @@ def save_artifact(artifact: ModelArtifact, folder: Path) -> Path:
     return folder
 
 
-def load_artifact(folder: Path) -> ModelArtifact:
-    """Load and verify a model folder; every failure is an :class:`ArtifactError` naming the cause."""
+def served_method(folder: Path) -> str:
+    """The method the model in ``folder`` serves (its manifest's; PIC-RL for a model that names none)."""
+    try:
+        return str(json.loads((folder / MANIFEST).read_text()).get("method", "pic-rl"))
+    except (OSError, ValueError) as exc:
+        raise ArtifactError(f"{folder} is not a readable picrl model ({exc})") from exc
+
+
+def load_artifact(
+    folder: Path, predictor_model: Callable[[PredictorConfig], torch.nn.Module] = GaussianLSTM
+) -> ModelArtifact:
+    """Load and verify a model folder; every failure is an :class:`ArtifactError` naming the cause.
+    ``predictor_model`` builds the predictor network the manifest names (a variant's:
+    :func:`picrl_core.deployable.load_model`)."""
     manifest_path, weights_path = folder / MANIFEST, folder / WEIGHTS
     for path in (manifest_path, weights_path):
         if not path.is_file():
@@ -88,7 +120,18 @@ def load_artifact(folder: Path) -> ModelArtifact:
         tensors = load_file(str(weights_path))
     except (KeyError, TypeError, ValueError, SafetensorError) as exc:
         raise ArtifactError(f"{folder} cannot be read: {exc}") from exc
-    predictor, policy, value = GaussianLSTM(config.predictor), PolicyNetwork(config.policy), ValueNetwork(config.policy)
+    method, parameters = manifest.get("method", "pic-rl"), manifest.get("parameters", {})
+    named = manifest.get("networks", "GaussianLSTM")
+    if named is None:
+        return ModelArtifact(
+            config, None, None, None, manifest.get("scaling", {}), manifest.get("reports", {}), method, parameters
+        )
+    predictor = predictor_model(config.predictor)
+    if type(predictor).__name__ != named:
+        raise ArtifactError(
+            f"{folder} serves {method!r} with a {named} predictor: load it with picrl_core.deployable.load_model"
+        )
+    policy, value = PolicyNetwork(config.policy), ValueNetwork(config.policy)
     networks: dict[str, torch.nn.Module] = {"predictor": predictor, "policy": policy, "value": value}
     for part, module in networks.items():
         state = {name.split(".", 1)[1]: t for name, t in tensors.items() if name.startswith(f"{part}.")}
@@ -102,12 +145,7 @@ def load_artifact(folder: Path) -> ModelArtifact:
             raise ArtifactError(f"{folder}: the {part} weights contain NaN or infinite values")
         module.eval()
     return ModelArtifact(
-        config,
-        predictor,
-        policy,
-        value,
-        manifest.get("scaling", {}),
-        manifest.get("reports", {}),
+        config, predictor, policy, value, manifest.get("scaling", {}), manifest.get("reports", {}), method, parameters
     )
 
 

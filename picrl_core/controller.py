@@ -25,6 +25,7 @@ from picrl_core.features import state_features
 from picrl_core.idle import busy_responsibility
 from picrl_core.mills import mean_above
 from picrl_core.noise import counter_normal
+from picrl_core.orders.choice import order_rule
 from picrl_core.policy import N_OUTPUTS, PolicyNetwork, gaussian_log_prob, risk_centre, squash
 from picrl_core.predictor.kinds import kind_of
 from picrl_core.predictor.model import Forecast, GaussianLSTM
@@ -37,7 +38,6 @@ from picrl_core.repeats import (
     track_repeats,
 )
 from picrl_core.reward import expected_cost, step_reward
-from picrl_core.rules.choice import order_rule
 
 
 @dataclass
@@ -472,7 +472,7 @@ class PicRLController:
         window: Window,
     ) -> np.ndarray:
         """Eq. (11) before its clip, :func:`unclipped_action`, turned into the order by the controller's rule
-        (:attr:`order_rule`: the paper's Gaussian order, the repeat mixture or the hurdle, :mod:`picrl_core.rules`)."""
+        (:attr:`order_rule`: the paper's Gaussian order, the repeat mixture or the hurdle, :mod:`picrl_core.orders`)."""
         planned = unclipped_action(mu, k, sigma, margin, bias, escape, self.config.ablation.use_k_sigma)
         return self.order_rule.order(
             planned, sigma, repeat_share, last_seen, censor_streak == 0, window.observations, window.censored

@@ -228,7 +228,7 @@ def run_online(
     every tick's new state and transition (:data:`~picrl_core.simulator.StepHook`).
     """
     config = config or artifact.config
-    controller, slow = online_controller(artifact.predictor, artifact.policy, artifact.value, config, slow_updates)
+    controller, slow = online_controller(*artifact.networks(), config, slow_updates)
 
     def hook(t: int, state: ControllerState, transition: Transition) -> None:
         if slow is not None:

@@ -2,11 +2,12 @@
 
 This is the whole translation layer of a worker, free of Kafka so it can be tested alone: the
 Faust agent (``stream.worker``) decodes messages, hands them here with the services' stored rows,
-and sends back what comes out. All decisions come from :class:`picrl_core.PicRLController`.
+and sends back what comes out. All decisions come from the artifact's method, one deployable rule
+(``picrl_core.deployable``: PIC-RL's controller by default) stepping every service of a batch at once.
 
-Per service the worker keeps one fixed-size row (:attr:`DecisionEngine.row_dtype`): the controller
-state (``picrl_core.state_codec``), the service's native range ``[low, high]`` and the ticks it has
-stayed below the floor, the capacity it decided last, the tick it expects next and its warm-up buffer.
+Per service the worker keeps one fixed-size row (:attr:`DecisionEngine.row_dtype`): the rule's
+state (its codec's row: ``picrl_core.state_codec`` for PIC-RL), the service's native range ``[low, high]`` and the
+ticks it has stayed below the floor, the capacity it decided last, the tick it expects next and its warm-up buffer.
 
 A batch is applied in rounds (each service's first event, then its second, ...), each round in the
 stages of the controller (:meth:`DecisionEngine._process`):
@@ -44,20 +45,20 @@ Services provisioned several resources decide one row per resource (``stream.res
 
 from __future__ import annotations
 
-import copy
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 
 from picrl_core.artifact import ModelArtifact
-from picrl_core.controller import ControllerState, PicRLController
+from picrl_core.controller_state import ControllerState
+from picrl_core.deployable import RuleState, deployed_rule
 from picrl_core.noise import service_key
 from picrl_core.policy import PolicyNetwork
 from picrl_core.scaling import from_unit, to_unit
 from picrl_core.series import MinMaxScaler
-from picrl_core.state_codec import StateCodec
 from stream.batch import REFUSAL_REASONS, BadValue, BatchOutcome, Incoming, RangeChange, Refusal, RefusalReason
 from stream.engine_settings import EngineSettings, Scaling, ServiceOverride
 from stream.outputs import control_actions, hold_action, replay_transitions, warmup_action
@@ -119,7 +120,9 @@ class DecisionEngine:
         config = artifact.config
         self.settings = settings
         self.config = config
-        self.controller = PicRLController(artifact.predictor, copy.deepcopy(artifact.policy), config)
+        self.rule = deployed_rule(artifact, settings.method)  # refuses an artifact of another method
+        if settings.resources and not self.rule.learns_policy:
+            raise ValueError(f"{self.rule.method} decides one resource per service; only PIC-RL couples several")
         self.policy_version = policy_version
         self.window = config.predictor.window
         channels = config.predictor.context_channels
@@ -133,9 +136,9 @@ class DecisionEngine:
         self._context_low = np.array([s.low for s in scalers], dtype=np.float64)
         self._context_high = np.array([s.high for s in scalers], dtype=np.float64)
         series = artifact.scaling.get("series")
-        self.ranges = RangeKeeper(settings, MinMaxScaler.from_dict(series) if series else None)
+        self.ranges = RangeKeeper(settings, MinMaxScaler.from_dict(series) if series else None, self.rule.rescale)
         self.resources = settings.resources
-        self.codec = StateCodec.for_config(config)  # the incremental predictor's memory rides in the row
+        self.codec = self.rule.codec  # PIC-RL's: the incremental predictor's memory rides in the row
         self.row_dtype = np.dtype(
             [
                 ("core", self.codec.dtype),
@@ -164,7 +167,7 @@ class DecisionEngine:
 
     def set_policy(self, policy: PolicyNetwork, version: int) -> None:
         """Act with ``policy`` (stamped ``version``) from the next decision on."""
-        self.controller.set_policy(policy)
+        self.rule.set_policy(policy)
         self.policy_version = version
 
     def decode_row(self, raw: bytes) -> np.ndarray:
@@ -340,7 +343,7 @@ class DecisionEngine:
         history = to_unit(sub["warm_usage"], low[:, None], high[:, None])
         history_context = self._scale_context(sub["warm_context"]) if self.context_names else None
         ticks = np.array([item.event.tick for item in items], dtype=np.int64)
-        state = self.controller.initial_state(sub["core"]["keys"], history, history_context, ticks + 1)
+        state = self.rule.initial_state(sub["core"]["keys"], history, low, high, history_context, ticks + 1)
         sub["low"], sub["high"] = low, high
         clipped = self._store(sub, state, items)
         rows[index] = sub
@@ -355,16 +358,17 @@ class DecisionEngine:
         sub = rows[index]
         state = self.ranges.follow_operator(sub, self.codec.unpack(sub["core"]), items, outcome.ranges)
         seen = self._observe(sub, state, items)
-        new, transition = self.controller.step(state, seen.y, seen.censored, seen.context, seen.missing)
+        new, transition = self.rule.step(state, seen.y, seen.censored, seen.context, seen.missing)
         usage = np.array([_one_resource(item.event).usage for item in items])
         new = self.ranges.move(sub, state, new, seen.short, seen.censored, usage, items, outcome.ranges)
         behaviour_versions = sub["policy_version"].copy()
         clipped = self._store(sub, new, items)
         rows[index] = sub
         self._emit_actions(outcome, items, new, sub["capacity"], clipped, now)
-        outcome.transitions += replay_transitions(items, state, new, transition, seen.y, behaviour_versions)
+        if transition is not None:  # a rule that learns a policy: its replay
+            outcome.transitions += replay_transitions(items, state, new, transition, seen.y, behaviour_versions)
 
-    def _observe(self, sub: np.ndarray, state: ControllerState, items: list[Incoming]) -> _Observation:
+    def _observe(self, sub: np.ndarray, state: RuleState, items: list[Incoming]) -> _Observation:
         """The tick's observations in each service's range: ``y_t = min(d_t, a_t)``, or ``a_t`` when censored
         (section 2). ``state`` moves to the action in force and to the events' tick (a gap moves the clock)."""
         low, high = sub["low"].copy(), sub["high"].copy()
@@ -378,7 +382,7 @@ class DecisionEngine:
         y = np.where(censored, state.action, to_unit(usage, low, high))  # censored: y_t = a_t exactly
         missing = None
         if self.resources:
-            y, censored, missing = couple(items, state, y, censored, low, high, self.resources)
+            y, censored, missing = couple(items, cast(ControllerState, state), y, censored, low, high, self.resources)
         context = (
             self._scale_context(np.stack([self._context_vector(event) for event in events]))
             if self.context_names
@@ -395,11 +399,11 @@ class DecisionEngine:
 
     # ------------------------------------------------------------------ stages 4 and 5: store, emit
 
-    def _store(self, sub: np.ndarray, state: ControllerState, items: list[Incoming]) -> np.ndarray:
+    def _store(self, sub: np.ndarray, state: RuleState, items: list[Incoming]) -> np.ndarray:
         """Write the new states into ``sub`` (native capacities in its ranges, within the operator's bounds);
         returns a per-service clipping label for the actions."""
         low, high = sub["low"].copy(), sub["high"].copy()
-        raw = self.controller.unclipped(state)
+        raw = self.rule.unclipped(state)
         clipped = np.where(raw < 0.0, "low", np.where(raw > 1.0, "high", "none")).astype(object)
         capacity = from_unit(state.action, low, high)
         for j, item in enumerate(items):
@@ -420,7 +424,7 @@ class DecisionEngine:
         self,
         outcome: BatchOutcome,
         items: list[Incoming],
-        state: ControllerState,
+        state: RuleState,
         capacity: np.ndarray,
         clipped: np.ndarray,
         now: float,

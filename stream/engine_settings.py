@@ -61,6 +61,7 @@ class EngineSettings:
     # several resources per service (picrl_core.resources): usage records carry a ``resources`` map (schema 2) and
     # each resource is a row ``<service>/<resource>`` (the key of its overrides and of its replay transitions)
     resources: tuple[Resource, ...] = ()
+    method: str | None = None  # the method the model must serve (picrl_core.deployable); None: whichever it serves
 
     def __post_init__(self) -> None:
         if self.resources:

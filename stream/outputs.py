@@ -7,6 +7,7 @@ import numpy as np
 
 from picrl_core.controller import Transition
 from picrl_core.controller_state import ControllerState
+from picrl_core.deployable import RuleState
 from stream.batch import Incoming
 from stream.records import Action, TransitionRecord, UsageEvent
 
@@ -66,7 +67,7 @@ def hold_action(
 
 def control_actions(
     items: list[Incoming],
-    state: ControllerState,
+    state: RuleState,
     capacity: np.ndarray,
     clipped: np.ndarray,
     policy_version: int,
@@ -74,7 +75,8 @@ def control_actions(
     use_k_sigma: bool,
     now: float,
 ) -> list[Action]:
-    """The decisions in ``state`` (for its ``tick``) as actions: the native ``capacity`` and its breakdown."""
+    """The decisions in ``state`` (for its ``tick``) as actions: the native ``capacity`` and its breakdown (any
+    deployed rule's: zeros where it has none)."""
     k_sigma = state.k * state.sigma if use_k_sigma else np.zeros_like(state.k)
     columns = zip(
         state.tick.tolist(),

@@ -21,7 +21,8 @@ and never moves otherwise. Each change is reported as a :class:`stream.batch.Ran
 
 from __future__ import annotations
 
-from typing import cast
+from collections.abc import Callable
+from typing import Any, cast
 
 import numpy as np
 
@@ -31,15 +32,18 @@ from picrl_core.series import MinMaxScaler
 from stream.batch import Incoming, RangeChange, RangeReason
 from stream.engine_settings import EngineSettings
 
+Rescale = Callable[[Any, np.ndarray, np.ndarray, np.ndarray, np.ndarray], Any]  # (state, low, high, new_low, new_high)
+
 
 class RangeKeeper:
     """Sets, follows and moves the ranges of a batch's services (their rows' ``low``, ``high`` and ``floor_streak``)."""
 
-    def __init__(self, settings: EngineSettings, series: MinMaxScaler | None) -> None:
+    def __init__(self, settings: EngineSettings, series: MinMaxScaler | None, rescale: Rescale = rescale_state) -> None:
         if settings.scaling == "artifact" and series is None:
             raise ValueError("scaling 'artifact' needs a model whose artifact records its series range")
         self.settings = settings
         self.series = series  # the model's series range ("artifact" scaling)
+        self.rescale = rescale  # how the deployed rule carries a state to a new range
 
     def first(self, warm_usage: np.ndarray, items: list[Incoming]) -> tuple[np.ndarray, np.ndarray]:
         """The first ranges: the operator's, else the model's (``scaling="artifact"``) or the window's."""
@@ -56,7 +60,7 @@ class RangeKeeper:
     ) -> ControllerState:
         """Carry ``state`` (the rows ``sub``) over to the operator's ranges where they differ from the rows'."""
         low, high = self._operators(items, sub["low"], sub["high"])
-        return _move(sub, state, low, high, items, np.full(len(items), "operator"), changes)
+        return _move(sub, state, low, high, items, np.full(len(items), "operator"), changes, self.rescale)
 
     def move(
         self,
@@ -96,7 +100,7 @@ class RangeKeeper:
             fixed=operators,
         )
         reasons = np.where(new_high != high, "outgrown", "underused")
-        return _move(sub, after, new_low, new_high, items, reasons, changes)
+        return _move(sub, after, new_low, new_high, items, reasons, changes, self.rescale)
 
     def _operators(self, items: list[Incoming], low: np.ndarray, high: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(low, high)`` with the operator's range where one is set."""
@@ -116,6 +120,7 @@ def _move(
     items: list[Incoming],
     reasons: np.ndarray,
     changes: list[RangeChange],
+    rescale: Rescale,
 ) -> ControllerState:
     """Carry ``state`` over to the new ranges (identical ones are left exactly as they are); ``reasons`` says why
     each service's range moved."""
@@ -136,4 +141,4 @@ def _move(
             )
         )
     sub["low"], sub["high"] = new_low, new_high
-    return rescale_state(state, low, high, new_low, new_high)
+    return rescale(state, low, high, new_low, new_high)

@@ -142,7 +142,7 @@ class PolicyTrainer:
         try:
             version, policy = await self._latest()
             parent = copy.deepcopy(policy)
-            lineage = _Lineage(version, SlowPolicyLearner(policy, self.artifact.value, self.artifact.config), parent)
+            lineage = _Lineage(version, SlowPolicyLearner(policy, self.artifact.networks()[2], self.artifact.config), parent)
             await consumer.start()
             since_update = 0
             while not self._stop.is_set():
@@ -325,11 +325,11 @@ class PolicyTrainer:
                 except ArtifactError as exc:
                     log.warning("skipping unreadable policy %s version %d: %s", name, record.version, exc)
             return PolicyVersion(
-                name, next_version(versions), None, 0.0, 0.0, time.time(), policy_to_bytes(self.artifact.policy)
+                name, next_version(versions), None, 0.0, 0.0, time.time(), policy_to_bytes(self.artifact.networks()[1])
             )
 
         root = await publish_next(self.settings.bootstrap, self.topics.policy, name, build)
         if root is not None:
-            return root.version, copy.deepcopy(self.artifact.policy)
+            return root.version, copy.deepcopy(self.artifact.networks()[1])
         log.info("continuing from policy %s version %d", name, found[0][0])
         return found[0]

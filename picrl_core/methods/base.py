@@ -49,6 +49,8 @@ class Method:
     # a per-resource autoscaler does. Irrelevant with one resource.
     coupled: bool = False
     multi_resource_only: bool = False  # a variant that only differs from another on a multi-resource series
+    # a worker runs it (picrl worker --method NAME, picrl_core.deployable); False: compare only, never recommended
+    deployable: bool = False
 
     def fitted(self, series: PreparedSeries, config: PicRLConfig, step_seconds: float) -> Provisioner:
         """The trained provisioner for ``series``, with the trace's sampling period where it needs one."""

@@ -66,9 +66,7 @@ class PicRLProvisioner(Provisioner, FollowsRange):
         cls, artifact: ModelArtifact, *, slow_updates: bool = True, resources: tuple[Resource, ...] = ()
     ) -> PicRLProvisioner:
         return cls(
-            artifact.predictor,
-            artifact.policy,
-            artifact.value,
+            *artifact.networks(),
             artifact.config,
             slow_updates=slow_updates,
             resources=resources,

@@ -12,6 +12,7 @@ from picrl.datasets import Trace
 from picrl.workloads import copies_of
 from picrl_core.artifact import ModelArtifact, save_artifact
 from picrl_core.config import PicRLConfig
+from picrl_core.deployable import DEPLOYABLE, train_model
 from picrl_core.pipeline import train_offline
 from picrl_core.resources import GPU_POD
 from picrl_core.series import prepare_series
@@ -19,6 +20,7 @@ from picrl_core.synthetic import diurnal
 from producers.workload import Workload
 
 WINDOW = 8
+PIC_RL_FAMILY = ("pic-rl", "tft", "informer", "autoformer")  # PIC-RL's controller, its predictor substituted
 
 
 def tiny_stream_config() -> PicRLConfig:
@@ -45,6 +47,17 @@ def native_trace() -> Trace:
 def tiny_artifact(native_trace: Trace) -> ModelArtifact:
     series = prepare_series(native_trace.values, native_trace.name)
     return train_offline(series, tiny_stream_config())
+
+
+@pytest.fixture(scope="session")
+def rule_artifacts(native_trace: Trace) -> dict[str, ModelArtifact]:
+    """Every deployable method but PIC-RL's own controller, fitted on the trace (tiny budgets), by name."""
+    series = prepare_series(native_trace.values, native_trace.name)
+    return {
+        name: train_model(name, series, tiny_stream_config(), native_trace.step_seconds)
+        for name in DEPLOYABLE
+        if name not in PIC_RL_FAMILY
+    }
 
 
 @pytest.fixture(scope="session")

@@ -10,12 +10,13 @@ import pytest
 from picrl.datasets import Trace
 from picrl.workloads import copies_of
 from picrl_core.artifact import ModelArtifact
+from picrl_core.deployable import DeployError
 from picrl_core.reward import step_reward
 from producers.workload import Workload
 from stream.decisions import DecisionEngine, EngineSettings, Incoming, ServiceOverride
 from stream.records import Action, UsageEvent
 from tests.stream.conftest import WINDOW
-from tests.support.reference import reference_run, tripled
+from tests.support.reference import reference_run, rule_reference_run, tripled
 
 
 class Loop:
@@ -87,6 +88,28 @@ def test_decisions_equal_the_simulator_whatever_the_batching(
             assert tr.reward == step_reward(
                 tr.action, tr.observed, tr.censored, tr.mu, tr.sigma, tr.censor_streak, cfg.cost, cfg.reward
             )
+
+
+def test_every_deployed_rule_decides_as_the_comparison_simulates_it(
+    rule_artifacts: dict[str, ModelArtifact], native_trace: Trace
+) -> None:
+    workload = _tripling(native_trace)  # the ranges grow too
+    for name, artifact in rule_artifacts.items():
+        loop = Loop(DecisionEngine(artifact, EngineSettings(headroom=0.5)), workload, one_event_per_batch=True).run()
+        reference = rule_reference_run(artifact, workload.demand, workload.services, headroom=0.5)
+        assert np.array_equal(loop.normalised("capacity_norm"), reference.actions), name  # bit for bit
+        assert np.array_equal(loop.normalised("capacity"), reference.capacity), name
+        assert (reference.high[-1] > reference.high[0]).all(), name
+        assert not loop.transitions, name  # no policy learnt, no replay
+
+
+def test_an_artifact_for_another_method_is_refused(
+    tiny_artifact: ModelArtifact, rule_artifacts: dict[str, ModelArtifact]
+) -> None:
+    with pytest.raises(DeployError, match="serves 'pic-rl', not 'recent-max'"):
+        DecisionEngine(tiny_artifact, EngineSettings(method="recent-max"))
+    with pytest.raises(DeployError, match="serves 'recent-max', not 'pic-rl'"):
+        DecisionEngine(rule_artifacts["recent-max"], EngineSettings(method="pic-rl"))
 
 
 def test_warmup_holds_the_capacity_and_raises_it_after_a_shortage(tiny_artifact: ModelArtifact) -> None:

@@ -10,6 +10,9 @@ import numpy as np
 from picrl_core.artifact import ModelArtifact
 from picrl_core.controller import PicRLController
 from picrl_core.controller_state import ControllerState, rescale_state
+from picrl_core.deployable import deployed_rule
+from picrl_core.methods.deployed import RuleProvisioner
+from picrl_core.methods.growth import GrowthLoopResult, RangeGrowth, run_growth_loop
 from picrl_core.noise import service_key
 from picrl_core.resources import coupled_flags, impute_served_share, observe, unobserved
 from picrl_core.scaling import floor_streak, from_unit, next_high, next_low, to_unit, window_range
@@ -86,6 +89,21 @@ def reference_run(
             rules,
         )
     return ReferenceRun(Trajectory(**record), lows, highs, capacity)
+
+
+def rule_reference_run(
+    artifact: ModelArtifact, demand: np.ndarray, services: tuple[str, ...], headroom: float
+) -> GrowthLoopResult:
+    """The comparison's view of a worker running ``artifact``'s deployed rule: its provisioner
+    (:class:`~picrl_core.methods.deployed.RuleProvisioner`, keyed as the worker keys the services) in the growth
+    protocol's loop over the ticks after the warm-up window, each service in the range a worker derives from its
+    first window, grown as the worker's defaults grow it."""
+    window = artifact.config.predictor.window
+    low, high = window_range(demand[:window].T, headroom)
+    keys = np.array([service_key(s) for s in services], dtype=np.uint64)
+    provisioner = RuleProvisioner(deployed_rule(artifact), low, high, keys=keys, start_tick=window)
+    history = to_unit(demand[:window].T, low[:, None], high[:, None])
+    return run_growth_loop(provisioner, demand[window:], history, low, high, RangeGrowth())
 
 
 def coupled_reference_run(

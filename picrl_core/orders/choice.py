@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from picrl_core.config import PicRLConfig
-from picrl_core.rules.gaussian import GaussianOrder
-from picrl_core.rules.hurdle import HurdleOrder
-from picrl_core.rules.order import OrderRule
-from picrl_core.rules.repeat_mixture import RepeatMixtureOrder
+from picrl_core.orders.gaussian import GaussianOrder
+from picrl_core.orders.hurdle import HurdleOrder
+from picrl_core.orders.order import OrderRule
+from picrl_core.orders.repeat_mixture import RepeatMixtureOrder
 
 
 def order_rule(config: PicRLConfig) -> OrderRule:

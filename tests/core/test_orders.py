@@ -9,11 +9,11 @@ from pathlib import Path
 import numpy as np
 
 from picrl_core.config import PicRLConfig
+from picrl_core.orders.choice import order_rule
+from picrl_core.orders.gaussian import GaussianOrder
+from picrl_core.orders.hurdle import HurdleOrder
+from picrl_core.orders.repeat_mixture import RepeatMixtureOrder
 from picrl_core.repeats import repeat_quantile
-from picrl_core.rules.choice import order_rule
-from picrl_core.rules.gaussian import GaussianOrder
-from picrl_core.rules.hurdle import HurdleOrder
-from picrl_core.rules.repeat_mixture import RepeatMixtureOrder
 
 PAPER = Path(__file__).resolve().parents[2] / "configs" / "paper.json"
 

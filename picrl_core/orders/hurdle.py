@@ -7,7 +7,7 @@ import numpy as np
 
 from picrl_core.config import PicRLConfig
 from picrl_core.idle import hurdle_quantile, idle_share
-from picrl_core.rules.order import OrderRule
+from picrl_core.orders.order import OrderRule
 
 
 class HurdleOrder(OrderRule):

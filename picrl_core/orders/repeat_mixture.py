@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from picrl_core.orders.order import OrderRule
 from picrl_core.repeats import repeat_quantile
-from picrl_core.rules.order import OrderRule
 
 
 class RepeatMixtureOrder(OrderRule):

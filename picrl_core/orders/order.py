@@ -3,7 +3,7 @@
 Every rule turns Eq. (11)'s planned sum ``g = mu + k sigma + m + b + e`` into the order before its clip to ``[0, 1]``:
 the ``tau`` quantile (``tau`` the critical fractile, :func:`~picrl_core.costs.critical_ratio`) of the predictive
 distribution of the next demand that the rule assumes. A controller picks its rule once
-(:func:`~picrl_core.rules.choice.order_rule`), so no switch is tested on a tick.
+(:func:`~picrl_core.orders.choice.order_rule`), so no switch is tested on a tick.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from picrl_core.rules.order import OrderRule
+from picrl_core.orders.order import OrderRule
 
 
 class GaussianOrder(OrderRule):
