@@ -23,6 +23,7 @@ from picrl_core.methods.headroom import fit_recent_max
 from picrl_core.methods.predictors import GaussianAutoformer, GaussianInformer, GaussianTFT
 from picrl_core.pipeline import config_for, train_offline, with_windowed_predictor
 from picrl_core.predictor.model import GaussianLSTM
+from picrl_core.rules import DEPLOYABLE_METHODS
 from picrl_core.rules.base import DeployableRule
 from picrl_core.rules.pic_rl import PicRLRule
 from picrl_core.rules.recent_max import RecentMaxRule
@@ -76,16 +77,26 @@ def _train_recent_max(series: PreparedSeries, config: PicRLConfig, step_seconds:
     return _rule_artifact(fitted.rule, series, config)
 
 
-DEPLOYABLE: dict[str, Deployable] = {
+_ENTRIES: dict[str, Deployable] = {
     "pic-rl": Deployable(_pic_rl(None, "pic-rl"), PicRLRule),
     "tft": Deployable(_pic_rl(GaussianTFT, "tft"), PicRLRule, GaussianTFT),
     "informer": Deployable(_pic_rl(GaussianInformer, "informer"), PicRLRule, GaussianInformer),
     "autoformer": Deployable(_pic_rl(GaussianAutoformer, "autoformer"), PicRLRule, GaussianAutoformer),
     "recent-max": Deployable(_train_recent_max, lambda a: RecentMaxRule.from_parameters(a.parameters)),
 }
+DEPLOYABLE: dict[str, Deployable] = {name: _ENTRIES[name] for name in DEPLOYABLE_METHODS}  # every name has one
 
 
-__all__ = ["DEPLOYABLE", "DeployError", "DeployableRule", "RuleState", "deployed_rule", "load_model", "train_model"]
+__all__ = [
+    "DEPLOYABLE",
+    "DeployError",
+    "DeployableRule",
+    "RuleState",
+    "check_serves",
+    "deployed_rule",
+    "load_model",
+    "train_model",
+]
 
 
 class DeployError(ValueError):
@@ -111,8 +122,14 @@ def load_model(folder: Path) -> ModelArtifact:
 
 def deployed_rule(artifact: ModelArtifact, method: str | None = None) -> DeployableRule:
     """The rule serving ``artifact``; :class:`DeployError` when ``method`` is given and the artifact serves another."""
+    check_serves(artifact, method)
+    return _entry(artifact.method).rule(artifact)
+
+
+def check_serves(artifact: ModelArtifact, method: str | None) -> None:
+    """:class:`DeployError` unless ``artifact`` serves ``method`` (any deployable method when None)."""
     if method is not None and method != artifact.method:
         raise DeployError(
             f"the model serves {artifact.method!r}, not {method!r}: train one with picrl train --method {method}"
         )
-    return _entry(artifact.method).rule(artifact)
+    _entry(artifact.method)

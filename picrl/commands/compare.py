@@ -55,8 +55,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         "no part, references are not candidates), its margin over the next, and whether the other budget (--quick "
         "or not) agrees, read from the cache when a run with the other budget and the same options left its cells "
         "there.",
-        epilog="methods:\n"
-        + "\n".join(f"  {name:<13} {m.label} [{m.group}]: {m.reference}" for name, m in REGISTRY.items()),
+        epilog="methods (compare only: no worker deploys it, never recommended; the others run with "
+        "picrl worker --method NAME):\n"
+        + "\n".join(
+            f"  {name:<13} {m.label} [{m.group}{'' if m.deployable else ', compare only'}]: {m.reference}"
+            for name, m in REGISTRY.items()
+        ),
     )
     source = parser.add_argument_group("data (default: the three bundled datasets)")
     source.add_argument(

@@ -168,16 +168,22 @@ def train_with_progress(series: PreparedSeries, config: PicRLConfig) -> ModelArt
 
 
 def cached_model(
-    trace: Trace, series: PreparedSeries, config: PicRLConfig, cache: Path | None = None
+    trace: Trace, series: PreparedSeries, config: PicRLConfig, cache: Path | None = None, method: str = "pic-rl"
 ) -> tuple[ModelArtifact, Path, bool]:
-    """The model for this trace and config from the cache, training (and caching) it when absent.
-    Returns (artifact, its folder, whether it was trained now)."""
-    from picrl_core.artifact import load_artifact, save_artifact
+    """The model of deployable ``method`` for this trace and config from the cache, training (and caching) it when
+    absent. Returns (artifact, its folder, whether it was trained now)."""
+    from picrl_core.artifact import save_artifact
+    from picrl_core.deployable import load_model, train_model
 
-    folder = (cache or default_cache()) / "models" / f"{_slug(trace.name)}-{cache_key(trace, config)}"
+    name = _slug(trace.name) if method == "pic-rl" else f"{_slug(trace.name)}-{method}"
+    folder = (cache or default_cache()) / "models" / f"{name}-{cache_key(trace, config)}"
     if (folder / "artifact.json").exists():
-        return load_artifact(folder), folder, False
-    artifact = train_with_progress(series, config)
+        return load_model(folder), folder, False
+    artifact = (
+        train_with_progress(series, config)
+        if method == "pic-rl"
+        else train_model(method, series, config, trace.step_seconds)
+    )
     save_artifact(artifact, folder)
     return artifact, folder, True
 

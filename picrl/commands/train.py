@@ -1,4 +1,5 @@
-"""``picrl train``: Phases 1 and 2 on a trace's training split, written as a model artifact."""
+"""``picrl train``: Phases 1 and 2 on a trace's training split, written as a model artifact; with ``--method`` another
+deployable method fitted instead (:mod:`picrl_core.deployable`)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from pathlib import Path
 from picrl.commands.source import add_trace_arguments, config_from_args, load_series, train_with_progress
 from picrl.reports.figures import plot_training
 from picrl_core.artifact import save_artifact
+from picrl_core.deployable import train_model
+from picrl_core.rules import DEPLOYABLE_METHODS
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -21,9 +24,18 @@ def register(sub: argparse._SubParsersAction) -> None:
         "policy and value networks by actor-critic on simulator rollouts of the training split. Phase 3 "
         "then runs closed-loop on the validation part to choose the online temperature's rate and the "
         "margin and temperature every new service starts at (printed). Writes a model folder "
-        "(weights.safetensors + artifact.json), training.json and training.png to --out.",
+        "(weights.safetensors + artifact.json), training.json and training.png to --out. With --method another "
+        "deployable method is fitted on the same splits instead (a PIC-RL predictor variant through the same "
+        "phases; recent-max etc. choose their parameters on validation): the artifact records the method and its "
+        "fitted parameters, and `picrl worker --model` runs it.",
     )
     add_trace_arguments(parser)
+    parser.add_argument(
+        "--method",
+        default="pic-rl",
+        choices=DEPLOYABLE_METHODS,
+        help="the deployable method to fit (default pic-rl; compare's other methods are compare only)",
+    )
     parser.add_argument("--out", type=Path, required=True, help="folder for the model artifact and figures")
     parser.set_defaults(handler=run)
 
@@ -32,6 +44,11 @@ def run(args: argparse.Namespace) -> int:
     config = config_from_args(args)  # a bad --config fails before the trace's notes are printed
     trace, series = load_series(args)
     started = time.monotonic()
+    if args.method != "pic-rl":
+        artifact = train_model(args.method, series, config, trace.step_seconds)
+        save_artifact(artifact, args.out)
+        print(f"{args.method} fitted ({artifact.parameters or 'PIC-RL phases'}): model written to {args.out}")
+        return 0
     artifact = train_with_progress(series, config)
     seconds = time.monotonic() - started
     artifact.reports["train_seconds"] = seconds

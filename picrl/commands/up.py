@@ -28,6 +28,7 @@ from picrl.kafka import LocalKafka
 from picrl.reports.closed_loop import write_report
 from picrl.settings import SettingsError, load_settings
 from picrl.workloads import copies_of, resource_fleet_of
+from picrl_core.rules import DEPLOYABLE_METHODS
 from picrl_core.series import prepare_series
 from producers.workload import Workload
 from stream.topics import cluster_brokers, ensure_topics, topic_specs
@@ -83,6 +84,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="ticks per service, warm-up included (default 240; GenAI-Mem's test split has 289)",
     )
     add_training_options(parser)
+    parser.add_argument(
+        "--method",
+        choices=DEPLOYABLE_METHODS,
+        default="pic-rl",
+        help="the deployable method the worker runs (default pic-rl; a method without a policy network runs "
+        "without the trainer)",
+    )
     parser.add_argument("--out", type=Path, default=Path("runs/up"), help="output folder (default runs/up)")
     parser.set_defaults(handler=run)
 
@@ -202,7 +210,7 @@ def run(args: argparse.Namespace) -> int:
         if trace.resources
         else prepare_series(trace.values, trace.name, trace.context, trace.context_names)
     )
-    artifact, model, trained = cached_model(trace, series, config_from_args(args))
+    artifact, model, trained = cached_model(trace, series, config_from_args(args), method=args.method)
     print(f"model: {'trained and cached in' if trained else 'cached'} {model}", flush=True)
     workload = _workload(trace, args.services, args.ticks, args.seed)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -233,20 +241,28 @@ def run(args: argparse.Namespace) -> int:
             else []
         )
         worker = stack.enter_context(
-            _child(["worker", *common, "--app-id", f"{prefix}-worker", *resources], args.out / "worker.log")
+            _child(
+                ["worker", *common, "--app-id", f"{prefix}-worker", "--method", args.method, *resources],
+                args.out / "worker.log",
+            )
         )
-        trainer = stack.enter_context(_child(["trainer", *common], args.out / "trainer.log"))
-        print(f"topics {prefix}.*: worker pid {worker.pid}, trainer pid {trainer.pid} (logs in {args.out})", flush=True)
+        children = {"worker": worker}
+        if artifact.policy is not None:  # a method that learns a policy: the trainer refines it
+            children["trainer"] = stack.enter_context(_child(["trainer", *common], args.out / "trainer.log"))
+        pids = ", ".join(f"{name} pid {process.pid}" for name, process in children.items())
+        print(f"topics {prefix}.*: {pids} (logs in {args.out})", flush=True)
         record = play_closed_loop(bootstrap, prefix, workload, action_timeout=120.0)
-        settings = TrainerSettings(bootstrap, prefix)
-        await_trainer(trainer, settings, artifact.config.online.n_update, TRAINER_CATCH_UP_SECONDS)
-        for name, process in (("worker", worker), ("trainer", trainer)):
+        if "trainer" in children:
+            settings = TrainerSettings(bootstrap, prefix)
+            await_trainer(children["trainer"], settings, artifact.config.online.n_update, TRAINER_CATCH_UP_SECONDS)
+        for name, process in children.items():
             if process.poll() is not None:
                 print(f"warning: the {name} exited early (code {process.returncode}); see {args.out / (name + '.log')}")
     what = f"{args.services} pods of {trace.name}" if trace.resources else f"{args.services} copies of {trace.name}"
-    summary = write_report(record, args.out, f"picrl up: {what} (test split) over Kafka")
+    summary = write_report(record, args.out, f"picrl up: {args.method} on {what} (test split) over Kafka")
     print_summary(summary, args.out)
-    print(trainer_tally(args.out / "trainer.log"))
+    if artifact.policy is not None:
+        print(trainer_tally(args.out / "trainer.log"))
     print(
         f"how to read these next to `picrl evaluate` (the README's results): the native row is the capacity the "
         f"worker decided against the demand over the {summary['control_ticks']} control ticks of {args.services} "

@@ -33,8 +33,9 @@ from picrl.commands.respawn import respawning
 from picrl.commands.source import model_folder
 from picrl.kafka.local_broker import port_in_use
 from picrl.settings import SPECS, Settings, SettingsError
-from picrl_core.artifact import load_artifact
+from picrl_core.deployable import check_serves, load_model
 from picrl_core.resources import Resource
+from picrl_core.rules import DEPLOYABLE_METHODS
 from stream.topics import changelog_spec, cluster_brokers, ensure_topics, topic_specs
 from stream.worker import GUARANTEES, StreamWorker
 
@@ -121,6 +122,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         "from --settings FILE, then PICRL_<NAME> variables, then defaults (`picrl config show`).",
     )
     parser.add_argument("--model", type=model_folder, required=True, help="a model folder from `picrl train`")
+    parser.add_argument(
+        "--method",
+        choices=DEPLOYABLE_METHODS,
+        help="the method the model must serve (picrl train --method); the worker refuses a model of another. "
+        "Default: the one it serves",
+    )
     add_bus_arguments(parser)
     add_replication_arguments(parser)
     parser.add_argument(
@@ -259,13 +266,15 @@ def _claimed_and_run(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _run(args: argparse.Namespace, settings: Settings, port: int | None, member: str | None) -> int:
-    artifact = load_artifact(args.model)
+    artifact = load_model(args.model)
+    check_serves(artifact, args.method)  # before any broker is reached
     costs = {k: settings[k] for k in ("c_under", "c_over") if settings[k] is not None}
     if costs:
         artifact.config = replace(artifact.config, cost=replace(artifact.config.cost, **costs))
     bootstrap = reachable_bootstrap(settings)
     replication = settings.replication(_once_up(bootstrap, settings, lambda: cluster_brokers(bootstrap)))
     worker_settings = settings.worker(bootstrap, replication, port, member)
+    worker_settings = replace(worker_settings, engine=replace(worker_settings.engine, method=args.method))
     worker = StreamWorker(worker_settings, artifact)
     specs = [
         *topic_specs(worker_settings.prefix, worker_settings.partitions),

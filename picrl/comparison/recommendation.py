@@ -6,8 +6,9 @@ run's protocol (:func:`picrl_core.methods.evaluation.validation_regret` for the 
 :func:`~picrl_core.methods.evaluation.run_growth_test_split` for the product's: the episode unclipped, the range kept
 as the worker keeps it): the ticks every method's knobs are chosen on, so the test split plays no part in the
 recommendation, and it ranks the methods as the protocol scores them. The candidates are Table 2's methods that act
-under censoring: the full-information references (demand revealed every tick), the hindsight references (they read
-the test split) and the ablations are not.
+under censoring and that a worker can deploy (``Method.deployable``): the full-information references (demand
+revealed every tick), the hindsight references (they read the test split), the ablations and the compare-only methods
+are not.
 
 ``compare`` runs one budget. The other one's verdict is read from the cell cache (same traces, config, protocol and
 method list): over the seeds ``0, 1, ...`` for which every candidate's cell is there. Without one, the note says the
@@ -41,11 +42,12 @@ class Recommendation:
 
 
 def candidates(methods: Sequence[str]) -> list[str]:
-    """The methods of ``methods`` a recommendation may name: Table 2's, acting under censoring, no reference."""
+    """The methods of ``methods`` a recommendation may name: Table 2's, acting under censoring, deployable, no
+    reference."""
     return [
         m
         for m in table2_methods(methods)
-        if REGISTRY[m].censoring and REGISTRY[m].group not in ("reference", "hindsight")
+        if REGISTRY[m].censoring and REGISTRY[m].group not in ("reference", "hindsight") and REGISTRY[m].deployable
     ]
 
 

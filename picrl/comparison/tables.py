@@ -126,7 +126,8 @@ def _best_regret(summaries: dict[tuple[str, str], Summary], methods: Sequence[st
 
 
 def markdown_table2(summaries: dict[tuple[str, str], Summary], methods: Sequence[str], datasets: Sequence[str]) -> str:
-    """Table 2: MAE, regret and shortage rate per dataset; the lowest regret per dataset in bold."""
+    """Table 2: MAE, regret and shortage rate per dataset; the lowest regret per dataset in bold; the methods a
+    worker cannot deploy marked "compare only" (:func:`table_label`)."""
     rows = table2_methods(methods)
     best = {d: _best_regret(summaries, rows, d) for d in datasets}
     header = "| Method | " + " | ".join(f"{d} MAE | {d} Regret | {d} shortage" for d in datasets) + " |"
@@ -146,8 +147,14 @@ def markdown_table2(summaries: dict[tuple[str, str], Summary], methods: Sequence
                 f"**{regret}**" if best[d] == method else regret,
                 _cell(s, "shortage_rate", 3),
             ]
-        lines.append(f"| {REGISTRY[method].label} | " + " | ".join(cells) + " |")
+        lines.append(f"| {table_label(method)} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+def table_label(method: str) -> str:
+    """A method's label in Table 2, marked "compare only" where no worker can deploy it (``Method.deployable``)."""
+    entry = REGISTRY[method]
+    return entry.label if entry.deployable else f"{entry.label} (compare only)"
 
 
 def full_information_pairs(methods: Sequence[str]) -> list[tuple[str, str]]:

@@ -17,7 +17,7 @@ from picrl_core.methods.predictors import GaussianAutoformer, GaussianInformer, 
 PAPER = "PIC-RL (this paper, pic-rl.tex, Algorithm 1)"
 
 METHODS: list[Method] = [
-    Method("pic-rl", "PIC-RL (Ours)", PAPER, "pic-rl", fit_pic_rl, coupled=True),
+    Method("pic-rl", "PIC-RL (Ours)", PAPER, "pic-rl", fit_pic_rl, coupled=True, deployable=True),
     Method(
         "pic-rl-fi",
         "PIC-RL, full information",
@@ -43,6 +43,7 @@ METHODS: list[Method] = [
         "forecasting, International Journal of Forecasting 37(4), 2021",
         "phase-1",
         partial(fit_with_predictor, GaussianTFT),
+        deployable=True,
     ),
     Method(
         "informer",
@@ -50,6 +51,7 @@ METHODS: list[Method] = [
         "Zhou et al., Informer: beyond efficient transformer for long sequence time-series forecasting, AAAI 2021",
         "phase-1",
         partial(fit_with_predictor, GaussianInformer),
+        deployable=True,
     ),
     Method(
         "autoformer",
@@ -58,6 +60,7 @@ METHODS: list[Method] = [
         "for long-term series forecasting, NeurIPS 2021",
         "phase-1",
         partial(fit_with_predictor, GaussianAutoformer),
+        deployable=True,
     ),
     Method(
         "cql",

@@ -1,3 +1,6 @@
 """The deployable decision rules, one file each, behind one interface (:mod:`picrl_core.rules.base`): PIC-RL's
 controller (:mod:`~picrl_core.rules.pic_rl`, its predictor variants too) and the baselines a worker can run.
 :mod:`picrl_core.deployable` lists them by method name."""
+
+# the deployable methods by name, in the registry's order (torch-free, for a command's --help)
+DEPLOYABLE_METHODS = ("pic-rl", "tft", "informer", "autoformer", "recent-max")

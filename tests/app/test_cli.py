@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from picrl.cli import main
+from picrl_core.methods.headroom import HEADROOMS
 from picrl_core.synthetic import diurnal
 
 TINY = {
@@ -99,6 +100,22 @@ def test_evaluate_scores_what_the_worker_does_by_default(
     assert clipped.max() == pytest.approx(peak, rel=1e-5)
     assert product["metrics_native"]["regret"] > paper["metrics_native"]["regret"]  # the growth is not free
     assert (tmp_path / "product" / "trajectory.png").stat().st_size > 10_000
+
+
+def test_train_another_method_and_a_worker_refuses_its_model_for_pic_rl(
+    trace_csv: Path, tiny_config: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = ["--trace", str(trace_csv), "--column", "gpu_mem_gib", "--time-column", "t", "--config", tiny_config]
+    assert main(["train", *source, "--method", "recent-max", "--out", str(tmp_path / "model")]) == 0
+    manifest = json.loads((tmp_path / "model" / "artifact.json").read_text())
+    assert manifest["method"] == "recent-max" and manifest["networks"] is None
+    assert manifest["parameters"]["window"] == 60 and manifest["parameters"]["headroom"] in HEADROOMS
+    capsys.readouterr()
+    worker = ["worker", "--model", str(tmp_path / "model"), "--bootstrap", "127.0.0.1:1", "--log-format", "text"]
+    assert main([*worker, "--method", "pic-rl"]) == 2  # refused before any broker is reached
+    assert "the model serves 'recent-max', not 'pic-rl': train one with picrl train --method pic-rl" in (
+        capsys.readouterr().err
+    )
 
 
 def test_evaluate_trains_once_then_reuses_the_cache(

@@ -14,6 +14,7 @@ from picrl.cli import main
 from picrl.comparison.recommendation import candidates, markdown_recommendation, recommend
 from picrl.comparison.runner import FULL, QUICK
 from picrl.comparison.tables import METRICS, Summary
+from picrl_core.methods import REGISTRY
 
 
 def summary(method: str, val: float, test: float, std: float = 0.0, n: int = 1) -> Summary:
@@ -24,23 +25,26 @@ def summary(method: str, val: float, test: float, std: float = 0.0, n: int = 1) 
 def test_the_recommendation_reads_validation_regret_only_and_skips_every_reference() -> None:
     summaries = {
         ("pic-rl", "d"): summary("pic-rl", val=5.0, test=9.0),
-        ("conformal", "d"): summary("conformal", val=6.0, test=1.0),  # lowest test regret: must not matter
-        ("spo", "d"): summary("spo", val=7.0, test=2.0),
+        ("recent-max", "d"): summary("recent-max", val=6.0, test=1.0),  # lowest test regret: must not matter
+        ("spo", "d"): summary("spo", val=4.0, test=2.0),  # compare only: no worker runs it
         ("pic-rl-fi", "d"): summary("pic-rl-fi", val=1.0, test=1.0),  # full information
         ("oracle", "d"): summary("oracle", val=0.5, test=0.5),  # reads the test split
         ("a1", "d"): summary("a1", val=0.1, test=0.1),  # an ablation
     }
     methods = list(m for m, _ in summaries)
-    assert candidates(methods) == ["pic-rl", "conformal", "spo"]
+    assert candidates(methods) == ["pic-rl", "recent-max"]
     rec = recommend(summaries, methods, "d")
     assert rec is not None and (rec.method, rec.runner_up, rec.regret, rec.runner_up_regret) == (
         "pic-rl",
-        "conformal",
+        "recent-max",
         5.0,
         6.0,
     )
     text = markdown_recommendation({"d": rec}, {}, QUICK, FULL, {"d": "product"})
-    assert "**PIC-RL (Ours) (`pic-rl`)**" in text and "1.00 below the next, Conformal (6.00, 16.7% lower)" in text
+    assert (
+        "**PIC-RL (Ours) (`pic-rl`)**" in text
+        and "1.00 below the next, Recent max + headroom (6.00, 16.7% lower)" in text
+    )
     assert text.startswith("Recommendation (quick budget, product protocol)")
     assert "full budget's winner is unknown" in text and "without --quick" in text
     # a validation regret left NaN (a cell that has none) is no candidate; none left: no recommendation
@@ -50,11 +54,11 @@ def test_the_recommendation_reads_validation_regret_only_and_skips_every_referen
 
 
 def test_the_note_says_when_the_budgets_disagree_and_when_a_margin_is_within_the_seed_spread() -> None:
-    full = {("pic-rl", "d"): summary("pic-rl", 5.0, 1.0, std=2.0, n=5), ("cql", "d"): summary("cql", 5.5, 1.0)}
-    quick = {("pic-rl", "d"): summary("pic-rl", 6.0, 1.0), ("spo", "d"): summary("spo", 4.0, 1.0)}
-    this, other = recommend(full, ["pic-rl", "cql"], "d"), recommend(quick, ["pic-rl", "spo"], "d")
+    full = {("pic-rl", "d"): summary("pic-rl", 5.0, 1.0, std=2.0, n=5), ("tft", "d"): summary("tft", 5.5, 1.0)}
+    quick = {("pic-rl", "d"): summary("pic-rl", 6.0, 1.0), ("recent-max", "d"): summary("recent-max", 4.0, 1.0)}
+    this, other = recommend(full, ["pic-rl", "tft"], "d"), recommend(quick, ["pic-rl", "recent-max"], "d")
     text = markdown_recommendation({"d": this}, {"d": other}, FULL, QUICK, {"d": "paper"})
-    assert "The budgets disagree: the quick budget" in text and "names SPO+ (`spo`" in text
+    assert "The budgets disagree: the quick budget" in text and "names Recent max + headroom (`recent-max`" in text
     assert "prefer its answer, `pic-rl`" in text and "treat the two as tied" in text
     agree = markdown_recommendation({"d": this}, {"d": this}, FULL, QUICK, {"d": "paper"})
     assert "The quick budget agrees" in agree and "disagree" not in agree
@@ -77,7 +81,8 @@ def test_compare_ends_with_a_recommendation_and_reads_the_other_budget_from_the_
     trace: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     common = ["compare", "--trace", str(trace), "--column", "usage", "--time-column", "time", "--jobs", "1"]
-    common += ["--methods", "sgd", "kaplan-meier", "vpa", "oracle", "--cache", str(tmp_path / "cache")]
+    methods = ["recent-max", "sgd", "kaplan-meier", "vpa", "tobit"]
+    common += ["--methods", *methods, "oracle", "--cache", str(tmp_path / "cache")]
     assert main([*common, "--quick", "--out", str(tmp_path / "quick")]) == 0
     quick = capsys.readouterr().out
     results = json.loads((tmp_path / "quick" / "results.json").read_text())
@@ -85,12 +90,14 @@ def test_compare_ends_with_a_recommendation_and_reads_the_other_budget_from_the_
     assert "oracle" not in cells  # the product protocol (the default) leaves the hindsight references out
     assert all(cells[m]["val_regret"] > 0 for m in ("sgd", "vpa"))
     [(dataset, rec)] = results["recommendation"].items()
-    best = min(("sgd", "kaplan-meier", "vpa"), key=lambda m: cells[m]["val_regret"])
+    best = min((m for m in methods if REGISTRY[m].deployable), key=lambda m: cells[m]["val_regret"])
     assert rec["method"] == best and rec["regret"] == pytest.approx(cells[best]["val_regret"])
     assert quick.rstrip().endswith("may differ; run `picrl compare` without --quick and the same options to check.")
     with (tmp_path / "quick" / "table2.csv").open() as handle:
         rows = {r["method"]: r for r in csv.DictReader(handle)}
     assert float(rows[best]["val_regret_mean"]) == pytest.approx(rec["regret"], rel=1e-5)
+    table2 = (tmp_path / "quick" / "table2.md").read_text()
+    assert "| Tobit newsvendor (compare only) |" in table2 and "| Recent max + headroom |" in table2
     # the full budget finds the quick one's cells in the cache and compares (these methods train nothing)
     assert main([*common, "--out", str(tmp_path / "full")]) == 0
     text = (tmp_path / "full" / "recommendation.md").read_text()

@@ -14,15 +14,16 @@ import pytest
 
 from picrl.datasets import Trace
 from picrl.workloads import copies_of
-from picrl_core.artifact import ModelArtifact
+from picrl_core.artifact import ModelArtifact, save_artifact
+from picrl_core.deployable import DEPLOYABLE
 from picrl_core.reward import step_reward
 from producers.closed_loop import ClosedLoopEnvironment, ClosedLoopRecord
 from stream.records import decode_transition
 from stream.topics import TopicNames, ensure_topics, topic_specs
-from tests.stream.conftest import WINDOW
+from tests.stream.conftest import PIC_RL_FAMILY, WINDOW
 from tests.support.kafka import committed_everything, consume, unique
 from tests.support.processes import picrl_process, tail, worker_args
-from tests.support.reference import reference_run, tripled
+from tests.support.reference import reference_run, rule_reference_run, tripled
 from tests.support.web import free_port
 
 PARTITIONS = 2
@@ -133,3 +134,30 @@ def test_a_worker_grows_the_range_of_a_service_that_outgrew_it(
     ]
     assert grown and all(entry["reason"] == "outgrown" and entry["service"] in workload.services for entry in grown)
     assert f'picrl_range_changes_total{{reason="outgrown"}} {float(len(grown))}' in scraped
+
+
+@pytest.mark.parametrize("method", [name for name in DEPLOYABLE if name not in PIC_RL_FAMILY])
+def test_a_worker_deploys_another_method_as_the_comparison_simulates_it(
+    method: str,
+    kafka_bootstrap: str,
+    rule_artifacts: dict[str, ModelArtifact],
+    native_trace: Trace,
+    tmp_path: Path,
+) -> None:
+    """``picrl worker --method NAME`` over the broker: its actions equal the comparison's provisioner of the same
+    rule in the growth protocol's loop, bit for bit (the ranges grow on the way)."""
+    prefix = unique(f"e2e-{method}")
+    asyncio.run(ensure_topics(kafka_bootstrap, topic_specs(prefix, PARTITIONS)))
+    model = save_artifact(rule_artifacts[method], tmp_path / "model")
+    workload = tripled(copies_of(native_trace, 2, WINDOW + 40, start=900, seed=3), WINDOW)
+    log = tmp_path / "worker.log"
+    with picrl_process([*_worker_args(model, kafka_bootstrap, prefix), "--method", method], log):
+        try:
+            record = _play(kafka_bootstrap, prefix, workload)
+        except Exception as exc:
+            raise AssertionError(f"closed loop failed: {exc}\nworker log:\n{tail(log)}") from exc
+    reference = rule_reference_run(rule_artifacts[method], workload.demand, workload.services, headroom=0.5)
+    assert record.control[WINDOW:].all() and not record.control[:WINDOW].any()
+    assert np.array_equal(record.breakdown["capacity_norm"][WINDOW:], reference.actions)  # bit for bit
+    assert np.array_equal(record.censored[WINDOW:], reference.censored)
+    assert (reference.high[-1] > reference.high[0]).all()  # the ranges grew
