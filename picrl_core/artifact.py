@@ -72,7 +72,9 @@ def save_artifact(artifact: ModelArtifact, folder: Path) -> Path:
         "predictor": artifact.config.predictor.kind,  # "windowed" or "incremental" (config.predictor.kind says it too)
         "method": artifact.method,
         "parameters": artifact.parameters,
-        "networks": None if artifact.predictor is None else type(artifact.predictor).__name__,
+        "networks": {
+            part: type(getattr(artifact, part)).__name__ for part in NETWORKS if getattr(artifact, part) is not None
+        },
         "config": artifact.config.to_dict(),
         "scaling": artifact.scaling,
         "reports": artifact.reports,
@@ -121,18 +123,18 @@ def load_artifact(
     except (KeyError, TypeError, ValueError, SafetensorError) as exc:
         raise ArtifactError(f"{folder} cannot be read: {exc}") from exc
     method, parameters = manifest.get("method", "pic-rl"), manifest.get("parameters", {})
-    named = manifest.get("networks", "GaussianLSTM")
-    if named is None:
-        return ModelArtifact(
-            config, None, None, None, manifest.get("scaling", {}), manifest.get("reports", {}), method, parameters
-        )
-    predictor = predictor_model(config.predictor)
-    if type(predictor).__name__ != named:
+    named = manifest.get("networks", {"predictor": "GaussianLSTM", "policy": "PolicyNetwork", "value": "ValueNetwork"})
+    builders: dict[str, Callable[[], torch.nn.Module]] = {
+        "predictor": lambda: predictor_model(config.predictor),
+        "policy": lambda: PolicyNetwork(config.policy),
+        "value": lambda: ValueNetwork(config.policy),
+    }
+    networks = {part: builders[part]() for part in NETWORKS if part in named}
+    if "predictor" in networks and type(networks["predictor"]).__name__ != named["predictor"]:
         raise ArtifactError(
-            f"{folder} serves {method!r} with a {named} predictor: load it with picrl_core.deployable.load_model"
+            f"{folder} serves {method!r} with a {named['predictor']} predictor: load it with "
+            "picrl_core.deployable.load_model"
         )
-    policy, value = PolicyNetwork(config.policy), ValueNetwork(config.policy)
-    networks: dict[str, torch.nn.Module] = {"predictor": predictor, "policy": policy, "value": value}
     for part, module in networks.items():
         state = {name.split(".", 1)[1]: t for name, t in tensors.items() if name.startswith(f"{part}.")}
         try:
@@ -145,7 +147,14 @@ def load_artifact(
             raise ArtifactError(f"{folder}: the {part} weights contain NaN or infinite values")
         module.eval()
     return ModelArtifact(
-        config, predictor, policy, value, manifest.get("scaling", {}), manifest.get("reports", {}), method, parameters
+        config,
+        networks.get("predictor"),
+        networks.get("policy"),
+        networks.get("value"),
+        manifest.get("scaling", {}),
+        manifest.get("reports", {}),
+        method,
+        parameters,
     )
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 import torch
@@ -19,12 +20,18 @@ import torch
 from picrl_core.artifact import ModelArtifact, load_artifact, served_method
 from picrl_core.config import PicRLConfig, PredictorConfig
 from picrl_core.controller_state import ControllerState
+from picrl_core.methods.censored_sgd import fit_censored_sgd, fit_censored_sgd_residual
+from picrl_core.methods.conformal import fit_conformal
 from picrl_core.methods.headroom import fit_recent_max
+from picrl_core.methods.newsvendor import fit_kaplan_meier
 from picrl_core.methods.predictors import GaussianAutoformer, GaussianInformer, GaussianTFT
 from picrl_core.pipeline import config_for, train_offline, with_windowed_predictor
 from picrl_core.predictor.model import GaussianLSTM
 from picrl_core.rules import DEPLOYABLE_METHODS
 from picrl_core.rules.base import DeployableRule
+from picrl_core.rules.censored_sgd import CensoredSGDRule
+from picrl_core.rules.conformal import ConformalRule
+from picrl_core.rules.kaplan_meier import KaplanMeierRule
 from picrl_core.rules.pic_rl import PicRLRule
 from picrl_core.rules.recent_max import RecentMaxRule
 from picrl_core.series import PreparedSeries
@@ -53,12 +60,14 @@ def _pic_rl(model: Callable[[PredictorConfig], torch.nn.Module] | None, method: 
     return train
 
 
-def _rule_artifact(rule: DeployableRule, series: PreparedSeries, config: PicRLConfig) -> ModelArtifact:
-    """An artifact without networks: the rule's fitted parameters, the config (its window: the warm-up) and the
-    scaling."""
+def _rule_artifact(
+    rule: DeployableRule, series: PreparedSeries, config: PicRLConfig, predictor: torch.nn.Module | None = None
+) -> ModelArtifact:
+    """An artifact of a record rule: its fitted parameters, the Phase-1 ``predictor`` it reads (None: none), the
+    config (its window: the warm-up) and the scaling."""
     return ModelArtifact(
         config_for(series, config),
-        None,
+        predictor,
         None,
         None,
         scaling={
@@ -77,13 +86,44 @@ def _train_recent_max(series: PreparedSeries, config: PicRLConfig, step_seconds:
     return _rule_artifact(fitted.rule, series, config)
 
 
+def _train_conformal(series: PreparedSeries, config: PicRLConfig, step_seconds: float) -> ModelArtifact:
+    """The comparison's conformal fit; a fleet's seed pools (one per service) end to end, their last ``n`` seed every
+    new service."""
+    fitted = cast(ConformalRule, fit_conformal(series, config).rule)
+    pool = fitted.calibration.reshape(-1)[-fitted.calibration.shape[-1] :]
+    rule = ConformalRule(fitted.model, pool, fitted.alpha, fitted.aci_step, fitted.chunk)
+    return _rule_artifact(rule, series, with_windowed_predictor(config), fitted.model)
+
+
+def _train_sgd(residual: bool) -> Train:
+    """The comparison's censored SGD fit (on the Phase-1 predictor's ``mu`` when ``residual``)."""
+
+    def train(series: PreparedSeries, config: PicRLConfig, step_seconds: float) -> ModelArtifact:
+        fit = fit_censored_sgd_residual if residual else fit_censored_sgd
+        rule = cast(CensoredSGDRule, fit(series, config).rule)
+        return _rule_artifact(rule, series, with_windowed_predictor(config), rule.predictor)
+
+    return train
+
+
+def _train_kaplan_meier(series: PreparedSeries, config: PicRLConfig, step_seconds: float) -> ModelArtifact:
+    """Nothing to train: the window is the config's estimator window."""
+    return _rule_artifact(cast(KaplanMeierRule, fit_kaplan_meier(series, config).rule), series, config)
+
+
 _ENTRIES: dict[str, Deployable] = {
     "pic-rl": Deployable(_pic_rl(None, "pic-rl"), PicRLRule),
     "tft": Deployable(_pic_rl(GaussianTFT, "tft"), PicRLRule, GaussianTFT),
     "informer": Deployable(_pic_rl(GaussianInformer, "informer"), PicRLRule, GaussianInformer),
     "autoformer": Deployable(_pic_rl(GaussianAutoformer, "autoformer"), PicRLRule, GaussianAutoformer),
     "recent-max": Deployable(_train_recent_max, lambda a: RecentMaxRule.from_parameters(a.parameters)),
+    "conformal": Deployable(_train_conformal, ConformalRule.from_artifact),
+    "sgd": Deployable(_train_sgd(residual=False), CensoredSGDRule.from_artifact),
+    "sgd-residual": Deployable(_train_sgd(residual=True), CensoredSGDRule.from_artifact),
+    "kaplan-meier": Deployable(_train_kaplan_meier, KaplanMeierRule.from_artifact),
 }
+
+
 DEPLOYABLE: dict[str, Deployable] = {name: _ENTRIES[name] for name in DEPLOYABLE_METHODS}  # every name has one
 
 

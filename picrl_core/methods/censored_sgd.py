@@ -17,64 +17,44 @@ which settles where shortages happen with probability ``c_over / (c_under + c_ov
   critical-fractile quantile of the predictor's residuals on held-out data and projected on ``[-1, 1]``.
 
 The paper's diminishing step ``eps / sqrt(t)`` targets stationary demand; a trace drifts, so the step
-is constant and chosen on the validation split from :data:`STEPS` (:mod:`picrl_core.methods.selection`).
+is constant and chosen on the validation split from :data:`STEPS` (:mod:`picrl_core.methods.selection`). The
+provisioner is the deployable rule of :mod:`picrl_core.rules.censored_sgd`, so the comparison scores what a worker
+runs.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from picrl_core.calibrator import feedback
 from picrl_core.config import CostConfig, PicRLConfig
 from picrl_core.costs import critical_ratio
-from picrl_core.methods.base import Provisioner
-from picrl_core.methods.conformal import PredictorFeed, split_residuals
+from picrl_core.methods.conformal import split_residuals
+from picrl_core.methods.deployed import RuleProvisioner
 from picrl_core.methods.selection import Selection, select_on_validation
 from picrl_core.pipeline import phase1_predictor
 from picrl_core.predictor.model import GaussianLSTM
+from picrl_core.rules.censored_sgd import CensoredSGDRule
 from picrl_core.series import PreparedSeries
 
 STEPS = (0.001, 0.003, 0.01, 0.03, 0.1)  # candidate eps (scaled units per unit of cost gradient)
 
 
-class CensoredSGDProvisioner(Provisioner):
-    """``a_t = base_t + q_t`` with ``q`` on the censored newsvendor subgradient; ``base`` is 0 (standalone)
-    or the predictor's ``mu_t`` (residual tracker)."""
+class CensoredSGDProvisioner(RuleProvisioner):
+    """The deployable :class:`~picrl_core.rules.censored_sgd.CensoredSGDRule` (``base`` 0, or the predictor's ``mu``):
+    the very rule a worker runs (``picrl worker --method sgd`` or ``sgd-residual``)."""
 
     def __init__(
-        self, step: float, cost: CostConfig, start: float, *, predictor: GaussianLSTM | None = None, chunk: int = 1
+        self,
+        step: float,
+        cost: CostConfig,
+        start: float,
+        *,
+        predictor: GaussianLSTM | None = None,
+        chunk: int = 1,
+        low: float = 0.0,
+        high: float = 1.0,
     ) -> None:
-        if step <= 0:
-            raise ValueError(f"the SGD step must be positive; got {step}")
-        self.step = step
-        self.cost = cost
-        self.start_offset = start
-        self.predictor = predictor
-        self.chunk = chunk
-        self.bounds = (0.0, 1.0) if predictor is None else (-1.0, 1.0)
-
-    def start(self, history: np.ndarray, history_context: np.ndarray | None) -> np.ndarray:
-        history = np.asarray(history, dtype=np.float64)
-        if history.ndim != 2 or history.shape[1] < 1:
-            raise ValueError(f"history must have shape (services, steps >= 1); got {history.shape}")
-        self.feed = (
-            None if self.predictor is None else PredictorFeed(self.predictor, history, history_context, self.chunk)
-        )
-        self.offset = np.full(history.shape[0], self.start_offset)
-        return self._decide()
-
-    def act(self, y: np.ndarray, censored: np.ndarray, context: np.ndarray | None) -> np.ndarray:
-        shortage, over = feedback(y, self.action, censored)
-        gradient = self.cost.c_under * shortage - self.cost.c_over * over
-        self.offset = np.clip(self.offset + self.step * gradient, *self.bounds)
-        if self.feed is not None:
-            self.feed.push(y, censored, context)
-        return self._decide()
-
-    def _decide(self) -> np.ndarray:
-        base = 0.0 if self.feed is None else self.feed.predict()[0]
-        self.action = np.clip(base + self.offset, 0.0, 1.0)
-        return self.action
+        super().__init__(CensoredSGDRule(step, cost, start, predictor=predictor, chunk=chunk), low, high)
 
 
 def fit_censored_sgd(series: PreparedSeries, config: PicRLConfig) -> CensoredSGDProvisioner:

@@ -31,22 +31,23 @@ rank is clipped to ``[1, n + 1]`` (``alpha_t >= 1`` would otherwise
 ask for an empty set, i.e. provision nothing).
 
 :class:`PredictorFeed` (the predictor's rolling ``[y, c, ctx]`` windows) is shared with
-:mod:`picrl_core.methods.thompson`.
+:mod:`picrl_core.methods.thompson`. The provisioner is the deployable rule of :mod:`picrl_core.rules.conformal` (its
+residual pool in float32), so the comparison scores what a worker runs.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from picrl_core.calibrator import feedback
 from picrl_core.config import PicRLConfig
 from picrl_core.controller import _last_window, _shift
 from picrl_core.costs import critical_ratio
-from picrl_core.methods.base import Provisioner
+from picrl_core.methods.deployed import RuleProvisioner
 from picrl_core.methods.selection import Selection, select_on_validation
 from picrl_core.pipeline import phase1_predictor
 from picrl_core.predictor.model import GaussianLSTM
 from picrl_core.predictor.windowed import make_windows, predict_gaussian
+from picrl_core.rules.conformal import ConformalRule
 from picrl_core.series import PreparedSeries, segment_starts
 
 CONFORMAL_WINDOW = 256  # residuals kept per service (the calibration set size n)
@@ -102,51 +103,22 @@ class PredictorFeed:
         return predict_gaussian(self.model, windows, self.chunk)
 
 
-def conformal_quantile(residuals: np.ndarray, alpha: np.ndarray) -> np.ndarray:
-    """Per row of ``residuals`` ``(N, n)``: the ``ceil((n + 1)(1 - alpha))``-th smallest value, ``+inf``
-    when that rank exceeds ``n`` (rank clipped to at least 1)."""
-    n = residuals.shape[1]
-    rank = np.ceil((n + 1) * (1.0 - np.asarray(alpha, dtype=np.float64)) - 1e-9).astype(np.int64)
-    rank = np.clip(rank, 1, n + 1)
-    ordered = np.sort(residuals, axis=1)
-    picked = np.take_along_axis(ordered, np.minimum(rank, n)[:, None] - 1, axis=1)[:, 0]
-    return np.where(rank <= n, picked, np.inf)
+class ConformalProvisioner(RuleProvisioner):
+    """The deployable :class:`~picrl_core.rules.conformal.ConformalRule` for services in ``[low, high]``: the very
+    rule a worker runs (``picrl worker --method conformal``)."""
 
-
-class ConformalProvisioner(Provisioner):
-    """``a = clip(mu + q, 0, 1)`` with ``q`` the ACI-adapted conformal quantile of each service's
-    residual pool (censored residuals as ``+inf``)."""
-
-    def __init__(self, model: GaussianLSTM, calibration: np.ndarray, alpha: float, step: float, chunk: int) -> None:
+    def __init__(
+        self,
+        model: GaussianLSTM,
+        calibration: np.ndarray,
+        alpha: float,
+        step: float,
+        chunk: int,
+        low: float | np.ndarray = 0.0,
+        high: float | np.ndarray = 1.0,
+    ) -> None:
         """``calibration``: the residual pool ``(n,)`` every service starts from, or ``(N, n)``, one per service."""
-        self.model = model
-        self.chunk = chunk
-        self.calibration = np.asarray(calibration, dtype=np.float64)
-        self.alpha = alpha
-        self.step = step
-
-    def start(self, history: np.ndarray, history_context: np.ndarray | None) -> np.ndarray:
-        self.feed = PredictorFeed(self.model, history, history_context, self.chunk)
-        n = self.feed.observations.shape[0]
-        self.residuals = np.array(np.broadcast_to(self.calibration, (n, self.calibration.shape[-1])))
-        self.alpha_t = np.full(n, self.alpha)
-        return self._decide()
-
-    def act(self, y: np.ndarray, censored: np.ndarray, context: np.ndarray | None) -> np.ndarray:
-        y = np.asarray(y, dtype=np.float64)
-        censored = np.asarray(censored, dtype=bool)
-        shortage, _ = feedback(y, self.action, censored)
-        known = ~censored | shortage  # a lower bound below the action (coupled censoring) updates nothing
-        shifted = _shift(self.residuals, np.where(censored, np.inf, y - self.mu))
-        self.residuals = np.where(known[:, None], shifted, self.residuals)
-        self.alpha_t = np.where(known, self.alpha_t + self.step * (self.alpha - shortage), self.alpha_t)
-        self.feed.push(y, censored, context)
-        return self._decide()
-
-    def _decide(self) -> np.ndarray:
-        self.mu, _ = self.feed.predict()
-        self.action = np.clip(self.mu + conformal_quantile(self.residuals, self.alpha_t), 0.0, 1.0)
-        return self.action
+        super().__init__(ConformalRule(model, calibration, alpha, step, chunk), low, high)
 
 
 def split_residuals(
@@ -188,4 +160,5 @@ def fit_conformal(
         steps, lambda step: ConformalProvisioner(model, on_train, alpha, step, chunk), series, config
     )
     on_val = split_residuals(model, series.val, series.val_ctx, config, window, series.services)
-    return ConformalProvisioner(model, on_val, alpha, selection.chosen, chunk)
+    low, high = series.scaler.low, series.scaler.high
+    return ConformalProvisioner(model, on_val, alpha, selection.chosen, chunk, low, high)

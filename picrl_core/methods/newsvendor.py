@@ -15,12 +15,13 @@ estimator), a censored ``y`` being a right-censored demand (``d > y``). Context 
 * Kaplan-Meier (:class:`KaplanMeierNewsvendor`): ``F`` is the product-limit estimator of the window,
   as in Huh, Levi, Rusmevichientong & Orlin, "Adaptive Data-Driven Inventory Control with Censored
   Demand Based on Kaplan-Meier Estimator", Operations Research 59(4), 2011; the order is its
-  critical-fractile quantile (:func:`kaplan_meier_quantile`). The estimator is undefined above the
+  critical-fractile quantile (:func:`~picrl_core.rules.kaplan_meier.kaplan_meier_quantile`; the deployable rule of
+  :mod:`picrl_core.rules.kaplan_meier`, which a worker runs). The estimator is undefined above the
   largest observation when that one is censored, so the quantile may not be identified. Efron's
   completion (the leftover mass sits on the largest observation) would order exactly the censoring
   threshold again and never observe above it: the PIC trap. Instead the order then steps
-  :data:`KM_TAIL_STEP` above the largest observation (our completion rule), until an uncensored
-  value identifies the quantile.
+  :data:`~picrl_core.rules.kaplan_meier.KM_TAIL_STEP` above the largest observation (our completion rule), until
+  an uncensored value identifies the quantile.
 """
 
 from __future__ import annotations
@@ -36,27 +37,9 @@ from picrl_core.config import EstimatorConfig, PicRLConfig, RewardConfig
 from picrl_core.controller import _last_window, _shift
 from picrl_core.costs import critical_ratio
 from picrl_core.methods.base import Provisioner
+from picrl_core.methods.deployed import RuleProvisioner
+from picrl_core.rules.kaplan_meier import KaplanMeierRule
 from picrl_core.series import PreparedSeries
-
-KM_TAIL_STEP = 0.05  # step above the largest observation when the KM quantile is not identified
-
-
-def kaplan_meier_quantile(y: np.ndarray, censored: np.ndarray, level: float) -> tuple[np.ndarray, np.ndarray]:
-    """Per row of ``y``/``censored`` ``(N, W)``: the ``level`` quantile ``inf{x : F_KM(x) >= level}`` of the
-    product-limit estimator ``1 - F_KM(x) = prod_{uncensored y_i <= x} (1 - 1/n_i)`` (``n_i`` at risk;
-    at ties, deaths before censorings), and whether it is identified (else the quantile is NaN).
-    Without censoring it is the empirical quantile ``sorted(y)[ceil(level * W) - 1]``."""
-    y = np.asarray(y, dtype=np.float64)
-    censored = np.asarray(censored, dtype=bool)
-    order = np.lexsort((censored, y), axis=-1)
-    ys = np.take_along_axis(y, order, axis=1)
-    cs = np.take_along_axis(censored, order, axis=1)
-    at_risk = y.shape[1] - np.arange(y.shape[1])
-    survival = np.cumprod(np.where(cs, 1.0, 1.0 - 1.0 / at_risk), axis=1)
-    reached = ~cs & (1.0 - survival >= level - 1e-12)
-    identified = np.any(reached, axis=1)
-    quantile = np.take_along_axis(ys, np.argmax(reached, axis=1)[:, None], axis=1)[:, 0]
-    return np.where(identified, quantile, np.nan), identified
 
 
 class WindowNewsvendor(Provisioner):
@@ -113,12 +96,12 @@ class GaussianNewsvendor(WindowNewsvendor):
         return fit.mean + self.z * fit.std
 
 
-class KaplanMeierNewsvendor(WindowNewsvendor):
-    """Critical-fractile quantile of the product-limit estimator of the window."""
+class KaplanMeierNewsvendor(RuleProvisioner):
+    """The deployable :class:`~picrl_core.rules.kaplan_meier.KaplanMeierRule`: the very rule a worker runs
+    (``picrl worker --method kaplan-meier``)."""
 
-    def order(self) -> np.ndarray:
-        quantile, identified = kaplan_meier_quantile(self.y, self.censored, self.ratio)
-        return np.where(identified, quantile, self.y.max(axis=1) + KM_TAIL_STEP)
+    def __init__(self, window: int, ratio: float) -> None:
+        super().__init__(KaplanMeierRule(window, ratio), 0.0, 1.0)
 
 
 def fit_tobit(series: PreparedSeries, config: PicRLConfig, *, window: int | None = None) -> GaussianNewsvendor:

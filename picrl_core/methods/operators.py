@@ -32,6 +32,7 @@ METHODS: list[Method] = [
         "(2023); Gibbs & Candes, Adaptive Conformal Inference Under Distribution Shift (NeurIPS 2021)",
         "phase-3",
         fit_conformal,
+        deployable=True,
     ),
     Method(
         "conformal-fi",
@@ -93,14 +94,16 @@ METHODS: list[Method] = [
         "Research 2011)",
         "operator",
         fit_kaplan_meier,
+        deployable=True,
     ),
-    Method("sgd", "Censored SGD newsvendor", HUH_2009, "operator", fit_censored_sgd),
+    Method("sgd", "Censored SGD newsvendor", HUH_2009, "operator", fit_censored_sgd, deployable=True),
     Method(
         "sgd-residual",
         "Censored SGD on the LSTM's mu",
         f"{HUH_2009}, as a residual tracker on the Phase-1 predictor",
         "operator",
         fit_censored_sgd_residual,
+        deployable=True,
     ),
     Method(
         "naive",

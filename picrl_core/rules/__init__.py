@@ -3,4 +3,14 @@ controller (:mod:`~picrl_core.rules.pic_rl`, its predictor variants too) and the
 :mod:`picrl_core.deployable` lists them by method name."""
 
 # the deployable methods by name, in the registry's order (torch-free, for a command's --help)
-DEPLOYABLE_METHODS = ("pic-rl", "tft", "informer", "autoformer", "recent-max")
+DEPLOYABLE_METHODS = (
+    "pic-rl",
+    "tft",
+    "informer",
+    "autoformer",
+    "recent-max",
+    "conformal",
+    "sgd",
+    "sgd-residual",
+    "kaplan-meier",
+)

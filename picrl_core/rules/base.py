@@ -124,7 +124,8 @@ class RecordCodec:
 
 class RecordRule(DeployableRule):
     """A rule whose state is one record per service: :data:`HEADER` and the rule's own fields (:meth:`fields`). It
-    keeps the header's ``keys``, ``tick``, ``censor_streak`` and ``action = clip(order, 0, 1)``; a rule says how it
+    keeps the header's ``keys``, ``tick`` (the tick the order is for), ``censor_streak`` (the feedback's, before
+    :meth:`advance`) and ``action = clip(order, 0, 1)``; a rule says how it
     starts (:meth:`start`), learns and orders (:meth:`advance`) and carries its fields to a new range
     (:meth:`moved`), each setting ``order`` and the breakdown in place on the record."""
 
@@ -140,12 +141,16 @@ class RecordRule(DeployableRule):
         """The rule's own record fields (numpy structured dtype entries)."""
 
     @abstractmethod
-    def start(self, state: np.recarray, history: np.ndarray, low: np.ndarray, high: np.ndarray) -> None:
-        """Fill the rule's fields from the history ``(B, H)`` in ``[low, high]``; set ``order`` and the breakdown."""
+    def start(
+        self, state: np.recarray, history: np.ndarray, low: np.ndarray, high: np.ndarray, context: np.ndarray | None
+    ) -> None:
+        """Fill the rule's fields from the history ``(B, H)`` in ``[low, high]`` (and its context ``(B, H, C)``); set
+        ``order`` and the breakdown."""
 
     @abstractmethod
-    def advance(self, state: np.recarray, y: np.ndarray, censored: np.ndarray) -> None:
-        """Learn from ``(y, c)`` for ``state.action``; set the next ``order`` and the breakdown."""
+    def advance(self, state: np.recarray, y: np.ndarray, censored: np.ndarray, context: np.ndarray | None) -> None:
+        """Learn from ``(y, c)`` for ``state.action`` (and this tick's context ``(B, C)``); set the next ``order`` and
+        the breakdown."""
 
     @abstractmethod
     def moved(
@@ -169,7 +174,7 @@ class RecordRule(DeployableRule):
         state = np.zeros(n, dtype=self.codec.dtype).view(np.recarray)
         state.keys = np.asarray(keys, dtype=np.uint64)
         state.tick = np.broadcast_to(np.asarray(start_tick, dtype=np.int64), (n,))
-        self.start(state, history, *_per_service(n, low, high))
+        self.start(state, history, *_per_service(n, low, high), history_context)
         state.action = np.clip(state.order, 0.0, 1.0)
         return state
 
@@ -186,9 +191,9 @@ class RecordRule(DeployableRule):
         new = state.copy()
         censored = np.asarray(censored, dtype=bool)
         new.censor_streak = np.where(censored, state.censor_streak + 1, 0)
-        self.advance(new, np.asarray(y, dtype=np.float64), censored)
+        new.tick = state.tick + 1  # the tick the next order is for
+        self.advance(new, np.asarray(y, dtype=np.float64), censored, context)
         new.action = np.clip(new.order, 0.0, 1.0)
-        new.tick = state.tick + 1
         return new, None
 
     def unclipped(self, state: np.recarray) -> np.ndarray:

@@ -37,7 +37,9 @@ class RecentMaxRule(RecordRule):
     def fields(self) -> list[tuple[Any, ...]]:
         return [("low", "<f8"), ("high", "<f8"), ("seen", "<f8", (self.window,))]
 
-    def start(self, state: np.recarray, history: np.ndarray, low: np.ndarray, high: np.ndarray) -> None:
+    def start(
+        self, state: np.recarray, history: np.ndarray, low: np.ndarray, high: np.ndarray, context: np.ndarray | None
+    ) -> None:
         state.low, state.high = low, high
         recent = from_unit(history[:, -self.window :], low[:, None], high[:, None])
         seen = np.full((len(state), self.window), -np.inf)
@@ -45,7 +47,7 @@ class RecentMaxRule(RecordRule):
         state.seen = seen
         self._order(state)
 
-    def advance(self, state: np.recarray, y: np.ndarray, censored: np.ndarray) -> None:
+    def advance(self, state: np.recarray, y: np.ndarray, censored: np.ndarray, context: np.ndarray | None) -> None:
         native = from_unit(y, state.low, state.high)
         state.seen = np.concatenate([state.seen[:, 1:], native[:, None]], axis=1)
         self._order(state)

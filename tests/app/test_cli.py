@@ -108,7 +108,7 @@ def test_train_another_method_and_a_worker_refuses_its_model_for_pic_rl(
     source = ["--trace", str(trace_csv), "--column", "gpu_mem_gib", "--time-column", "t", "--config", tiny_config]
     assert main(["train", *source, "--method", "recent-max", "--out", str(tmp_path / "model")]) == 0
     manifest = json.loads((tmp_path / "model" / "artifact.json").read_text())
-    assert manifest["method"] == "recent-max" and manifest["networks"] is None
+    assert manifest["method"] == "recent-max" and manifest["networks"] == {}
     assert manifest["parameters"]["window"] == 60 and manifest["parameters"]["headroom"] in HEADROOMS
     capsys.readouterr()
     worker = ["worker", "--model", str(tmp_path / "model"), "--bootstrap", "127.0.0.1:1", "--log-format", "text"]

@@ -19,15 +19,9 @@ from picrl_core.costs import asymmetric_cost, episode_metrics
 from picrl_core.methods.autopilot import AutopilotProvisioner
 from picrl_core.methods.base import Method, Provisioner, run_pic_loop
 from picrl_core.methods.censored_sgd import CensoredSGDProvisioner
-from picrl_core.methods.conformal import conformal_quantile, fit_conformal
+from picrl_core.methods.conformal import fit_conformal
 from picrl_core.methods.naive import fit_naive
-from picrl_core.methods.newsvendor import (
-    KM_TAIL_STEP,
-    GaussianNewsvendor,
-    KaplanMeierNewsvendor,
-    fit_tobit,
-    kaplan_meier_quantile,
-)
+from picrl_core.methods.newsvendor import GaussianNewsvendor, KaplanMeierNewsvendor, fit_tobit
 from picrl_core.methods.operators import METHODS
 from picrl_core.methods.oracle import HindsightProvisioner, fit_oracle_mu, hindsight_buffer
 from picrl_core.methods.selection import CANDIDATES, select_on_validation
@@ -37,6 +31,8 @@ from picrl_core.methods.vpa import VPA_OOM_BUMP_RATIO, VPAProvisioner
 from picrl_core.pipeline import config_for, evaluation_inputs, train_phase1
 from picrl_core.policy import PolicyNetwork
 from picrl_core.predictor.model import GaussianLSTM
+from picrl_core.rules.conformal import conformal_quantile
+from picrl_core.rules.kaplan_meier import KM_TAIL_STEP, kaplan_meier_quantile
 from picrl_core.series import PreparedSeries, prepare_series
 from picrl_core.synthetic import stationary_gaussian
 from picrl_core.training_memo import shared_training
@@ -243,7 +239,7 @@ def test_predictor_based_methods_reuse_a_given_phase1_predictor(
 ) -> None:
     for fit in (fit_conformal, fit_thompson):
         provisioner = fit(series, tiny_config, predictor=tiny_predictor)
-        assert provisioner.model is tiny_predictor
+        assert getattr(provisioner, "rule", provisioner).model is tiny_predictor  # conformal's is its deployed rule
         run = run_pic_loop(provisioner, **evaluation_inputs(series, tiny_config.predictor.window))
         assert np.all((run.actions >= 0.0) & (run.actions <= 1.0))
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
+from functools import cache
 from pathlib import Path
 
 import numpy as np
@@ -51,13 +53,29 @@ def tiny_artifact(native_trace: Trace) -> ModelArtifact:
 
 @pytest.fixture(scope="session")
 def rule_artifacts(native_trace: Trace) -> dict[str, ModelArtifact]:
-    """Every deployable method but PIC-RL's own controller, fitted on the trace (tiny budgets), by name."""
+    """Every deployable method but PIC-RL's own controller and its predictor variants, fitted on the trace (tiny
+    budgets), by name."""
     series = prepare_series(native_trace.values, native_trace.name)
     return {
         name: train_model(name, series, tiny_stream_config(), native_trace.step_seconds)
         for name in DEPLOYABLE
         if name not in PIC_RL_FAMILY
     }
+
+
+@pytest.fixture(scope="session")
+def variant_artifact(native_trace: Trace) -> Callable[[str], ModelArtifact]:
+    """A PIC-RL predictor variant (``tft``, ``informer``, ``autoformer``) trained on the trace, each once, at the
+    smallest budget (one epoch and iteration, no Phase-3 selection on validation)."""
+    series = prepare_series(native_trace.values, native_trace.name)
+    base = tiny_stream_config()
+    config = replace(
+        base,
+        predictor=replace(base.predictor, epochs=1),
+        pretrain=replace(base.pretrain, iterations=1),
+        calibrator=replace(base.calibrator, select_scale_rate=False, start_from_validation=False),
+    )
+    return cache(lambda name: train_model(name, series, config, native_trace.step_seconds))
 
 
 @pytest.fixture(scope="session")

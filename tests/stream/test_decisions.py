@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
 import numpy as np
@@ -101,6 +102,18 @@ def test_every_deployed_rule_decides_as_the_comparison_simulates_it(
         assert np.array_equal(loop.normalised("capacity"), reference.capacity), name
         assert (reference.high[-1] > reference.high[0]).all(), name
         assert not loop.transitions, name  # no policy learnt, no replay
+
+
+@pytest.mark.parametrize("method", ["tft", "informer", "autoformer"])
+def test_a_predictor_variant_decides_as_the_simulator(
+    method: str, variant_artifact: Callable[[str], ModelArtifact], workload: Workload
+) -> None:
+    artifact = variant_artifact(method)
+    assert artifact.method == method and artifact.config.predictor.kind == "windowed"
+    loop = Loop(DecisionEngine(artifact, EngineSettings(headroom=0.5, method=method)), workload).run()
+    reference = reference_run(artifact, workload.demand, workload.services, headroom=0.5).trajectory
+    assert np.array_equal(loop.normalised("capacity_norm"), reference.action)
+    assert np.array_equal(loop.normalised("mu"), reference.mu)
 
 
 def test_an_artifact_for_another_method_is_refused(

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -134,6 +135,32 @@ def test_a_worker_grows_the_range_of_a_service_that_outgrew_it(
     ]
     assert grown and all(entry["reason"] == "outgrown" and entry["service"] in workload.services for entry in grown)
     assert f'picrl_range_changes_total{{reason="outgrown"}} {float(len(grown))}' in scraped
+
+
+@pytest.mark.parametrize("method", ["tft", "informer", "autoformer"])
+def test_a_worker_deploys_a_predictor_variant_as_the_simulator_runs_it(
+    method: str,
+    kafka_bootstrap: str,
+    variant_artifact: Callable[[str], ModelArtifact],
+    native_trace: Trace,
+    tmp_path: Path,
+) -> None:
+    """``picrl worker --method tft`` (Informer, Autoformer) over the broker, its model loaded from its folder: the
+    actions equal the simulator's controller on the same networks bit for bit."""
+    prefix = unique(f"e2e-{method}")
+    asyncio.run(ensure_topics(kafka_bootstrap, topic_specs(prefix, PARTITIONS)))
+    artifact = variant_artifact(method)
+    model = save_artifact(artifact, tmp_path / "model")
+    workload = copies_of(native_trace, 2, WINDOW + 30, start=900, seed=7)
+    log = tmp_path / "worker.log"
+    with picrl_process([*_worker_args(model, kafka_bootstrap, prefix), "--method", method], log):
+        try:
+            record = _play(kafka_bootstrap, prefix, workload)
+        except Exception as exc:
+            raise AssertionError(f"closed loop failed: {exc}\nworker log:\n{tail(log)}") from exc
+    reference = reference_run(artifact, workload.demand, workload.services, headroom=0.5).trajectory
+    assert np.array_equal(record.breakdown["capacity_norm"][WINDOW:], reference.action)  # bit for bit
+    assert np.array_equal(record.censored[WINDOW:], reference.censored)
 
 
 @pytest.mark.parametrize("method", [name for name in DEPLOYABLE if name not in PIC_RL_FAMILY])
