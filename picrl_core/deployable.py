@@ -25,6 +25,7 @@ from picrl_core.methods.conformal import fit_conformal
 from picrl_core.methods.headroom import fit_recent_max
 from picrl_core.methods.newsvendor import fit_kaplan_meier
 from picrl_core.methods.predictors import GaussianAutoformer, GaussianInformer, GaussianTFT
+from picrl_core.methods.thompson import fit_thompson
 from picrl_core.pipeline import config_for, train_offline, with_windowed_predictor
 from picrl_core.predictor.model import GaussianLSTM
 from picrl_core.rules import DEPLOYABLE_METHODS
@@ -34,6 +35,7 @@ from picrl_core.rules.conformal import ConformalRule
 from picrl_core.rules.kaplan_meier import KaplanMeierRule
 from picrl_core.rules.pic_rl import PicRLRule
 from picrl_core.rules.recent_max import RecentMaxRule
+from picrl_core.rules.thompson import ThompsonRule
 from picrl_core.series import PreparedSeries
 
 RuleState = ControllerState | np.recarray  # a batch's states: PIC-RL's controller state, or a record rule's records
@@ -111,6 +113,12 @@ def _train_kaplan_meier(series: PreparedSeries, config: PicRLConfig, step_second
     return _rule_artifact(cast(KaplanMeierRule, fit_kaplan_meier(series, config).rule), series, config)
 
 
+def _train_thompson(series: PreparedSeries, config: PicRLConfig, step_seconds: float) -> ModelArtifact:
+    """The comparison's Thompson fit: the Phase-1 predictor and the offline posterior every service starts from."""
+    rule = cast(ThompsonRule, fit_thompson(series, config).rule)
+    return _rule_artifact(rule, series, with_windowed_predictor(config), rule.model)
+
+
 _ENTRIES: dict[str, Deployable] = {
     "pic-rl": Deployable(_pic_rl(None, "pic-rl"), PicRLRule),
     "tft": Deployable(_pic_rl(GaussianTFT, "tft"), PicRLRule, GaussianTFT),
@@ -121,6 +129,7 @@ _ENTRIES: dict[str, Deployable] = {
     "sgd": Deployable(_train_sgd(residual=False), CensoredSGDRule.from_artifact),
     "sgd-residual": Deployable(_train_sgd(residual=True), CensoredSGDRule.from_artifact),
     "kaplan-meier": Deployable(_train_kaplan_meier, KaplanMeierRule.from_artifact),
+    "thompson": Deployable(_train_thompson, ThompsonRule.from_artifact),
 }
 
 

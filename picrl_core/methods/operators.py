@@ -57,6 +57,7 @@ METHODS: list[Method] = [
         "Agrawal & Goyal, Further Optimal Regret Bounds for Thompson Sampling (AISTATS 2013)",
         "phase-2+3",
         fit_thompson,
+        deployable=True,
     ),
     Method(
         "spo", "SPO+", 'Elmachtoub & Grigas, Smart "Predict, then Optimize" (Management Science 2022)', "full", fit_spo

@@ -1,10 +1,10 @@
 """Phase-2+3 substitution (Table 2): Thompson sampling in place of the policy network.
 
 PIC-RL's decision module (policy network pretrained in Phase 2, refined online in Phase 3) is
-replaced by a Bayesian bandit over a grid of the policy's decision parameters: :data:`ETA_LEVELS`
-values of ``eta`` in ``[eta_low, eta_high]`` times :data:`K_LEVELS` values of ``k`` in
-``risk_centre + [k_low, k_high]`` (:class:`~picrl_core.config.PolicyConfig`). Everything else is PIC-RL's: the
-Phase-1 predictor, the action rule ``a = clip(mu + k sigma + m + b, 0, 1)``, the reactive calibrator
+replaced by a Bayesian bandit over a grid of the policy's decision parameters
+(:mod:`picrl_core.rules.thompson`): ``ETA_LEVELS`` values of ``eta`` in ``[eta_low, eta_high]`` times ``K_LEVELS``
+values of ``k`` in ``risk_centre + [k_low, k_high]`` (:class:`~picrl_core.config.PolicyConfig`). Everything else is
+PIC-RL's: the Phase-1 predictor, the action rule ``a = clip(mu + k sigma + m + b, 0, 1)``, the reactive calibrator
 Eq. (12) driven by the chosen ``eta`` (:func:`~picrl_core.calibrator.reactive_step`), and the per-step
 reward :func:`~picrl_core.reward.step_reward` (true cost when uncensored, the pessimistic surrogate
 Eq. (9) when censored), so only the exploration/exploitation mechanism differs (paper: "adapted only
@@ -14,14 +14,15 @@ The bandit is Gaussian Thompson sampling (Agrawal & Goyal, "Further Optimal Regr
 Thompson Sampling", AISTATS 2013, Algorithm 2): arm ``j`` with ``n_j`` pulls and reward sum ``S_j``
 is scored by a draw from ``N(S_j / (n_j + 1), v / (n_j + 1))`` and the arm with the highest draw is
 played. Algorithm 2 assumes rewards in ``[0, 1]`` (``v = 1``); our rewards are costs of a few
-hundredths, so ``v`` is the learner's running reward variance (:data:`PRIOR_REWARD_VARIANCE` until
-two rewards are seen, never below :data:`REWARD_VARIANCE_FLOOR`).
+hundredths, so ``v`` is the learner's running reward variance (``PRIOR_REWARD_VARIANCE`` until two rewards are
+seen, never below ``REWARD_VARIANCE_FLOOR``).
 
 Phase 2 (offline): one shared bandit learns from PIC rollouts of the training split, cut into
 ``config.pretrain.chunks`` consecutive chunks played side by side (every chunk samples its own arm
 from the shared posterior and every reward updates it). Phase 3 (online): every service starts from a
-copy of that posterior and keeps updating its own copy. Draws come from ``numpy`` generators seeded
-by ``config.seed`` (the same run twice gives the same actions).
+copy of that posterior and keeps updating its own copy, as the deployable rule of :mod:`picrl_core.rules.thompson`
+a worker runs. Offline draws come from a ``numpy`` generator seeded by ``config.seed``; online ones are keyed on
+``(config.seed, service, tick)`` (the same run twice, or the stream, gives the same actions).
 """
 
 from __future__ import annotations
@@ -35,16 +36,12 @@ from picrl_core.calibrator import feedback, reactive_step
 from picrl_core.config import PicRLConfig
 from picrl_core.methods.base import Provisioner, run_pic_loop
 from picrl_core.methods.conformal import PredictorFeed
+from picrl_core.methods.deployed import RuleProvisioner
 from picrl_core.pipeline import phase1_predictor
-from picrl_core.policy import risk_centre
 from picrl_core.predictor.model import GaussianLSTM
 from picrl_core.reward import step_reward
+from picrl_core.rules.thompson import ARMS, POSTERIOR, ThompsonRule, arm_grid, reward_scale
 from picrl_core.series import PreparedSeries
-
-ETA_LEVELS = 3  # eta values on the grid (eta_low, middle, eta_high)
-K_LEVELS = 5  # k values on the grid
-PRIOR_REWARD_VARIANCE = 1e-2  # reward scale before two rewards are seen (a gap of ~0.1 of the range)
-REWARD_VARIANCE_FLOOR = 1e-6
 
 
 @dataclass
@@ -67,20 +64,9 @@ class GaussianThompson:
             np.zeros(learners),
         )
 
-    def repeated(self, learners: int) -> GaussianThompson:
-        """``learners`` independent copies of learner 0."""
-        return GaussianThompson(
-            *(
-                np.repeat(getattr(self, name)[:1], learners, axis=0)
-                for name in ("pulls", "sums", "seen", "total", "total_sq")
-            )
-        )
-
     def scale(self) -> np.ndarray:
         """Each learner's reward variance ``v`` (L,)."""
-        count = np.maximum(self.seen, 1.0)
-        variance = self.total_sq / count - (self.total / count) ** 2
-        return np.where(self.seen >= 2, np.maximum(variance, REWARD_VARIANCE_FLOOR), PRIOR_REWARD_VARIANCE)
+        return reward_scale(self.seen, self.total, self.total_sq)
 
     def sample(self, rows: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         """One arm per entry of ``rows`` (the learner each draw uses), by the highest posterior draw."""
@@ -97,29 +83,17 @@ class GaussianThompson:
         np.add.at(self.total_sq, rows, rewards**2)
 
 
-def arm_grid(config: PicRLConfig) -> tuple[np.ndarray, np.ndarray]:
-    """``(eta, k)`` of every arm, each ``(ETA_LEVELS * K_LEVELS,)``."""
-    policy = config.policy
-    eta, k = np.meshgrid(
-        np.linspace(policy.eta_low, policy.eta_high, ETA_LEVELS),
-        risk_centre(config) + np.linspace(policy.k_low, policy.k_high, K_LEVELS),
-        indexing="ij",
-    )
-    return eta.ravel(), k.ravel()
-
-
 class ThompsonProvisioner(Provisioner):
     """PIC-RL's predict/act/calibrate loop with the ``(eta, k)`` of every tick chosen by Thompson
-    sampling. ``shared``: all services learn into ``bandit`` itself (offline phase); otherwise each
-    service gets its own copy of ``bandit``'s learner 0 at :meth:`start`."""
+    sampling, every service learning into ``bandit`` itself: the offline phase (:func:`pretrain_bandit`). Online,
+    each service has its own copy of learner 0: :class:`~picrl_core.rules.thompson.ThompsonRule`."""
 
     def __init__(
-        self, model: GaussianLSTM, config: PicRLConfig, bandit: GaussianThompson, *, shared: bool, seed: tuple[int, int]
+        self, model: GaussianLSTM, config: PicRLConfig, bandit: GaussianThompson, seed: tuple[int, int]
     ) -> None:
         self.model = model
         self.config = config
         self.prior = bandit
-        self.shared = shared
         self.seed = seed
         self.eta_arms, self.k_arms = arm_grid(config)
 
@@ -127,8 +101,8 @@ class ThompsonProvisioner(Provisioner):
         self.feed = PredictorFeed(self.model, history, history_context, self.config.online.inference_chunk)
         n = self.feed.observations.shape[0]
         self.rng = np.random.default_rng(self.seed)
-        self.bandit = self.prior if self.shared else self.prior.repeated(n)
-        self.rows = np.zeros(n, dtype=np.int64) if self.shared else np.arange(n)
+        self.bandit = self.prior
+        self.rows = np.zeros(n, dtype=np.int64)
         self.margin, self.bias = np.zeros(n), np.zeros(n)
         self.streak = np.zeros(n)
         return self._decide()
@@ -167,9 +141,9 @@ def pretrain_bandit(model: GaussianLSTM, series: PreparedSeries, config: PicRLCo
     ticks = starts[None, :] + np.arange(length)[:, None]  # (length, chunks)
     before = starts[:, None] - width + np.arange(width)[None, :]  # (chunks, W)
     ctx = series.train_ctx
-    bandit = GaussianThompson.empty(1, ETA_LEVELS * K_LEVELS)
+    bandit = GaussianThompson.empty(1, ARMS)
     rollout = replace(config, online=replace(config.online, inference_chunk=INVARIANT_CHUNK))  # large batches
-    provisioner = ThompsonProvisioner(model, rollout, bandit, shared=True, seed=(config.seed, 0))
+    provisioner = ThompsonProvisioner(model, rollout, bandit, seed=(config.seed, 0))
     run_pic_loop(
         provisioner,
         series.train[ticks],
@@ -182,9 +156,12 @@ def pretrain_bandit(model: GaussianLSTM, series: PreparedSeries, config: PicRLCo
 
 def fit_thompson(
     series: PreparedSeries, config: PicRLConfig, *, predictor: GaussianLSTM | None = None
-) -> ThompsonProvisioner:
-    """Phase 1 (or ``predictor``, trained on this series), then the offline bandit; the returned
-    provisioner gives every service a copy of the offline posterior."""
+) -> RuleProvisioner:
+    """Phase 1 (or ``predictor``, trained on this series), then the offline bandit; the returned provisioner is the
+    deployable :class:`~picrl_core.rules.thompson.ThompsonRule` (``picrl worker --method thompson``), every service
+    starting from a copy of the offline posterior."""
     model = phase1_predictor(series, config) if predictor is None else predictor.eval()
     bandit = pretrain_bandit(model, series, config)
-    return ThompsonProvisioner(model, config, bandit, shared=False, seed=(config.seed, 1))
+    prior = {name: getattr(bandit, name)[0] for name in POSTERIOR}
+    rule = ThompsonRule(model, config, prior, config.seed)
+    return RuleProvisioner(rule, series.scaler.low, series.scaler.high)

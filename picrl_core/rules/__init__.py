@@ -13,4 +13,5 @@ DEPLOYABLE_METHODS = (
     "sgd",
     "sgd-residual",
     "kaplan-meier",
+    "thompson",
 )

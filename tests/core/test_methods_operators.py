@@ -239,7 +239,7 @@ def test_predictor_based_methods_reuse_a_given_phase1_predictor(
 ) -> None:
     for fit in (fit_conformal, fit_thompson):
         provisioner = fit(series, tiny_config, predictor=tiny_predictor)
-        assert getattr(provisioner, "rule", provisioner).model is tiny_predictor  # conformal's is its deployed rule
+        assert getattr(provisioner, "rule", provisioner).model is tiny_predictor  # a deployed rule holds it
         run = run_pic_loop(provisioner, **evaluation_inputs(series, tiny_config.predictor.window))
         assert np.all((run.actions >= 0.0) & (run.actions <= 1.0))
 
