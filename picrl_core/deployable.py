@@ -26,6 +26,7 @@ from picrl_core.methods.headroom import fit_recent_max
 from picrl_core.methods.newsvendor import fit_kaplan_meier
 from picrl_core.methods.predictors import GaussianAutoformer, GaussianInformer, GaussianTFT
 from picrl_core.methods.thompson import fit_thompson
+from picrl_core.methods.vpa import fit_vpa
 from picrl_core.pipeline import config_for, train_offline, with_windowed_predictor
 from picrl_core.predictor.model import GaussianLSTM
 from picrl_core.rules import DEPLOYABLE_METHODS
@@ -36,6 +37,7 @@ from picrl_core.rules.kaplan_meier import KaplanMeierRule
 from picrl_core.rules.pic_rl import PicRLRule
 from picrl_core.rules.recent_max import RecentMaxRule
 from picrl_core.rules.thompson import ThompsonRule
+from picrl_core.rules.vpa import VPARule
 from picrl_core.series import PreparedSeries
 
 RuleState = ControllerState | np.recarray  # a batch's states: PIC-RL's controller state, or a record rule's records
@@ -119,6 +121,11 @@ def _train_thompson(series: PreparedSeries, config: PicRLConfig, step_seconds: f
     return _rule_artifact(rule, series, with_windowed_predictor(config), rule.model)
 
 
+def _train_vpa(series: PreparedSeries, config: PicRLConfig, step_seconds: float) -> ModelArtifact:
+    """Nothing to train: the 24 h half-life in ticks of the trace's step."""
+    return _rule_artifact(fit_vpa(series, config, step_seconds=step_seconds).rule, series, config)
+
+
 _ENTRIES: dict[str, Deployable] = {
     "pic-rl": Deployable(_pic_rl(None, "pic-rl"), PicRLRule),
     "tft": Deployable(_pic_rl(GaussianTFT, "tft"), PicRLRule, GaussianTFT),
@@ -130,6 +137,7 @@ _ENTRIES: dict[str, Deployable] = {
     "sgd-residual": Deployable(_train_sgd(residual=True), CensoredSGDRule.from_artifact),
     "kaplan-meier": Deployable(_train_kaplan_meier, KaplanMeierRule.from_artifact),
     "thompson": Deployable(_train_thompson, ThompsonRule.from_artifact),
+    "vpa": Deployable(_train_vpa, VPARule.from_artifact),
 }
 
 

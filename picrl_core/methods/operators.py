@@ -78,6 +78,7 @@ METHODS: list[Method] = [
         "operator",
         fit_vpa,
         timed=True,
+        deployable=True,
     ),
     Method(
         "tobit",

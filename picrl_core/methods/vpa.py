@@ -17,8 +17,9 @@ Follows the VPA recommender of kubernetes/autoscaler (``vertical-pod-autoscaler/
 Mapping to PIC: a sample per tick, the observation ``y``; a censored tick (``d > a``, demand hit the
 limit) is the OOM: its sample is the bumped ``max(1.2 y, y + VPA_OOM_MIN_BUMP)`` and the next action
 is at least that bumped value. Demand lives in ``[0, 1]``, so the absolute constants become shares of
-the range: first bucket :data:`VPA_FIRST_BUCKET` (VPA: 0.001 cores of a 1000-core range) and minimum
-bump :data:`VPA_OOM_MIN_BUMP`. The 24 h half-life is converted to ticks with ``step_seconds``
+the range: first bucket ``VPA_FIRST_BUCKET`` (VPA: 0.001 cores of a 1000-core range) and minimum
+bump ``VPA_OOM_MIN_BUMP`` (:mod:`picrl_core.rules.vpa`, the deployable rule a worker runs). The 24 h half-life
+is converted to ticks with ``step_seconds``
 (traces: GenAI 57 s, DLRM 60 s). Context is not used; nothing is trained (``series`` is not read).
 
 :class:`DecayingHistogram` is shared with :mod:`picrl_core.methods.autopilot`.
@@ -26,23 +27,15 @@ bump :data:`VPA_OOM_MIN_BUMP`. The 24 h half-life is converted to ticks with ``s
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from picrl_core.config import PicRLConfig
-from picrl_core.methods.base import Provisioner
+from picrl_core.methods.deployed import RuleProvisioner
+from picrl_core.rules.vpa import VPARule, percentile
 from picrl_core.series import PreparedSeries
 
 DEFAULT_STEP_SECONDS = 60.0  # seconds per tick (DLRM: 60 s; pass 57 s for the GenAI traces)
 VPA_HALF_LIFE_S = 24 * 3600.0  # DefaultCPU/MemoryHistogramDecayHalfLife
-VPA_TARGET_PERCENTILE = 0.9  # target-cpu/memory-percentile
-VPA_SAFETY_MARGIN = 0.15  # recommendation-margin-fraction
-VPA_OOM_BUMP_RATIO = 1.2  # DefaultOOMBumpUpRatio
-VPA_OOM_MIN_BUMP = 0.01  # DefaultOOMMinBumpUp (100 MiB) as a share of the unit range
-VPA_FIRST_BUCKET = 0.001  # first bucket width (CPU histogram: 0.001 cores)
-VPA_BUCKET_GROWTH = 0.05  # DefaultHistogramBucketSizeGrowth
-VPA_MAX_VALUE = 1.0  # top of the range; the last bucket is open-ended
 
 
 def ticks(seconds: float, step_seconds: float) -> int:
@@ -50,14 +43,6 @@ def ticks(seconds: float, step_seconds: float) -> int:
     if step_seconds <= 0:
         raise ValueError(f"step_seconds must be positive, got {step_seconds}")
     return max(1, round(seconds / step_seconds))
-
-
-def exponential_edges(first: float, growth: float, top: float) -> np.ndarray:
-    """Bucket edges ``first * ((1 + growth)^k - 1) / growth`` for ``k = 0..B``, as VPA's
-    ``NewExponentialHistogramOptions(top, first, 1 + growth)``: ``B - 1`` buckets up to ``top``, then the
-    open last one (given the next edge, so its end is finite)."""
-    count = math.ceil(math.log(top * growth / first + 1.0) / math.log1p(growth)) + 1
-    return first * ((1.0 + growth) ** np.arange(count + 1) - 1.0) / growth
 
 
 class DecayingHistogram:
@@ -96,11 +81,7 @@ class DecayingHistogram:
         the total (the start of the open last bucket). ``load_adjusted`` weighs each bucket by its value
         (its end) too, Autopilot's percentile of usage rather than of time."""
         weights = self.weights * self.edges[1:] if load_adjusted else self.weights
-        cumulative = np.cumsum(weights, axis=1)
-        reached = cumulative >= level * cumulative[:, -1:]
-        bucket = np.argmax(reached, axis=1)
-        last = self.weights.shape[1] - 1
-        return np.where(bucket < last, self.edges[np.minimum(bucket + 1, last)], self.edges[last])
+        return percentile(weights, self.edges, level)
 
     def average(self) -> np.ndarray:
         """Weighted mean of the bucket ends."""
@@ -113,38 +94,12 @@ class DecayingHistogram:
         return self.edges[highest + 1]
 
 
-def oom_bump(y: np.ndarray) -> np.ndarray:
-    """VPA's post-OOM need ``max(used * OOMBumpUpRatio, used + OOMMinBumpUp)``."""
-    return np.maximum(y * VPA_OOM_BUMP_RATIO, y + VPA_OOM_MIN_BUMP)
-
-
-class VPAProvisioner(Provisioner):
-    """``a = (1 + margin) * p90`` of the decaying histogram of observations, and at least the OOM bump
-    right after a shortage."""
+class VPAProvisioner(RuleProvisioner):
+    """The deployable :class:`~picrl_core.rules.vpa.VPARule`: the very rule a worker runs (``picrl worker --method
+    vpa``)."""
 
     def __init__(self, half_life: float) -> None:
-        self.half_life = half_life
-        self.edges = exponential_edges(VPA_FIRST_BUCKET, VPA_BUCKET_GROWTH, VPA_MAX_VALUE)
-
-    def start(self, history: np.ndarray, history_context: np.ndarray | None) -> np.ndarray:
-        history = np.asarray(history, dtype=np.float64)
-        if history.ndim != 2 or history.shape[1] < 1:
-            raise ValueError(f"history must have shape (services, steps >= 1); got {history.shape}")
-        self.histogram = DecayingHistogram(self.edges, history.shape[0], self.half_life)
-        for column in history.T:
-            self.histogram.add(column)
-        return self._target()
-
-    def act(self, y: np.ndarray, censored: np.ndarray, context: np.ndarray | None) -> np.ndarray:
-        y = np.asarray(y, dtype=np.float64)
-        censored = np.asarray(censored, dtype=bool)
-        sample = np.where(censored, oom_bump(y), y)
-        self.histogram.add(sample)
-        target = self._target()
-        return np.clip(np.where(censored, np.maximum(target, sample), target), 0.0, 1.0)
-
-    def _target(self) -> np.ndarray:
-        return np.clip(self.histogram.percentile(VPA_TARGET_PERCENTILE) * (1.0 + VPA_SAFETY_MARGIN), 0.0, 1.0)
+        super().__init__(VPARule(half_life), 0.0, 1.0)
 
 
 def fit_vpa(

@@ -14,4 +14,5 @@ DEPLOYABLE_METHODS = (
     "sgd-residual",
     "kaplan-meier",
     "thompson",
+    "vpa",
 )

@@ -27,12 +27,13 @@ from picrl_core.methods.oracle import HindsightProvisioner, fit_oracle_mu, hinds
 from picrl_core.methods.selection import CANDIDATES, select_on_validation
 from picrl_core.methods.spo import spo_plus_loss
 from picrl_core.methods.thompson import GaussianThompson, fit_thompson
-from picrl_core.methods.vpa import VPA_OOM_BUMP_RATIO, VPAProvisioner
+from picrl_core.methods.vpa import VPAProvisioner
 from picrl_core.pipeline import config_for, evaluation_inputs, train_phase1
 from picrl_core.policy import PolicyNetwork
 from picrl_core.predictor.model import GaussianLSTM
 from picrl_core.rules.conformal import conformal_quantile
 from picrl_core.rules.kaplan_meier import KM_TAIL_STEP, kaplan_meier_quantile
+from picrl_core.rules.vpa import VPA_OOM_BUMP_RATIO
 from picrl_core.series import PreparedSeries, prepare_series
 from picrl_core.synthetic import stationary_gaussian
 from picrl_core.training_memo import shared_training
