@@ -142,7 +142,9 @@ class PolicyTrainer:
         try:
             version, policy = await self._latest()
             parent = copy.deepcopy(policy)
-            lineage = _Lineage(version, SlowPolicyLearner(policy, self.artifact.networks()[2], self.artifact.config), parent)
+            lineage = _Lineage(
+                version, SlowPolicyLearner(policy, self.artifact.networks()[2], self.artifact.config), parent
+            )
             await consumer.start()
             since_update = 0
             while not self._stop.is_set():
