@@ -34,6 +34,11 @@ class RuleProvisioner(Provisioner, FollowsRange):
         self.keys, self.start_tick = keys, start_tick
         self._state: Any = None
 
+    @property
+    def state(self) -> Any:
+        """The rule's states of the run's services (None before :meth:`start`)."""
+        return self._state
+
     def start(self, history: np.ndarray, history_context: np.ndarray | None) -> np.ndarray:
         n = history.shape[0]
         keys = np.arange(n, dtype=np.uint64) if self.keys is None else self.keys

@@ -419,5 +419,5 @@ def test_full_information_loop_reveals_demand_and_records_shortages(
     run = run_pic_loop(conformal, **inputs, censoring=False)
     np.testing.assert_array_equal(run.observed, inputs["demand"])
     np.testing.assert_array_equal(run.censored, inputs["demand"] > run.actions)
-    assert np.isfinite(conformal.residuals).all()  # no residual was censored to +inf
+    assert np.isfinite(conformal.state.residuals).all()  # no residual was censored to +inf
     assert run.censored.mean() == pytest.approx(1.0 - RATIO, abs=0.08)
