@@ -24,6 +24,7 @@ from picrl_core.methods.censored_sgd import fit_censored_sgd, fit_censored_sgd_r
 from picrl_core.methods.conformal import fit_conformal
 from picrl_core.methods.headroom import fit_recent_max
 from picrl_core.methods.newsvendor import fit_kaplan_meier
+from picrl_core.methods.portfolio import train_portfolio
 from picrl_core.methods.predictors import GaussianAutoformer, GaussianInformer, GaussianTFT
 from picrl_core.methods.thompson import fit_thompson
 from picrl_core.methods.vpa import fit_vpa
@@ -35,12 +36,15 @@ from picrl_core.rules.censored_sgd import CensoredSGDRule
 from picrl_core.rules.conformal import ConformalRule
 from picrl_core.rules.kaplan_meier import KaplanMeierRule
 from picrl_core.rules.pic_rl import PicRLRule
+from picrl_core.rules.portfolio import PortfolioRule, PortfolioState
 from picrl_core.rules.recent_max import RecentMaxRule
 from picrl_core.rules.thompson import ThompsonRule
 from picrl_core.rules.vpa import VPARule
 from picrl_core.series import PreparedSeries
 
-RuleState = ControllerState | np.recarray  # a batch's states: PIC-RL's controller state, or a record rule's records
+# a batch's states: PIC-RL's controller state, the portfolio's (the controller's and its choice's), or a record
+# rule's records
+RuleState = ControllerState | PortfolioState | np.recarray
 Train = Callable[[PreparedSeries, PicRLConfig, float], ModelArtifact]  # (series, config, step seconds) -> artifact
 
 
@@ -131,6 +135,9 @@ _ENTRIES: dict[str, Deployable] = {
     "tft": Deployable(_pic_rl(GaussianTFT, "tft"), PicRLRule, GaussianTFT),
     "informer": Deployable(_pic_rl(GaussianInformer, "informer"), PicRLRule, GaussianInformer),
     "autoformer": Deployable(_pic_rl(GaussianAutoformer, "autoformer"), PicRLRule, GaussianAutoformer),
+    "portfolio": Deployable(
+        lambda series, config, step_seconds: train_portfolio(series, config), PortfolioRule.from_artifact
+    ),
     "recent-max": Deployable(_train_recent_max, lambda a: RecentMaxRule.from_parameters(a.parameters)),
     "conformal": Deployable(_train_conformal, ConformalRule.from_artifact),
     "sgd": Deployable(_train_sgd(residual=False), CensoredSGDRule.from_artifact),

@@ -438,4 +438,5 @@ class DecisionEngine:
             self.settings.advisory,
             self.config.ablation.use_k_sigma,
             now,
+            self.rule.choice(state),
         )

@@ -74,9 +74,12 @@ def control_actions(
     advisory: bool,
     use_k_sigma: bool,
     now: float,
+    choice: tuple[list[str], np.ndarray] | None = None,
 ) -> list[Action]:
     """The decisions in ``state`` (for its ``tick``) as actions: the native ``capacity`` and its breakdown (any
-    deployed rule's: zeros where it has none)."""
+    deployed rule's: zeros where it has none), with the candidate each one is and its weight where the rule chooses
+    among several (``choice``)."""
+    names, weights = ([None] * len(items), [1.0] * len(items)) if choice is None else (choice[0], choice[1].tolist())
     k_sigma = state.k * state.sigma if use_k_sigma else np.zeros_like(state.k)
     columns = zip(
         state.tick.tolist(),
@@ -92,6 +95,8 @@ def control_actions(
         k_sigma.tolist(),
         clipped.tolist(),
         state.escape.tolist(),
+        names,
+        weights,
     )
     return [
         Action(
@@ -113,8 +118,12 @@ def control_actions(
             k_sigma=ks,
             clipped=clip,
             escape=esc,
+            candidate=name,
+            weight=weight,
         )
-        for item, (tick, cap, norm, mu, sigma, k, eta, margin, bias, streak, ks, clip, esc) in zip(items, columns)
+        for item, (tick, cap, norm, mu, sigma, k, eta, margin, bias, streak, ks, clip, esc, name, weight) in zip(
+            items, columns
+        )
     ]
 
 

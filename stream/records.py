@@ -535,7 +535,9 @@ class Action(_Record):
     seen tick of a service whose demand keeps repeating, the last demand seen, so ``capacity_norm`` can differ from
     that sum inside the range) was cut to the range (``"low"``/``"high"``) or replaced by an operator's override
     (``"override"``).
-    ``censor_streak`` counts the consecutive censored ticks up to the decision (0: the last tick was not short)."""
+    ``censor_streak`` counts the consecutive censored ticks up to the decision (0: the last tick was not short).
+    ``candidate`` names the buffer rule a portfolio deployed (``picrl_core.rules.portfolio``; None for a method that
+    has one rule) and ``weight`` its weight among the candidates (1 for a single rule)."""
 
     service: str
     tick: int
@@ -556,6 +558,8 @@ class Action(_Record):
     k_sigma: float = 0.0
     clipped: str = "none"
     escape: float = 0.0
+    candidate: str | None = None
+    weight: float = 1.0
 
     _TYPE: ClassVar[str] = "action"
     _FIELDS: ClassVar[dict[str, _Field]] = {
@@ -578,6 +582,8 @@ class Action(_Record):
         "k_sigma": _FINITE,
         "clipped": _choice("none", "low", "high", "override"),
         "escape": _NON_NEGATIVE,
+        "candidate": _optional(_SERVICE),
+        "weight": _NON_NEGATIVE,
     }
 
 

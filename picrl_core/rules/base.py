@@ -94,6 +94,11 @@ class DeployableRule(ABC):
     def rescale(self, state: Any, low: np.ndarray, high: np.ndarray, new_low: np.ndarray, new_high: np.ndarray) -> Any:
         """``state`` (in ``[low, high]`` per service) carried to ``[new_low, new_high]``."""
 
+    def choice(self, state: Any) -> tuple[list[str], np.ndarray] | None:
+        """The candidate each service's pending action is and its weight, for a rule that chooses among several
+        (None: the rule is its one candidate)."""
+        return None
+
     def set_policy(self, policy: Any) -> None:
         """Act with ``policy`` from the next decision on (a rule that learns one)."""
         raise ValueError(f"{self.method} acts with no policy network: it takes no policy version")
