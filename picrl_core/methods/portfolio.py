@@ -2,8 +2,9 @@
 the comparison and a deployable model.
 
 Fitting it trains PIC-RL (phases 1 and 2, :func:`~picrl_core.pipeline.train_offline`), then runs the choice on the
-validation split from equal scores, its conformal pool started from the training split's last residuals: the
-fleet's mean scores at the end of that run are the start ``S_0`` of every service it will serve (a fleet shares
+validation split from equal scores for each ``(lambda, kappa)`` of :data:`CHOICES`
+(:mod:`picrl_core.methods.selection`), its conformal pool started from the training split's last residuals. The
+chosen run's fleet mean scores at its end are the start ``S_0`` of every service the model serves (a fleet shares
 what it learnt), and the pool starts from the validation split's last residuals. The test split is never read.
 """
 
@@ -15,15 +16,17 @@ import numpy as np
 
 from picrl_core.artifact import ModelArtifact
 from picrl_core.config import PicRLConfig
-from picrl_core.methods.base import Method, run_pic_loop
+from picrl_core.methods.base import Method
 from picrl_core.methods.conformal import split_residuals
 from picrl_core.methods.deployed import RuleProvisioner
-from picrl_core.pipeline import evaluation_inputs, train_offline
+from picrl_core.methods.selection import select_on_validation
+from picrl_core.pipeline import train_offline
 from picrl_core.rules.portfolio import CANDIDATES, POOL, PortfolioParameters, PortfolioRule
 from picrl_core.series import PreparedSeries
 
-FORGETTING = 0.99  # lambda: scores forget with a horizon of ~100 ticks (drift)
-PRICE = 0.5  # kappa, in cost units of the range: a switch must have saved this much
+# (lambda, kappa) chosen on the validation split: the scores' forgetting per tick (a horizon of ~100 or ~1,000 ticks)
+# and the switching price in cost units of the range (the last one never switches on the traces measured)
+CHOICES = ((0.99, 0.1), (0.999, 0.1), (0.99, 0.5), (0.999, 0.5), (0.999, 2.0))
 ACI_STEP = 0.005  # gamma (Gibbs & Candes 2021's)
 SGD_STEP = 0.01  # epsilon (the middle of picrl_core.methods.censored_sgd.STEPS)
 
@@ -39,30 +42,29 @@ def pooled_residuals(artifact: ModelArtifact, series: PreparedSeries, split: str
     return tuple(float(r) for r in np.quantile(residuals, (np.arange(POOL) + 0.5) / POOL))
 
 
-def fleet_scores(rule: PortfolioRule, series: PreparedSeries, config: PicRLConfig) -> tuple[float, ...]:
-    """The fleet's mean scores after a run on the validation split from equal ones, less their minimum."""
-    inputs = evaluation_inputs(series, config.predictor.window, "val")
-    provisioner = RuleProvisioner(rule, series.scaler.low, series.scaler.high)
-    run_pic_loop(
-        provisioner,
-        inputs["demand"],
-        inputs["history"],
-        context=inputs["context"],
-        history_context=inputs["history_context"],
-    )
-    scores = provisioner.state.own.scores.mean(axis=0)
-    return tuple(float(s) for s in scores - scores.min())
-
-
 def train_portfolio(series: PreparedSeries, config: PicRLConfig) -> ModelArtifact:
-    """PIC-RL's artifact serving the portfolio, with its fitted :class:`PortfolioParameters`."""
+    """PIC-RL's artifact serving the portfolio: ``(lambda, kappa)`` of lowest validation regret among
+    :data:`CHOICES` (each run from equal scores), the fleet's mean scores at the end of that run as the start."""
     artifact = train_offline(series, config)
     predictor, policy, _ = artifact.networks()
+    on_train = pooled_residuals(artifact, series, "train")
+    runs: dict[tuple[float, float], RuleProvisioner] = {}
+
+    def build(choice: tuple[float, float]) -> RuleProvisioner:
+        settings = PortfolioParameters(*choice, ACI_STEP, SGD_STEP, on_train, (0.0,) * len(CANDIDATES))
+        rule = PortfolioRule(predictor, policy, artifact.config, settings)
+        runs[choice] = RuleProvisioner(rule, series.scaler.low, series.scaler.high)
+        return runs[choice]
+
+    chosen = select_on_validation(CHOICES, build, series, config).chosen
+    scores = runs[chosen].state.own.scores.mean(axis=0)
     settings = PortfolioParameters(
-        FORGETTING, PRICE, ACI_STEP, SGD_STEP, pooled_residuals(artifact, series, "train"), (0.0,) * len(CANDIDATES)
+        *chosen,
+        ACI_STEP,
+        SGD_STEP,
+        pooled_residuals(artifact, series, "val"),
+        tuple(float(s) for s in scores - scores.min()),
     )
-    start = fleet_scores(PortfolioRule(predictor, policy, artifact.config, settings), series, config)
-    settings = replace(settings, calibration=pooled_residuals(artifact, series, "val"), start_scores=start)
     return replace(artifact, method=PortfolioRule.method, parameters=settings.to_dict())
 
 
