@@ -13,6 +13,7 @@ from picrl.workloads import copies_of
 from picrl_core.artifact import ModelArtifact
 from picrl_core.deployable import DeployError
 from picrl_core.reward import step_reward
+from picrl_core.rules.portfolio import CANDIDATES
 from producers.workload import Workload
 from stream.decisions import DecisionEngine, EngineSettings, Incoming, ServiceOverride
 from stream.records import Action, UsageEvent
@@ -102,6 +103,11 @@ def test_every_deployed_rule_decides_as_the_comparison_simulates_it(
         assert np.array_equal(loop.normalised("capacity"), reference.capacity), name
         assert (reference.high[-1] > reference.high[0]).all(), name
         assert not loop.transitions, name  # no policy learnt, no replay
+        control = [a for a in loop.actions.values() if a.phase == "control"]
+        if name == "portfolio":  # each action names the candidate it is and its weight
+            assert {a.candidate for a in control} <= set(CANDIDATES) and all(0 < a.weight <= 1 for a in control)
+        else:
+            assert all(a.candidate is None and a.weight == 1.0 for a in control), name
 
 
 @pytest.mark.parametrize("method", ["tft", "informer", "autoformer"])
