@@ -155,6 +155,7 @@ def main() -> int:
         bootstrap = broker.start().bootstrap
         try:
             while time.monotonic() < deadline:
+                broker.start()  # a node killed late in the last round may still be away: its topics need every node
                 index = len(rounds)
                 workload = copies_of(trace, args.services, min(args.ticks, trace.values.size), seed=args.seed + index)
                 prefix = f"soak-{index}-{int(time.time())}"
