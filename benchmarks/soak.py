@@ -7,7 +7,10 @@ closed loop until ``--minutes`` have passed: each round is a fresh set of topics
 partitions (replicated as the worker would: min(3, nodes) replicas), two workers of one app id at their default
 settings and ``--services`` shifted and scaled copies of ``--dataset`` for ``--ticks`` ticks. Every
 ``--kill-every`` seconds (uniform in the range, seeded) one of the two workers or (one time in
-``--broker-share``) a Kafka node is SIGKILLed, whatever the round is doing. A worker restarts at once. On a
+``--broker-share``) a Kafka node is SIGKILLed, whatever the round is doing. A worker's kill is, by
+``--worker-faults``, of its command (started again at once: a new interpreter, as a supervisor restarts a crashed
+container), of its worker process (which the command forks again: ``respawn``, on by default on Linux), or of
+each in turn (``both``, the default). On a
 cluster the node is the one leading the most partitions or the active controller, in turn, and it stays away
 for ``--node-away`` ticks while the loop goes on on the others; a single node restarts at once on its port and
 data. After each round the actions are read back with ``read_committed`` and audited against the
@@ -27,6 +30,7 @@ import asyncio
 import itertools
 import json
 import math
+import os
 import random
 import sys
 import tempfile
@@ -45,7 +49,7 @@ from picrl.workloads import copies_of  # noqa: E402
 from picrl_core.artifact import load_artifact  # noqa: E402
 from producers.closed_loop import ClosedLoopEnvironment, NoActionError  # noqa: E402
 from stream.topics import Replication, TopicNames, ensure_topics, topic_specs  # noqa: E402
-from tests.support.chaos import BROKER, CONTROLLER, LEADER, NODES, Chaos, Fault, audit  # noqa: E402
+from tests.support.chaos import BROKER, CONTROLLER, LEADER, NODES, PROCESS, Chaos, Fault, audit  # noqa: E402
 
 
 def _arguments() -> argparse.Namespace:
@@ -65,6 +69,13 @@ def _arguments() -> argparse.Namespace:
     parser.add_argument("--broker-share", type=int, default=3, help="one kill in N is a Kafka node's (default 3)")
     parser.add_argument(
         "--node-away", type=int, default=40, help="ticks a killed node stays away on a cluster (default 40)"
+    )
+    parser.add_argument(
+        "--worker-faults",
+        choices=("command", "process", "both"),
+        default="both",
+        help="a worker's kill: of its command, restarted at once; of its worker process, forked again by the "
+        "command; or each in turn (default both)",
     )
     parser.add_argument("--services", type=int, default=12)
     parser.add_argument("--ticks", type=int, default=1000, help="ticks per round (default 1000)")
@@ -87,19 +98,32 @@ class KillClock:
     """The plan of :class:`Chaos` by wall time: a kill every ``every`` seconds (uniform), of a worker or, one
     time in ``broker_share``, of a Kafka node (on a cluster the lead node and the active controller in turn)."""
 
-    def __init__(self, every: tuple[float, float], workers: int, broker_share: int, brokers: int, seed: int) -> None:
+    def __init__(
+        self, every: tuple[float, float], workers: int, broker_share: int, brokers: int, seed: int, faults: str
+    ) -> None:
         self.rng = random.Random(seed)
         self.every, self.workers, self.broker_share = every, workers, broker_share
         self.nodes = itertools.cycle([LEADER, CONTROLLER] if brokers > 1 else [BROKER])
+        self.kinds = itertools.cycle({"command": [""], "process": [PROCESS], "both": ["", PROCESS]}[faults])
         self.next = time.monotonic() + self.rng.uniform(*every)
 
     def __call__(self, tick: int) -> int | str | None:
         if time.monotonic() < self.next:
             return None
         self.next = time.monotonic() + self.rng.uniform(*self.every)
-        target = next(self.nodes) if self.rng.randrange(self.broker_share) == 0 else self.rng.randrange(self.workers)
+        if self.rng.randrange(self.broker_share) == 0:
+            target: int | str = next(self.nodes)
+        else:
+            index, kind = self.rng.randrange(self.workers), next(self.kinds)
+            target = f"{kind}{index}" if kind else index
         print(
-            f"{time.strftime('%H:%M:%S')} tick {tick}: SIGKILL {target if target in NODES else f'worker {target}'}",
+            f"{time.strftime('%H:%M:%S')} tick {tick}: SIGKILL "
+            + (
+                str(target)
+                if target in NODES
+                else f"{'worker process' if str(target).startswith(PROCESS) else 'worker'} "
+                f"{str(target).removeprefix(PROCESS)}"
+            ),
             flush=True,
         )
         return target
@@ -120,8 +144,9 @@ def main() -> int:
     artifact = load_artifact(args.model)
     window = artifact.config.predictor.window
     trace = load_dataset(args.dataset)
-    clock = KillClock(tuple(args.kill_every), 2, args.broker_share, args.brokers, args.seed)
+    clock = KillClock(tuple(args.kill_every), 2, args.broker_share, args.brokers, args.seed, args.worker_faults)
     deadline = time.monotonic() + args.minutes * 60
+    load_before = os.getloadavg()
     rounds: list[dict] = []
     faults: list[Fault] = []
     exited: list[str] = []
@@ -130,6 +155,7 @@ def main() -> int:
         bootstrap = broker.start().bootstrap
         try:
             while time.monotonic() < deadline:
+                broker.start()  # a node killed late in the last round may still be away: its topics need every node
                 index = len(rounds)
                 workload = copies_of(trace, args.services, min(args.ticks, trace.values.size), seed=args.seed + index)
                 prefix = f"soak-{index}-{int(time.time())}"
@@ -192,6 +218,7 @@ def main() -> int:
                         "duplicates": len(result.repeated),
                         "mismatches": result.mismatches,
                         "faults": len(chaos.faults),
+                        "load_average": [round(v, 2) for v in os.getloadavg()],
                     }
                 )
                 print(
@@ -212,6 +239,10 @@ def main() -> int:
         "node_kills": sum(f.node for f in faults),
         "worker_recover_p50_s": _median([f.recovered for f in faults if not f.node]),
         "worker_recover_max_s": _max([f.recovered for f in faults if not f.node]),
+        "worker_command_recover_p50_s": _median([f.recovered for f in faults if f.target.startswith("worker")]),
+        "worker_command_recover_max_s": _max([f.recovered for f in faults if f.target.startswith("worker")]),
+        "worker_process_recover_p50_s": _median([f.recovered for f in faults if f.target.startswith(PROCESS)]),
+        "worker_process_recover_max_s": _max([f.recovered for f in faults if f.target.startswith(PROCESS)]),
         "node_recover_p50_s": _median([f.recovered for f in faults if f.node]),
         "node_recover_max_s": _max([f.recovered for f in faults if f.node]),
         "recoveries": len(recovered),
@@ -221,6 +252,7 @@ def main() -> int:
         "duplicates": sum(r["duplicates"] for r in rounds),
         "mismatches": sum(r["mismatches"] for r in rounds),
         "workers_exited_by_themselves": len(exited),
+        "load_average_before": [round(v, 2) for v in load_before],
     }
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "soak.json").write_text(

@@ -28,9 +28,17 @@ One broker, one run:
    and ``lead_in`` holds the lead-in's: its first half second still pays for the warm-up backlog just
    decided (the broker writes the transaction markers of those large transactions late, and the next
    transactions wait for them: ``ConcurrentTransactions``), as any catch-up after a restart or take-over does.
+3. **The peer.** At each offered load, right after the worker, a bare Faust app with the worker's topics,
+   partitions, guarantee (``exactly_once``), batches and commits (benchmarks/faust_peer.py: it reads each usage
+   event and writes an action-sized and a transition-sized record in the source partition's transaction, and
+   decides nothing) on the same workload, measured the same way (``--no-peer`` skips it). Each row says whether
+   the consumer fell behind (``backlog``: more than ``BACKLOG_SECONDS`` of the offered events not committed when
+   the offer ended) and what the broker appended meanwhile, read from its log segments: transactions (commit
+   markers on the actions topic, which every transaction writes) and record batches (one per partition a produce
+   request carries) per event offered; ``worker_to_peer`` gives the worker's numbers as multiples of the peer's.
 
-Prints tables and writes ``stream_throughput.json`` (machine, command line, settings, rows) and
-``stream_throughput.png`` (events/s per consumer; latency percentiles against the offered load).
+Prints tables (the last: the worker against the peer) and writes ``stream_throughput.json`` (machine, command line,
+settings, rows) and ``stream_throughput.png`` (events/s per consumer; latency percentiles against the offered load).
 ``--py-spy DIR`` attaches ``py-spy record`` (raw collapsed stacks) to each throughput worker during
 its measured window, and to each latency worker while its load is offered. ``--workers N`` (default 2) adds
 a row of N workers of one app id deciding the same workload (see :func:`scale_out`). Every row records the
@@ -55,7 +63,9 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from glob import escape as glob_escape
 from pathlib import Path
+from typing import Any
 
 import aiokafka
 import faust
@@ -88,6 +98,8 @@ POLL_SECONDS = 0.05  # committed-offset polling period (the resolution of the me
 MIN_WINDOW = 1.0  # seconds: a shorter measured window is refused (too few events for the poll resolution)
 STALL_SECONDS = 60.0  # a consumer group that commits nothing for this long has stalled: stop and say where
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+BATCH_HEADER = 61  # bytes of a Kafka record batch's header (magic 2)
+BACKLOG_SECONDS = 1.0  # a consumer more than this many seconds of the offered load behind when the offer ends
 Message = tuple[bytes, bytes]  # (key, value)
 
 
@@ -169,6 +181,28 @@ def peak_rss_mib(pid: int) -> float:
         if line.startswith("VmHWM:"):
             return int(line.split()[1]) / 1024
     return float("nan")
+
+
+def log_batches(data: Path, topic: str, since: float, until: float) -> tuple[int, int]:
+    """(data, control) record batches that the broker appended to ``topic`` (every partition, read from its log
+    segments in ``data``) with a timestamp from ``since`` to ``until`` (seconds since the epoch). A produce request
+    appends one data batch to each partition it carries; a transaction's end appends one control batch (its commit
+    or abort marker) to each partition it wrote, so control batches on a topic that every transaction writes count
+    the transactions."""
+    counts = [0, 0]
+    for segment in data.glob(f"{glob_escape(topic)}-*/*.log"):
+        if not segment.parent.name[len(topic) + 1 :].isdigit():
+            continue
+        raw = segment.read_bytes()
+        at = 0
+        while at + BATCH_HEADER <= len(raw):  # baseOffset, length, epoch, magic, crc, attributes, delta, timestamps
+            length = int.from_bytes(raw[at + 8 : at + 12], "big")
+            attributes = int.from_bytes(raw[at + 21 : at + 23], "big")
+            stamp = int.from_bytes(raw[at + 35 : at + 43], "big") / 1e3  # maxTimestamp (ms)
+            if since <= stamp <= until:
+                counts[bool(attributes & 0x20)] += 1  # bit 5: a control batch
+            at += 12 + length
+    return counts[0], counts[1]
 
 
 @dataclass
@@ -332,15 +366,17 @@ async def raw_pipe(
 
 
 class WorkerProcess:
-    """``python -m picrl worker`` as users run it, in its own folder (Faust writes its data dir there)."""
+    """``python -m picrl worker`` as users run it (or ``command``: the Faust peer), in its own folder (Faust writes
+    its data dir there)."""
 
-    def __init__(self, args: list[str], folder: Path) -> None:
+    def __init__(self, args: list[str], folder: Path, command: list[str] | None = None) -> None:
         folder.mkdir(parents=True, exist_ok=True)
         self.log = folder / "worker.log"
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)  # this checkout's code
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": path}
         with open(self.log, "wb") as out:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "picrl", "worker", *args],
+                [*(command or [sys.executable, "-m", "picrl", "worker"]), *args],
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 cwd=folder,
@@ -353,8 +389,14 @@ class WorkerProcess:
             tail = "\n".join(self.log.read_text(errors="replace").splitlines()[-30:])
             raise RuntimeError(f"the worker exited with code {self.process.returncode}:\n{tail}")
 
+    def pids(self) -> list[int]:
+        """The command's process and the worker process it forked (``respawn``, on by default on Linux)."""
+        pid = self.process.pid
+        children = Path(f"/proc/{pid}/task/{pid}/children")
+        return [pid, *(int(c) for c in (children.read_text().split() if children.exists() else []))]
+
     def cpu(self) -> float:
-        return cpu_seconds(self.process.pid)
+        return sum(cpu_seconds(pid) for pid in self.pids())
 
     def start_py_spy(self, output: Path) -> None:
         """Sample the worker's Python stacks (100 Hz) into ``output`` until :meth:`stop_py_spy`."""
@@ -365,6 +407,7 @@ class WorkerProcess:
                 "record",
                 "--pid",
                 str(self.process.pid),
+                "--subprocesses",  # the worker process the command forks (respawn)
                 "--rate",
                 "100",
                 "--format",
@@ -386,7 +429,7 @@ class WorkerProcess:
         self.stop_py_spy()
         peak = float("nan")
         if self.process.poll() is None:
-            peak = peak_rss_mib(self.process.pid)
+            peak = max(peak_rss_mib(pid) for pid in self.pids())
             self.process.send_signal(signal.SIGTERM)
             try:
                 self.process.wait(30)
@@ -435,6 +478,16 @@ class Setup:
             "warning",
             "--web-port",  # no web server: workers of other sessions on this host may hold the ports it would try
             "0",
+        ]
+
+    def peer_args(self, prefix: str, app_id: str, sizes: tuple[int, int]) -> list[str]:
+        """benchmarks/faust_peer.py's arguments: the worker's topics, partitions, batches and commits."""
+        a = self.args
+        return [
+            *("--bootstrap", self.bootstrap, "--prefix", prefix, "--app-id", app_id),
+            *("--partitions", str(a.partitions), "--batch-max", str(a.batch_max)),
+            *("--batch-within", str(a.batch_within), "--commit-interval", str(a.commit_interval)),
+            *("--action-bytes", str(sizes[0]), "--transition-bytes", str(sizes[1])),
         ]
 
     def workload(self, services: int, ticks: int) -> tuple[Workload, np.ndarray]:
@@ -638,6 +691,16 @@ async def scale_out(setup: Setup, guarantee: str, workload: Workload, capacity: 
     }
 
 
+async def group_offsets(bootstrap: str, group: str, topic: str) -> dict[int, int]:
+    """The offsets ``group`` committed on ``topic``, by partition."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        return await committed_offsets(admin, group, topic)
+    finally:
+        await admin.close()
+
+
 async def expected_counts(workload: Workload, partitions: int, ticks: int) -> dict[int, int]:
     """Usage events per partition of ``ticks`` ticks of every service (Kafka's default partitioner on the key)."""
     counts = dict.fromkeys(range(partitions), 0)
@@ -721,9 +784,27 @@ def percentiles(values: np.ndarray) -> dict[str, float]:
     }
 
 
-async def latency(setup: Setup, rate: float) -> dict:
+@dataclass(frozen=True)
+class PeerRecord:
+    """What the latency part reads of an action record: the Faust peer's carries only these fields."""
+
+    tick: int
+    decided_at: float
+    source_produced_at: float
+    phase: str = "control"
+
+
+def decode_peer_record(value: bytes) -> PeerRecord:
+    record = orjson.loads(value)
+    return PeerRecord(record["tick"], record["decided_at"], record["source_produced_at"])
+
+
+async def latency(setup: Setup, rate: float, peer: bool = False) -> dict:
+    """One offered load on a fresh worker, or (``peer``) on a fresh bare Faust app with the worker's settings
+    (benchmarks/faust_peer.py) on the same workload."""
     a, w = setup.args, setup.engine.window
-    prefix = f"lat{int(rate)}"
+    prefix = f"{'peer' if peer else 'lat'}{int(rate)}"
+    app_id = f"{prefix}-worker"
     names = TopicNames(prefix)
     await ensure_topics(setup.bootstrap, topic_specs(prefix, a.partitions))
     lead = math.ceil(rate * a.lead_in / a.latency_services)  # lead-in ticks, offered at the rate, not measured
@@ -731,20 +812,26 @@ async def latency(setup: Setup, rate: float) -> dict:
     workload, capacity = setup.workload(a.latency_services, ticks)
     await produce(setup.bootstrap, names.usage, usage_messages(workload, capacity, range(w)), "produce warm-up")
     warm = await end_offsets(setup.bootstrap, names.usage, a.partitions)
-    worker = WorkerProcess(
-        setup.worker_args(prefix, f"{prefix}-worker", a.latency_guarantee), setup.folder / f"{prefix}-worker"
-    )
+    if peer:
+        sizes = output_sizes(setup.engine, workload, capacity)
+        worker = WorkerProcess(
+            setup.peer_args(prefix, app_id, sizes),
+            setup.folder / app_id,
+            [sys.executable, str(REPO / "benchmarks" / "faust_peer.py")],
+        )
+    else:
+        worker = WorkerProcess(setup.worker_args(prefix, app_id, a.latency_guarantee), setup.folder / app_id)
     seen: list[tuple[float, bytes]] = []
     ready, stop = asyncio.Event(), asyncio.Event()
     watcher: asyncio.Task | None = None
     try:
         await drain(
             setup.bootstrap,
-            f"{prefix}-worker",
+            app_id,
             names.usage,
             warm,
             warm,
-            f"warm-up {rate:g} ev/s",
+            f"warm-up {rate:g} ev/s{' (peer)' if peer else ''}",
             a.timeout,
             worker.alive,
         )
@@ -753,12 +840,15 @@ async def latency(setup: Setup, rate: float) -> dict:
         if watcher.done():
             watcher.result()
         if a.py_spy is not None:
-            worker.start_py_spy(a.py_spy / f"worker-latency-{rate:g}.txt")
+            worker.start_py_spy(a.py_spy / f"{'peer' if peer else 'worker'}-latency-{rate:g}.txt")
         cpu_before, steal_before, offered_from = worker.cpu(), steal_seconds(), time.monotonic()
         busy_before, bench_before, broker_before = busy_seconds(), time.process_time(), cpu_seconds(setup.broker_pid)
+        offered_at = time.time()
         sent, seconds = await paced(setup.bootstrap, names.usage, workload, capacity, range(w, ticks), rate)
         total = await end_offsets(setup.bootstrap, names.usage, a.partitions)
-        await drain(setup.bootstrap, f"{prefix}-worker", names.usage, total, total, "drain", a.timeout, worker.alive)
+        behind = sum(total.values()) - sum((await group_offsets(setup.bootstrap, app_id, names.usage)).values())
+        await drain(setup.bootstrap, app_id, names.usage, total, total, "drain", a.timeout, worker.alive)
+        drained_at = time.time()
         cpu = worker.cpu() - cpu_before
         worker.stop_py_spy()
         elapsed_cpu = (time.monotonic() - offered_from) * (os.cpu_count() or 1)
@@ -773,7 +863,8 @@ async def latency(setup: Setup, rate: float) -> dict:
         if watcher is not None:
             await asyncio.gather(watcher, return_exceptions=True)
         peak = worker.stop()
-    actions = [(arrived, decode_action(value)) for arrived, value in seen]
+    decode: Callable[[bytes], Any] = decode_peer_record if peer else decode_action
+    actions = [(arrived, decode(value)) for arrived, value in seen]
     control = [(arrived, x) for arrived, x in actions if x.phase == "control" and x.source_produced_at > 0]
     measured = [(arrived, x) for arrived, x in control if x.tick > w + lead]  # an action's tick is its event's + 1
     leading = [(arrived, x) for arrived, x in control if x.tick <= w + lead]
@@ -784,7 +875,11 @@ async def latency(setup: Setup, rate: float) -> dict:
             "visible_read_committed": percentiles(np.array([arrived - x.source_produced_at for arrived, x in pairs])),
         }
 
+    data = setup.folder / "kafka" / "node-1" / "data"
+    outputs = [names.actions, names.replay] + ([] if peer else [names.deadletter, f"{app_id}-service-state-changelog"])
+    appended = [log_batches(data, topic, offered_at, drained_at) for topic in outputs]
     return {
+        "consumer": "bare Faust peer" if peer else "picrl worker",
         "offered_rate": rate,
         "achieved_rate": sent / seconds,
         "services": a.latency_services,
@@ -799,12 +894,35 @@ async def latency(setup: Setup, rate: float) -> dict:
             **(delays(leading) if leading else {}),
         },
         "events_per_decision_batch": len(control) / max(1, len({x.decided_at for _, x in control})),
+        # behind by more than BACKLOG_SECONDS of the offered load when the offer ended: it did not keep up
+        "behind_at_offer_end": behind,
+        "backlog": behind > BACKLOG_SECONDS * rate,
+        # what the broker appended while the load was offered and drained (its log segments), per event offered:
+        # transactions = commit markers on the actions topic (every transaction writes to it); a produce request
+        # appends one record batch to each partition it carries, so the actions topic's batches count the produce
+        # requests that carried actions (nearly all: a source partition's records go out together)
+        "broker": {
+            "transactions_per_event": appended[0][1] / sent,
+            "actions_record_batches_per_event": appended[0][0] / sent,
+            "record_batches_per_event": sum(d for d, _ in appended) / sent,
+            "topics": {topic: {"data_batches": d, "control_batches": c} for topic, (d, c) in zip(outputs, appended)},
+        },
         "worker_cpu_share": cpu / seconds,  # worker CPU seconds per offered second
         "broker_cpu_share": broker / seconds,  # the broker's, on the same host
         "benchmark_cpu_share": bench / seconds,  # this process's: the paced producer and the action watcher
         "worker_peak_rss_mib": peak,
         "cpu_steal_share": steal,
         "other_cpu_share": others,
+    }
+
+
+def to_peer(worker: dict, peer: dict) -> dict[str, float]:
+    """The worker's numbers as multiples of the peer's at the same offered load."""
+    broker = ("transactions_per_event", "actions_record_batches_per_event", "record_batches_per_event")
+    return {
+        "decided_p99": worker["decided"]["p99_ms"] / peer["decided"]["p99_ms"],
+        "visible_p99": worker["visible_read_committed"]["p99_ms"] / peer["visible_read_committed"]["p99_ms"],
+        **{key: worker["broker"][key] / peer["broker"][key] for key in broker if peer["broker"][key]},
     }
 
 
@@ -847,7 +965,11 @@ async def run(args: argparse.Namespace, folder: Path) -> dict:
             raw = rows[0]["events_per_second"] if rows else float("nan")
             latencies = []
             for rate in args.rates or [share * raw for share in args.shares]:
-                latencies.append({**await latency(setup, rate), "share_of_raw_pipe": rate / raw})
+                row = {**await latency(setup, rate), "share_of_raw_pipe": rate / raw}
+                if args.peer:
+                    row["peer"] = await latency(setup, rate, peer=True)
+                    row["worker_to_peer"] = to_peer(row, row["peer"])
+                latencies.append(row)
                 bar.update(1)
         return {
             "throughput": rows,
@@ -892,6 +1014,29 @@ def print_tables(result: dict) -> None:
                     else f"{'--':>18}"
                 )
             )
+
+
+def print_peer_table(result: dict) -> None:
+    """Per offered load: the worker against the bare Faust peer (decided p99, backlog, broker appends per event)."""
+    rows = [r for r in result["latency"] if "peer" in r]
+    if not rows:
+        return
+    print(
+        f"\n{'x raw':>6}{'offered/s':>10}  {'decided p99 ms worker/peer':<28}{'x peer':>7}  {'backlog w/p':<12}"
+        f"{'transactions/ev w/p':<22}{'x peer':>7}  {'record batches/ev w/p':<24}{'x peer':>7}"
+    )
+    for r in rows:
+        p, ratio = r["peer"], r["worker_to_peer"]
+        w_b, p_b = r["broker"], p["broker"]
+        print(
+            f"{r['share_of_raw_pipe']:>6.2f}{r['offered_rate']:>10,.0f}  "
+            f"{r['decided']['p99_ms']:>9.1f} / {p['decided']['p99_ms']:<15.1f}{ratio['decided_p99']:>7.2f}  "
+            f"{'yes' if r['backlog'] else 'no':>3} / {'yes' if p['backlog'] else 'no':<6}"
+            f"{w_b['transactions_per_event']:>8.3f} / {p_b['transactions_per_event']:<11.3f}"
+            f"{ratio.get('transactions_per_event', float('nan')):>7.2f}  "
+            f"{w_b['record_batches_per_event']:>8.3f} / {p_b['record_batches_per_event']:<13.3f}"
+            f"{ratio.get('record_batches_per_event', float('nan')):>7.2f}"
+        )
 
 
 def main() -> None:
@@ -944,6 +1089,12 @@ def main() -> None:
         help="a throughput row with this many workers of one app id (first guarantee; 1: none)",
     )
     parser.add_argument("--latency-guarantee", default="exactly_once", choices=("exactly_once", "at_least_once"))
+    parser.add_argument(
+        "--no-peer",
+        dest="peer",
+        action="store_false",
+        help="skip the bare Faust peer (benchmarks/faust_peer.py) measured after the worker at each offered load",
+    )
     parser.add_argument("--partitions", type=int, default=8, help="partitions of the topics (default 8)")
     parser.add_argument(
         "--batch-max",
@@ -974,6 +1125,8 @@ def main() -> None:
     args.services = args.services or (200 if quick else 1_000)
     args.duration = args.duration or (10.0 if quick else 20.0)
     args.latency_services = args.latency_services or (200 if quick else 1_000)
+    if args.peer and args.latency_guarantee != "exactly_once":
+        parser.error("the Faust peer runs exactly_once: give --no-peer with --latency-guarantee at_least_once")
     if args.shares and not args.rates and not args.events:
         parser.error("--shares are shares of the raw pipe's events/s: give --events > 0, or --rates")
     if args.py_spy is not None:
@@ -990,6 +1143,7 @@ def main() -> None:
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     print_tables(result)
+    print_peer_table(result)
     settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
     result = {
         "benchmark": "stream_throughput",

@@ -207,9 +207,10 @@ SPECS: dict[str, Spec] = {
     ),
     "log_format": Spec(_choice("json", "text"), "json", "log lines as JSON objects or plain text"),
     "respawn": Spec(
-        _choice("on", "off"),
-        "off",
-        "on: the worker runs in a forked process, forked again at once when a signal kills it",
+        _choice("auto", "on", "off"),
+        "auto",
+        "on: the worker runs in a forked process, forked again at once when a signal kills it (auto: on where the "
+        "kernel can end the worker with its command, Linux; off elsewhere)",
     ),
 }
 

@@ -46,7 +46,7 @@ from typing import Any, cast
 
 import faust
 from aiokafka import AIOKafkaConsumer
-from aiokafka.errors import IllegalOperation, KafkaError, ProducerFenced
+from aiokafka.errors import IllegalOperation, KafkaConnectionError, KafkaError, NodeNotReadyError, ProducerFenced
 from faust.exceptions import ProducerSendError
 from faust.tables import TableManager
 from faust.transport.consumer import TransactionManager
@@ -64,6 +64,7 @@ RECOVERY_IDLE = 0.25  # seconds without a changelog record that end one of the r
 # A broker answers a connection's requests in order, so a fetch waiting for records holds back the consumer's
 # offset look-ups behind it on that connection (item 5 of the module)
 FETCH_MAX_WAIT_MS = 100
+TOPIC_DECLARE_WAIT = 60.0  # seconds a topic declaration is asked again while its node cannot be reached
 
 
 class _ConsumerThread(driver.AIOKafkaConsumerThread):
@@ -292,6 +293,24 @@ class _FreshTransactions(TransactionManager):
 
 
 class _Producer(driver.Producer):
+    async def create_topic(self, topic: str, partitions: int, replication: int, **options: Any) -> None:
+        """Faust's topic declaration, asked again while the node it picked cannot be reached.
+
+        Faust sends the request to the first node of its client's metadata; a Kafka node killed a moment ago, or
+        starting again, is listed there until the controller fences it, and the request failed at once with
+        ``NodeNotReadyError``: the worker exited (a worker process forked again while a node was away, in the
+        soak). Each retry refreshes the metadata first, so a fenced node is no longer picked."""
+        deadline = asyncio.get_running_loop().time() + TOPIC_DECLARE_WAIT
+        while True:
+            try:
+                return await super().create_topic(topic, partitions, replication, **options)
+            except (NodeNotReadyError, KafkaConnectionError) as exc:
+                if asyncio.get_running_loop().time() > deadline:
+                    raise
+                logger.info("declaring topic %s: %s; asking again", topic, exc)
+                await self._ensure_producer().client.force_metadata_update()
+                await asyncio.sleep(0.5)
+
     async def commit_transactions(
         self, tid_to_offset_map: Mapping[str, Mapping[TP, int]], group_id: str, start_new_transaction: bool = True
     ) -> None:

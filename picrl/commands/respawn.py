@@ -1,4 +1,4 @@
-"""A worker process forked again at once when a signal kills it (``respawn`` setting).
+"""A worker process forked again at once when a signal kills it (``respawn`` setting: on by default on Linux).
 
 The process that runs ``picrl worker`` has imported torch, Faust and picrl (3-5 s on a 2-core host) and claimed the
 worker's static-membership slot and web port. With ``respawn`` on it forks the worker from there, so a worker killed
@@ -34,6 +34,11 @@ def _die_with_parent(parent: int) -> None:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
     if os.getppid() != parent:
         os._exit(1)
+
+
+def respawn_wanted(setting: str) -> bool:
+    """Whether the ``respawn`` setting runs the worker in a forked child: ``on``, or ``auto`` (the default) on Linux."""
+    return setting == "on" or (setting == "auto" and sys.platform.startswith("linux"))
 
 
 def respawning(worker: Callable[[], int]) -> int:

@@ -29,7 +29,7 @@ from picrl.commands.bus import (
     reachable_bootstrap,
     settings_from_args,
 )
-from picrl.commands.respawn import respawning
+from picrl.commands.respawn import respawn_wanted, respawning
 from picrl.commands.source import model_folder
 from picrl.kafka.local_broker import port_in_use
 from picrl.settings import SPECS, Settings, SettingsError
@@ -154,9 +154,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         parser.add_argument("--" + name.replace("_", "-"), type=kind, help=text)
     parser.add_argument(
         "--respawn",
-        choices=("on", "off"),
+        choices=("auto", "on", "off"),
         help="on: run the worker in a process forked from this one, forked again at once (no imports, same "
-        "static id and web port) when a signal kills it, e.g. the OOM killer (default off)",
+        "static id and web port) when a signal kills it, e.g. the OOM killer (default auto: on on Linux)",
     )
     parser.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
     parser.add_argument("--log-format", choices=("json", "text"), help="log lines as JSON (default) or text")
@@ -260,7 +260,7 @@ def _claimed_and_run(args: argparse.Namespace, settings: Settings) -> int:
     """Claim the web port and the static-membership slot (held by this process, whatever its worker process does),
     then run the worker here, or in a child forked again if a signal kills it (``respawn`` on)."""
     port, member = web_port(settings), instance_id(settings)
-    if settings["respawn"] == "on":
+    if respawn_wanted(settings["respawn"]):
         return respawning(lambda: _run(args, settings, port, member))
     return _run(args, settings, port, member)
 

@@ -11,8 +11,11 @@ import sys
 import time
 from pathlib import Path
 
-from picrl.commands.respawn import RESPAWNS_PER_MINUTE
+import pytest
+
+from picrl.commands.respawn import RESPAWNS_PER_MINUTE, respawn_wanted
 from picrl.kafka.local_broker import pid_alive
+from picrl.settings import load_settings
 
 SCRIPT = """
 import logging, os, signal, sys, time
@@ -45,6 +48,14 @@ def _run(tmp_path: Path, behaviour: str) -> tuple[int, list[str], str]:
         [sys.executable, "-c", SCRIPT, str(starts), behaviour], capture_output=True, text=True, timeout=60
     )
     return done.returncode, starts.read_text().split(), done.stderr
+
+
+def test_respawn_is_on_by_default_where_the_worker_can_die_with_its_command(monkeypatch: pytest.MonkeyPatch) -> None:
+    default = load_settings(environ={})["respawn"]
+    monkeypatch.setattr(sys, "platform", "linux")
+    assert respawn_wanted(default) and respawn_wanted("on") and not respawn_wanted("off")
+    monkeypatch.setattr(sys, "platform", "darwin")
+    assert not respawn_wanted(default) and respawn_wanted("on")
 
 
 def test_a_worker_killed_by_a_signal_is_forked_again_and_its_exit_code_is_the_commands(tmp_path: Path) -> None:

@@ -59,6 +59,21 @@ def test_cluster_config_makes_every_node_a_voter_and_replicates_internal_topics(
     assert _properties(two[0], two, tmp_path)["transaction.state.log.min.isr"] == "1"
 
 
+def test_cluster_config_fails_over_within_seconds(tmp_path: Path) -> None:
+    """A lost node is fenced, and a lost active controller replaced, in seconds: the detection of the controller's
+    loss, the longest election round and the fencing of the lost node sum to under 5 s (Kafka's defaults: 14 s),
+    and a node heartbeats at least 4 times per session."""
+    nodes = [NodePorts(i, 9100 + i, 9200 + i) for i in (1, 2, 3)]
+    props = {k: int(v) for k, v in _properties(nodes[0], nodes, tmp_path).items() if k.endswith(".ms")}
+    session, heartbeat = props["broker.session.timeout.ms"], props["broker.heartbeat.interval.ms"]
+    election = (
+        props["controller.quorum.fetch.timeout.ms"]
+        + 2 * props["controller.quorum.election.timeout.ms"]
+        + props["controller.quorum.election.backoff.max.ms"]
+    )
+    assert election + session < 5000 and 4 * heartbeat <= session, props
+
+
 def test_a_home_of_the_single_broker_layout_is_a_clear_error(tmp_path: Path) -> None:
     (tmp_path / "server.properties").write_text("node.id=1\n")
     with pytest.raises(BrokerError, match="layout of an older picrl"):

@@ -28,7 +28,7 @@ from stream.topics import TopicNames, ensure_topics, topic_specs
 from stream.worker import StreamWorker, WorkerSettings
 from tests.stream.conftest import WINDOW
 from tests.support.kafka import consume, produce, unique, usage_json
-from tests.support.processes import picrl_process, tail, worker_args
+from tests.support.processes import picrl_process, tail, worker_args, worker_pid
 from tests.support.web import free_port, http_get, metric
 
 KIB = 1 << 10
@@ -142,12 +142,12 @@ def test_a_worker_fed_ten_times_its_service_cap_holds_the_cap_and_stays_flat(
         produce(kafka_bootstrap, topics.usage, usage(range(cap)))  # the cap: every service held
         held = asyncio.run(consume(kafka_bootstrap, topics.actions, cap * ticks, timeout=120))
         assert len(held) == cap * ticks, tail(tmp_path / "worker.log")
-        before = _rss_mib(worker.pid)
+        before = _rss_mib(worker_pid(worker))
         produce(kafka_bootstrap, topics.usage, usage(range(cap, 10 * cap)))  # 9x more services: all refused
         letters = asyncio.run(consume(kafka_bootstrap, topics.deadletter, 9 * cap * ticks, timeout=120))
         assert len(letters) == 9 * cap * ticks, tail(tmp_path / "worker.log")
         text = scrape()
-        after = _rss_mib(worker.pid)
+        after = _rss_mib(worker_pid(worker))
         assert worker.poll() is None, tail(tmp_path / "worker.log")
     assert metric(text, "picrl_services") == cap
     assert metric(text, "picrl_dead_letters_total", reason="service_limit") == 9 * cap * ticks

@@ -11,6 +11,7 @@ import asyncio
 import collections
 import concurrent.futures
 import math
+import os
 import signal
 import threading
 import time
@@ -27,7 +28,7 @@ from producers.closed_loop import ClosedLoopRecord, TickSummary
 from stream.records import decode_action, decode_dead_letter
 from stream.topics import TopicNames, committed_offsets, end_offsets
 from tests.support.kafka import consume
-from tests.support.processes import Started, spawn, stop, tail
+from tests.support.processes import Started, spawn, stop, tail, worker_pid
 from tests.support.reference import coupled_reference_run, reference_run
 
 BROKER = "broker"  # the only node of a single-node cluster
@@ -36,22 +37,40 @@ CONTROLLER = "controller"  # the node that leads the KRaft controller quorum
 NODES = (BROKER, LEADER, CONTROLLER)
 FREEZE = "freeze "  # + a worker index: SIGSTOP for longer than the session timeout, then SIGCONT (a zombie)
 STOP = "stop "  # + a worker index: SIGTERM (a graceful stop: it leaves its group), restarted at once
+PROCESS = "process "  # + a worker index: SIGKILL of its worker process, which its command forks again (respawn)
 
 
-async def _leader_counts(bootstrap: str) -> collections.Counter[int]:
+async def _leader_counts(bootstrap: str, topics: list[str] | None) -> collections.Counter[int]:
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
     await admin.start()
     try:
-        topics = await admin.describe_topics()
+        described = await admin.describe_topics(topics)
     finally:
         await admin.close()
-    return collections.Counter(p["leader"] for t in topics for p in t["partitions"] if p["leader"] >= 0)
+    return collections.Counter(p["leader"] for t in described for p in t["partitions"] if p["leader"] >= 0)
 
 
-def leader_counts(bootstrap: str) -> collections.Counter[int]:
-    """How many partitions each node leads (from any thread, a running event loop's included)."""
+def leader_counts(bootstrap: str, topics: list[str] | None = None) -> collections.Counter[int]:
+    """How many partitions of ``topics`` (default: all) each node leads (from any thread, a running event loop's
+    included)."""
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        return pool.submit(asyncio.run, _leader_counts(bootstrap)).result()
+        return pool.submit(asyncio.run, _leader_counts(bootstrap, topics)).result()
+
+
+async def _under_replicated(bootstrap: str) -> int:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        described = await admin.describe_topics()
+    finally:
+        await admin.close()
+    return sum(len(p["isr"]) < len(p["replicas"]) for t in described for p in t["partitions"])
+
+
+def under_replicated(bootstrap: str) -> int:
+    """How many partitions (every topic, Kafka's internal ones included) have replicas out of their in-sync set."""
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, _under_replicated(bootstrap)).result()
 
 
 @dataclass
@@ -78,8 +97,10 @@ class Chaos:
     (:data:`BROKER`, :data:`LEADER` or :data:`CONTROLLER`: SIGKILL, started again after ``node_away`` ticks, at once
     when 0), :data:`FREEZE` and an index (stopped for ``freeze`` seconds, more than the workers' session timeout,
     and continued: it comes back as a zombie whose producers were fenced) or :data:`STOP` and an index (SIGTERM,
-    restarted once it has exited: ``stopped`` holds it, its exit code must be 0). ``fresh``: every worker a new
-    interpreter, its imports timed in the recovery (benchmarks); tests fork them from the fork server."""
+    restarted once it has exited: ``stopped`` holds it, its exit code must be 0) or :data:`PROCESS` and an index
+    (SIGKILL of the worker process, which the command forks again: ``respawn``, on by default on Linux). ``fresh``:
+    every worker a new interpreter, its imports timed in the recovery (benchmarks); tests fork them from the fork
+    server."""
 
     worker_args: list[str]
     logs: Path
@@ -124,11 +145,15 @@ class Chaos:
             return
         self._killed_at = time.monotonic()
         if isinstance(target, str) and target.startswith(FREEZE):
-            frozen = self.running[int(target[len(FREEZE) :])]
-            frozen.send_signal(signal.SIGSTOP)
+            frozen = worker_pid(self.running[int(target[len(FREEZE) :])])
+            os.kill(frozen, signal.SIGSTOP)
             time.sleep(self.freeze)
-            frozen.send_signal(signal.SIGCONT)
+            os.kill(frozen, signal.SIGCONT)
             self.faults.append(Fault(tick, target))
+            return
+        if isinstance(target, str) and target.startswith(PROCESS):
+            os.kill(worker_pid(self.running[int(target[len(PROCESS) :])]), signal.SIGKILL)
+            self.faults.append(Fault(tick, f"{target[: len(PROCESS)]}of worker {target[len(PROCESS) :]}"))
             return
         graceful = isinstance(target, str) and target.startswith(STOP)
         index = int(target[len(STOP) :]) if graceful else int(target)

@@ -160,6 +160,14 @@ def stop(process: Started, timeout: float = 30.0) -> int:
     return process.returncode
 
 
+def worker_pid(process: Started) -> int:
+    """The process that runs a ``picrl worker`` command's worker: the child it forked (``respawn`` on, the default on
+    Linux), else the command's own."""
+    children = Path(f"/proc/{process.pid}/task/{process.pid}/children")
+    forked = children.read_text().split() if children.exists() else []
+    return int(forked[-1]) if forked else process.pid
+
+
 def forked_workers(log: Path) -> list[int]:
     """The worker processes that a ``picrl worker --respawn on`` logging (JSON, info) to ``log`` has forked, in
     order."""
