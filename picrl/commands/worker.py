@@ -33,6 +33,7 @@ from picrl.commands.respawn import respawn_wanted, respawning
 from picrl.commands.source import model_folder
 from picrl.kafka.local_broker import port_in_use
 from picrl.settings import SPECS, Settings, SettingsError
+from picrl_core.artifact import ModelArtifact
 from picrl_core.deployable import check_serves, load_model
 from picrl_core.resources import Resource
 from picrl_core.rules import DEPLOYABLE_METHODS
@@ -259,18 +260,20 @@ def run(args: argparse.Namespace) -> int:
 def _claimed_and_run(args: argparse.Namespace, settings: Settings) -> int:
     """Claim the web port and the static-membership slot (held by this process, whatever its worker process does),
     then run the worker here, or in a child forked again if a signal kills it (``respawn`` on)."""
-    port, member = web_port(settings), instance_id(settings)
-    if respawn_wanted(settings["respawn"]):
-        return respawning(lambda: _run(args, settings, port, member))
-    return _run(args, settings, port, member)
-
-
-def _run(args: argparse.Namespace, settings: Settings, port: int | None, member: str | None) -> int:
     artifact = load_model(args.model)
-    check_serves(artifact, args.method)  # before any broker is reached
+    check_serves(artifact, args.method)  # before any broker is reached, and before a worker process is forked
     costs = {k: settings[k] for k in ("c_under", "c_over") if settings[k] is not None}
     if costs:
         artifact.config = replace(artifact.config, cost=replace(artifact.config.cost, **costs))
+    port, member = web_port(settings), instance_id(settings)
+    if respawn_wanted(settings["respawn"]):
+        return respawning(lambda: _run(args, settings, artifact, port, member))
+    return _run(args, settings, artifact, port, member)
+
+
+def _run(
+    args: argparse.Namespace, settings: Settings, artifact: ModelArtifact, port: int | None, member: str | None
+) -> int:
     bootstrap = reachable_bootstrap(settings)
     replication = settings.replication(_once_up(bootstrap, settings, lambda: cluster_brokers(bootstrap)))
     worker_settings = settings.worker(bootstrap, replication, port, member)

@@ -96,4 +96,4 @@ def test_run_on_test_split_scores_the_test_demand(series: PreparedSeries, tiny_c
 def test_timed_methods_get_the_trace_period(series: PreparedSeries, tiny_config: PicRLConfig) -> None:
     assert {name for name, m in REGISTRY.items() if m.timed} == {"vpa", "autopilot", "recent-max"}
     fast, slow = (REGISTRY["vpa"].fitted(series, tiny_config, step) for step in (1.0, 3600.0))
-    assert fast.half_life != slow.half_life  # the 24 h half-life in ticks of the given period
+    assert fast.rule.half_life != slow.rule.half_life  # the 24 h half-life in ticks of the given period

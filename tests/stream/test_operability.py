@@ -248,7 +248,8 @@ def test_an_unreachable_bootstrap_ends_with_one_clear_line(
         assert codes[name] == 2 and lines, tail(log)
         entries = [json.loads(line) for line in lines]  # nothing but JSON, the default format
         errors = [e for e in entries if e["level"] == "error"]
-        assert len(errors) == 1 and len(entries) <= 3, tail(log)
+        said = [e for e in entries if e["level"] != "info"]  # info may say which web port a worker took
+        assert len(errors) == 1 and len(said) <= 2, tail(log)
         assert "Kafka at 127.0.0.1:1 did not answer within 5 s" in errors[0]["message"]
         waited = [e for e in entries if "waiting up to 5 s" in e["message"]]
         seconds = datetime.fromisoformat(errors[0]["time"]) - datetime.fromisoformat(waited[0]["time"])
