@@ -1,13 +1,14 @@
 """A worker process forked again at once when a signal kills it (``respawn`` setting: on by default on Linux).
 
-The process that runs ``picrl worker`` has imported torch, Faust and picrl (3-5 s on a 2-core host) and claimed the
-worker's static-membership slot and web port. With ``respawn`` on it forks the worker from there, so a worker killed
-by a signal (the OOM killer, a crash in native code, ``kill -9`` of the worker process) is back in a fork's time and
-rejoins its group with the same instance id: its partitions come back without a rebalance. SIGTERM and SIGINT reach
-the worker, which stops as it always does, and its exit code is the command's. A worker that exits by itself (0, or
-an error's code) is not forked again, nor one killed more than ``RESPAWNS_PER_MINUTE`` times in a minute (a crash
-loop is the orchestrator's to handle). The worker dies with this process (``PR_SET_PDEATHSIG``), so a kill of the
-whole command never leaves a worker behind.
+The process that runs ``picrl worker`` has imported torch, Faust and picrl (3-5 s on a 2-core host), loaded the
+model, looked up the brokers, checked the topics, built the worker and claimed its static-membership slot and web
+port. With ``respawn`` on it forks the worker from there, so a worker killed by a signal (the OOM killer, a crash in
+native code, ``kill -9`` of the worker process) is back in a fork's time and rejoins its group with the same
+instance id: its partitions come back without a rebalance. SIGTERM and SIGINT reach the worker, which stops as it
+always does, and its exit code is the command's. A worker that exits by itself (0, or an error's code) is not forked
+again, nor one killed more than ``RESPAWNS_PER_MINUTE`` times in a minute (a crash loop is the orchestrator's to
+handle). The worker dies with this process (``PR_SET_PDEATHSIG``), so a kill of the whole command never leaves a
+worker behind.
 """
 
 from __future__ import annotations

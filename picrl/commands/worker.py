@@ -266,14 +266,17 @@ def _claimed_and_run(args: argparse.Namespace, settings: Settings) -> int:
     if costs:
         artifact.config = replace(artifact.config, cost=replace(artifact.config.cost, **costs))
     port, member = web_port(settings), instance_id(settings)
+    worker = _prepared(args, settings, artifact, port, member)
     if respawn_wanted(settings["respawn"]):
-        return respawning(lambda: _run(args, settings, artifact, port, member))
-    return _run(args, settings, artifact, port, member)
+        return respawning(lambda: _serve(args, settings, worker))
+    return _serve(args, settings, worker)
 
 
-def _run(
+def _prepared(
     args: argparse.Namespace, settings: Settings, artifact: ModelArtifact, port: int | None, member: str | None
-) -> int:
+) -> StreamWorker:
+    """The worker, built once the broker answered and its topics exist: a worker process forked again (``respawn``)
+    starts from here, with no look-up repeated."""
     bootstrap = reachable_bootstrap(settings)
     replication = settings.replication(_once_up(bootstrap, settings, lambda: cluster_brokers(bootstrap)))
     worker_settings = settings.worker(bootstrap, replication, port, member)
@@ -322,6 +325,11 @@ def _run(
             "resources decided together: %s",
             ", ".join(f"{r.name} ({_resource_kind(r)})" for r in worker_settings.engine.resources),
         )
+    return worker
+
+
+def _serve(args: argparse.Namespace, settings: Settings, worker: StreamWorker) -> int:
+    """Run the prepared worker until it stops; its exit code."""
     try:
         runner = faust.Worker(
             worker.app,
