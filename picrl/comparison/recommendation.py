@@ -26,6 +26,7 @@ from picrl.comparison.tables import Summary, summarise, table2_methods
 from picrl_core.methods import REGISTRY
 
 MAX_SEEDS = 100  # the other budget's cells are looked up for seeds below this
+TIE = 0.005  # mean validation regrets this close (relative to the lowest) are a tie, won by the simpler method
 
 
 @dataclass(frozen=True)
@@ -52,7 +53,9 @@ def candidates(methods: Sequence[str]) -> list[str]:
 
 
 def recommend(summaries: dict[tuple[str, str], Summary], methods: Sequence[str], dataset: str) -> Recommendation | None:
-    """The candidate of ``methods`` with the lowest mean validation regret on ``dataset`` (None when none has one)."""
+    """The candidate of ``methods`` with the lowest mean validation regret on ``dataset`` (None when none has one).
+
+    A tie (within ``TIE`` of the lowest) goes to the simpler method: a single rule before a portfolio of rules."""
     scored = sorted(
         (summaries[(m, dataset)].mean["val_regret"], m)
         for m in candidates(methods)
@@ -60,7 +63,9 @@ def recommend(summaries: dict[tuple[str, str], Summary], methods: Sequence[str],
     )
     if not scored:
         return None
-    (regret, best), rest = scored[0], scored[1:]
+    tied = [s for s in scored if s[0] <= scored[0][0] + TIE * abs(scored[0][0])]
+    regret, best = min(tied, key=lambda s: (len(REGISTRY[s[1]].combines), s[0]))
+    rest = [s for s in scored if s[1] != best]
     summary = summaries[(best, dataset)]
     return Recommendation(
         dataset,
@@ -95,6 +100,12 @@ def _line(rec: Recommendation | None, dataset: str) -> str:
     if rec.runner_up is None or rec.runner_up_regret is None:
         return f"- {dataset}: {name}, validation regret {rec.regret:.2f}; the only candidate that ran."
     margin = rec.runner_up_regret - rec.regret
+    if margin < 0:
+        return (
+            f"- {dataset}: **{name}**, validation regret {rec.regret:.2f}: tied with "
+            f"{REGISTRY[rec.runner_up].label} ({rec.runner_up_regret:.2f}, within {100 * TIE:g}%), which combines "
+            "more rules: the simpler method is named."
+        )
     relative = f", {100 * margin / rec.runner_up_regret:.1f}% lower" if rec.runner_up_regret > 0 else ""
     text = (
         f"- {dataset}: **{name}**, validation regret {rec.regret:.2f}: {margin:.2f} below the next, "

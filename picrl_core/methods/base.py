@@ -51,6 +51,7 @@ class Method:
     multi_resource_only: bool = False  # a variant that only differs from another on a multi-resource series
     # a worker runs it (picrl worker --method NAME, picrl_core.deployable); False: compare only, never recommended
     deployable: bool = False
+    combines: tuple[str, ...] = ()  # the methods it chooses among (a portfolio); empty for a single rule
 
     def fitted(self, series: PreparedSeries, config: PicRLConfig, step_seconds: float) -> Provisioner:
         """The trained provisioner for ``series``, with the trace's sampling period where it needs one."""

@@ -82,4 +82,5 @@ METHOD = Method(
     "pic-rl",
     fit_portfolio,
     deployable=True,
+    combines=CANDIDATES,
 )

@@ -64,6 +64,22 @@ def test_the_note_says_when_the_budgets_disagree_and_when_a_margin_is_within_the
     assert "The quick budget agrees" in agree and "disagree" not in agree
 
 
+def test_a_tie_goes_to_the_simpler_method_and_a_clear_win_to_the_portfolio() -> None:
+    methods = ["pic-rl", "portfolio", "conformal"]
+    tied = {
+        ("pic-rl", "d"): summary("pic-rl", 10.0, 1.0),
+        ("portfolio", "d"): summary("portfolio", 9.96, 1.0),  # 0.4% lower: within the tie
+        ("conformal", "d"): summary("conformal", 12.0, 1.0),
+    }
+    rec = recommend(tied, methods, "d")
+    assert rec is not None and (rec.method, rec.runner_up, rec.runner_up_regret) == ("pic-rl", "portfolio", 9.96)
+    text = markdown_recommendation({"d": rec}, {}, FULL, QUICK, {"d": "product"})
+    assert "tied with Portfolio" in text and "the simpler method is named" in text
+    clear = tied | {("portfolio", "d"): summary("portfolio", 9.9, 1.0)}  # 1% lower: the portfolio
+    rec = recommend(clear, methods, "d")
+    assert rec is not None and (rec.method, rec.runner_up) == ("portfolio", "pic-rl")
+
+
 @pytest.fixture(scope="module")
 def trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A daily wave sampled every 5 minutes for 30 days, with noise."""
