@@ -1,32 +1,41 @@
-"""The stream worker's peer in benchmarks/stream_throughput.py: a bare Faust app that decides nothing.
+"""The stream worker's peer in benchmarks/stream_throughput.py: the same Faust app, deciding nothing.
 
-    python benchmarks/faust_peer.py --bootstrap HOST:PORT --prefix P --app-id ID --partitions N \\
+    python benchmarks/faust_peer.py --model MODEL --bootstrap HOST:PORT --prefix P --app-id ID --partitions N \\
         --batch-max N --batch-within S --commit-interval S --action-bytes N --transition-bytes N
 
-The same topics, partitions, processing guarantee (``exactly_once``), batches and commits as ``picrl worker``
-with those settings: Faust's ``take_events(batch_max, within=batch_within)``, Faust's commit every
-``commit_interval`` seconds, ``acks=all``. It reads each usage event (its tick and ``produced_at``) and writes an
-action-sized record (``decided_at``, ``source_produced_at``, ``tick``: the next one, as an action's) to
-``<prefix>.actions`` and a transition-sized one to ``<prefix>.replay``, both keyed by the service, in the
-partition of the event and in the transaction of its source partition (Faust's ``topic.send`` would send outside
-any transaction: faust-streaming issue #177). What the worker adds on top of this is its own latency.
+It is ``picrl worker``'s Faust app (stream/worker.py) with the same topics, partitions, guarantee
+(``exactly_once``), batches (``take_ready``), record batches (stream/outbox.py), commits (stream/commit_clock.py)
+and ``acks=all``, with the decision stage taken out: for each usage event it writes an action-sized record
+(``decided_at``, ``source_produced_at``, ``tick``: the next one, as an action's) to ``<prefix>.actions`` and a
+transition-sized one to ``<prefix>.replay``, keyed by the service, in the transaction of its source partition. It
+decodes no event beyond its tick, keeps no row and writes no changelog. So the worker's latency over the peer's is
+the share of its decisions and their state; the rest is Faust and Kafka.
+
+A bare Faust app (one ``send`` per record, Faust's own commits: one transaction per partition on its timer) was
+measured in this place first and fell behind at every load (commit 7c7d81c, benchmarks/results/stream-2026-11-28-peer):
+a yardstick slower than the worker says nothing about the worker's own share.
 """
 
 from __future__ import annotations
 
 import argparse
 import time
-from collections.abc import AsyncIterator
+from collections.abc import Sequence
+from pathlib import Path
 
 import faust
 import orjson
-from faust.types import StreamT
+from faust.types import EventT
 
-from stream.topics import TopicNames
+from picrl_core.deployable import load_model
+from stream.decisions import BatchOutcome
+from stream.outbox import Outbox, key_partition, send_outbox
+from stream.worker import PreparedBatch, StreamWorker, WorkerSettings
 
 
 def _arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", type=Path, required=True, help="the worker's model folder")
     parser.add_argument("--bootstrap", required=True)
     parser.add_argument("--prefix", required=True)
     parser.add_argument("--app-id", required=True)
@@ -45,42 +54,44 @@ def action_record(tick: int, produced_at: float, size: int) -> bytes:
     return record[:-2] + b"x" * max(0, size - len(record)) + b'"}'
 
 
-def peer_app(args: argparse.Namespace) -> faust.App:
-    app = faust.App(
-        args.app_id,
-        broker=f"kafka://{args.bootstrap}",
-        store="memory://",
-        processing_guarantee="exactly_once",
-        topic_partitions=args.partitions,
-        topic_disable_leader=True,
-        producer_acks="all",
-        broker_commit_interval=args.commit_interval,
-        web_enabled=False,
-    )
-    names = TopicNames(args.prefix)
-    usage = app.topic(names.usage, key_serializer="raw", value_serializer="raw", partitions=args.partitions)
-    transition = b"t" * args.transition_bytes
+class Relay(StreamWorker):
+    """The worker's app with :meth:`prepare` writing fixed-size records instead of deciding."""
 
-    async def relay(stream: StreamT) -> AsyncIterator[None]:
-        async for events in stream.take_events(args.batch_max, within=args.batch_within):
-            group = app.assignor.group_for_topic(names.usage)  # known once partitions are assigned
-            for event in events:
-                source = event.message.partition
-                transaction = f"{app.conf.id}-{group}-{source}"
-                value = orjson.loads(event.message.value)
-                action = action_record(value["tick"], value.get("produced_at", 0.0), args.action_bytes)
-                key = event.message.key
-                await app.producer.send(names.actions, key, action, source, None, None, transactional_id=transaction)
-                await app.producer.send(names.replay, key, transition, source, None, None, transactional_id=transaction)
-            yield None
+    def __init__(self, settings: WorkerSettings, args: argparse.Namespace) -> None:
+        super().__init__(settings, load_model(args.model))
+        self.action_bytes = args.action_bytes
+        self.transition = b"t" * args.transition_bytes
 
-    app.agent(usage, name="relay")(relay)
-    return app
+    async def prepare(self, events: Sequence[EventT]) -> PreparedBatch:
+        topics, outbox = self.topics, Outbox()
+        partitions = await self._partition_counts(self.states.changelog_topic.get_topic_name())
+        for event in events:
+            message = event.message
+            value = orjson.loads(message.value)
+            action = action_record(value["tick"], value.get("produced_at", 0.0), self.action_bytes)
+            key = message.key
+            outbox.add(message.partition, topics.actions, key_partition(key, partitions[topics.actions]), key, action)
+            outbox.add(
+                message.partition, topics.replay, key_partition(key, partitions[topics.replay]), key, self.transition
+            )
+        return PreparedBatch(events, [], BatchOutcome(), [], outbox)
+
+    async def send(self, batch: PreparedBatch) -> list:
+        return await send_outbox(batch.outbox, self._producer_for)
 
 
 def main() -> None:
     args = _arguments()
-    worker = faust.Worker(peer_app(args), loglevel="WARNING", quiet=True, redirect_stdouts=False)
+    settings = WorkerSettings(
+        args.bootstrap,
+        prefix=args.prefix,
+        app_id=args.app_id,
+        partitions=args.partitions,
+        batch_max=args.batch_max,
+        batch_within=args.batch_within,
+        commit_interval=args.commit_interval,
+    )
+    worker = faust.Worker(Relay(settings, args).app, loglevel="WARNING", quiet=True, redirect_stdouts=False)
     worker.spinner = None
     worker.execute_from_commandline()
 

@@ -28,14 +28,15 @@ One broker, one run:
    and ``lead_in`` holds the lead-in's: its first half second still pays for the warm-up backlog just
    decided (the broker writes the transaction markers of those large transactions late, and the next
    transactions wait for them: ``ConcurrentTransactions``), as any catch-up after a restart or take-over does.
-3. **The peer.** At each offered load, right after the worker, a bare Faust app with the worker's topics,
-   partitions, guarantee (``exactly_once``), batches and commits (benchmarks/faust_peer.py: it reads each usage
-   event and writes an action-sized and a transition-sized record in the source partition's transaction, and
-   decides nothing) on the same workload, measured the same way (``--no-peer`` skips it). Each row says whether
-   the consumer fell behind (``backlog``: more than ``BACKLOG_SECONDS`` of the offered events not committed when
-   the offer ended) and what the broker appended meanwhile, read from its log segments: transactions (commit
-   markers on the actions topic, which every transaction writes) and record batches (one per partition a produce
-   request carries) per event offered; ``worker_to_peer`` gives the worker's numbers as multiples of the peer's.
+3. **The peer.** At each offered load, right after the worker, the worker's Faust app with its decision stage taken
+   out: the same topics, partitions, guarantee (``exactly_once``), batches, record batches and commits
+   (benchmarks/faust_peer.py: it reads each usage event and writes an action-sized and a transition-sized record in
+   the source partition's transaction, and decides nothing and keeps no state) on the same workload, measured the
+   same way (``--no-peer`` skips it). Each row says whether the consumer fell behind (``backlog``: more than
+   ``BACKLOG_SECONDS`` of the offered events not committed when the offer ended) and what the broker appended
+   meanwhile, read from its log segments: transactions (commit markers on the actions topic, which every transaction
+   writes) and record batches (one per partition a produce request carries) per event offered; ``worker_to_peer``
+   gives the worker's numbers as multiples of the peer's.
 
 Prints tables (the last: the worker against the peer) and writes ``stream_throughput.json`` (machine, command line,
 settings, rows) and ``stream_throughput.png`` (events/s per consumer; latency percentiles against the offered load).
@@ -484,7 +485,7 @@ class Setup:
         """benchmarks/faust_peer.py's arguments: the worker's topics, partitions, batches and commits."""
         a = self.args
         return [
-            *("--bootstrap", self.bootstrap, "--prefix", prefix, "--app-id", app_id),
+            *("--model", str(self.model), "--bootstrap", self.bootstrap, "--prefix", prefix, "--app-id", app_id),
             *("--partitions", str(a.partitions), "--batch-max", str(a.batch_max)),
             *("--batch-within", str(a.batch_within), "--commit-interval", str(a.commit_interval)),
             *("--action-bytes", str(sizes[0]), "--transition-bytes", str(sizes[1])),
@@ -800,7 +801,7 @@ def decode_peer_record(value: bytes) -> PeerRecord:
 
 
 async def latency(setup: Setup, rate: float, peer: bool = False) -> dict:
-    """One offered load on a fresh worker, or (``peer``) on a fresh bare Faust app with the worker's settings
+    """One offered load on a fresh worker, or (``peer``) on a fresh Faust peer that decides nothing, with its settings
     (benchmarks/faust_peer.py) on the same workload."""
     a, w = setup.args, setup.engine.window
     prefix = f"{'peer' if peer else 'lat'}{int(rate)}"
@@ -879,7 +880,7 @@ async def latency(setup: Setup, rate: float, peer: bool = False) -> dict:
     outputs = [names.actions, names.replay] + ([] if peer else [names.deadletter, f"{app_id}-service-state-changelog"])
     appended = [log_batches(data, topic, offered_at, drained_at) for topic in outputs]
     return {
-        "consumer": "bare Faust peer" if peer else "picrl worker",
+        "consumer": "Faust peer" if peer else "picrl worker",
         "offered_rate": rate,
         "achieved_rate": sent / seconds,
         "services": a.latency_services,
@@ -1017,7 +1018,7 @@ def print_tables(result: dict) -> None:
 
 
 def print_peer_table(result: dict) -> None:
-    """Per offered load: the worker against the bare Faust peer (decided p99, backlog, broker appends per event)."""
+    """Per offered load: the worker against the Faust peer (decided p99, backlog, broker appends per event)."""
     rows = [r for r in result["latency"] if "peer" in r]
     if not rows:
         return
@@ -1093,7 +1094,7 @@ def main() -> None:
         "--no-peer",
         dest="peer",
         action="store_false",
-        help="skip the bare Faust peer (benchmarks/faust_peer.py) measured after the worker at each offered load",
+        help="skip the Faust peer (benchmarks/faust_peer.py) measured after the worker at each offered load",
     )
     parser.add_argument("--partitions", type=int, default=8, help="partitions of the topics (default 8)")
     parser.add_argument(
