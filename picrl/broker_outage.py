@@ -7,8 +7,9 @@ filter, on the log handler, lets the first such error about a node through as "K
 unreachable since T" and counts the others. The node's address is then asked for metadata every
 :data:`PROBE_EVERY` seconds (a thread, :func:`picrl.kafka.probe.broker_count_or_zero`), and once it answers one
 line says so, with the errors counted meanwhile: "Kafka node N (HOST:PORT) answered again after S s". Errors
-about a node whose address no line gave, and retried produce errors (``NotEnoughReplicasError`` while a
-partition is short of in-sync replicas), are logged once each and closed by a count once they have stopped for
+about a node whose address no line gave, and retried produce errors (``NotEnoughReplicasError``: a partition
+short of in-sync replicas, or a transaction the broker cannot verify yet, which is what it means on one node),
+are logged once each and closed by a count once they have stopped for
 :data:`QUIET` seconds, saying only that: whether a node answers is known only by asking it.
 """
 
@@ -40,6 +41,14 @@ _NODE = re.compile(r"node with id (\d+)|Failed fetch messages from (\d+)|\(node 
 _NODES = re.compile(r"Unable to update metadata from \[?([\d, ]+)\]?")
 _ADDRESS = re.compile(r"\('([^']+)', (\d+)\)|Connection at (\S+:\d+)|Unable connect to \"(\S+:\d+)\"")
 _PRODUCE_ERROR = re.compile(r"Got error produce response.*?(\w+Error)")
+# what a retried produce error means, where its name says less than it is (said on its first line)
+_MEANING = {
+    "NotEnoughReplicasError": (
+        "Kafka answers so for a partition short of in-sync replicas, and since Kafka 3.6 (KIP-890) for a "
+        "transactional write it cannot verify yet: the producer's previous transaction still completing, or its "
+        "coordinator loading or moving; on one node only the second"
+    ),
+}
 
 log = logging.getLogger("picrl.kafka")
 
@@ -97,7 +106,11 @@ class BrokerOutageFilter(logging.Filter):
             began = [self._outages[key] for key in first]
             labels = " and ".join(outage.label for outage in began)
             if first[0].startswith("produce:"):
-                line = f"{labels} since {_clock(now)} ({message}); aiokafka retries them; the next are counted"
+                meaning = _MEANING.get(first[0].split(":", 1)[1])
+                line = (
+                    f"{labels} since {_clock(now)} ({message}){'; ' + meaning if meaning else ''}; aiokafka retries "
+                    "them; the next are counted"
+                )
             else:
                 until = "it answers" if all(outage.address for outage in began) else "they stop"
                 line = (
