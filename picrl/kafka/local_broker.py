@@ -234,8 +234,8 @@ def server_properties(node: NodePorts, nodes: list[NodePorts], data_dir: Path) -
     replicas and min ISR one less (1 on a single node, without which consumer groups and exactly-once
     transactions could not start there).
 
-    Fail-over in seconds (Kafka's defaults in brackets): a node that stops heartbeating (every 0.5 s [2 s]) is fenced
-    after 2 s [9 s] (``broker.session.timeout.ms``) and its partitions get new leaders: a lost node's partitions are
+    Fail-over in seconds (Kafka's defaults in brackets): a node that stops heartbeating (every 0.25 s [2 s]) is fenced
+    after 1 s [9 s] (``broker.session.timeout.ms``) and its partitions get new leaders: a lost node's partitions are
     unavailable that long, the largest share of a fail-over after a node loss. The controllers start an election
     after 1 s [2 s] without an answer from the active one (``controller.quorum.fetch.timeout.ms``), a candidate waits
     0.5-1 s [1-2 s] for votes and at most 0.2 s [1 s] before it stands again; the loss of the active controller costs
@@ -263,8 +263,8 @@ def server_properties(node: NodePorts, nodes: list[NodePorts], data_dir: Path) -
             f"transaction.state.log.min.isr={replication.min_insync}",
             "transaction.state.log.num.partitions=8",
             "group.initial.rebalance.delay.ms=0",
-            "broker.heartbeat.interval.ms=500",
-            "broker.session.timeout.ms=2000",
+            "broker.heartbeat.interval.ms=250",
+            "broker.session.timeout.ms=1000",
             "controller.quorum.fetch.timeout.ms=1000",
             "controller.quorum.election.timeout.ms=500",
             "controller.quorum.election.backoff.max.ms=200",
