@@ -7,9 +7,11 @@ It is ``picrl worker``'s Faust app (stream/worker.py) with the same topics, part
 (``exactly_once``), batches (``take_ready``), record batches (stream/outbox.py), commits (stream/commit_clock.py)
 and ``acks=all``, with the decision stage taken out: for each usage event it writes an action-sized record
 (``decided_at``, ``source_produced_at``, ``tick``: the next one, as an action's) to ``<prefix>.actions`` and a
-transition-sized one to ``<prefix>.replay``, keyed by the service, in the transaction of its source partition. It
-decodes no event beyond its tick, keeps no row and writes no changelog. So the worker's latency over the peer's is
-the share of its decisions and their state; the rest is Faust and Kafka.
+transition-sized one to ``<prefix>.replay``, keyed by the service, in the transaction of its source partition, and
+the worker's watermark row per source partition and batch to the table's changelog (so its transactions span the
+same partitions, and its restarts find the rows the worker's rebalance guard asks for). It reads of an event only
+its tick and ``produced_at``, keeps no service row, writes no dead letter and keeps no metrics. So the worker's
+latency over the peer's is the share of its decisions, their state and their metrics; the rest is Faust and Kafka.
 
 A bare Faust app (one ``send`` per record, Faust's own commits: one transaction per partition on its timer) was
 measured in this place first and fell behind at every load (commit 7c7d81c, benchmarks/results/stream-2026-11-28-peer):
@@ -19,6 +21,7 @@ a yardstick slower than the worker says nothing about the worker's own share.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -64,7 +67,13 @@ class Relay(StreamWorker):
 
     async def prepare(self, events: Sequence[EventT]) -> PreparedBatch:
         topics, outbox = self.topics, Outbox()
-        partitions = await self._partition_counts(self.states.changelog_topic.get_topic_name())
+        changelog = self.states.changelog_topic.get_topic_name()
+        partitions = await self._partition_counts(changelog)
+        for partition in sorted({e.message.partition for e in events}):
+            end = 1 + max(e.message.offset for e in events if e.message.partition == partition)
+            mark = self.states.advance_watermark(partition, end)
+            if mark is not None:
+                outbox.add(partition, changelog, partition, *mark)
         for event in events:
             message = event.message
             value = orjson.loads(message.value)
@@ -76,7 +85,7 @@ class Relay(StreamWorker):
             )
         return PreparedBatch(events, [], BatchOutcome(), [], outbox)
 
-    async def send(self, batch: PreparedBatch) -> list:
+    async def send(self, batch: PreparedBatch) -> list[asyncio.Future]:
         return await send_outbox(batch.outbox, self._producer_for)
 
 
@@ -90,6 +99,7 @@ def main() -> None:
         batch_max=args.batch_max,
         batch_within=args.batch_within,
         commit_interval=args.commit_interval,
+        instance_id=f"{args.app_id}-0",  # a static member, as picrl worker's default instance id makes the worker
     )
     worker = faust.Worker(Relay(settings, args).app, loglevel="WARNING", quiet=True, redirect_stdouts=False)
     worker.spinner = None

@@ -50,8 +50,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "and shortages; resources-<dataset>.png when there are several such datasets), results.json and figures "
         "(trajectories.png, ablation_bars.png, cumulative_regret.png) to --out. Finished cells are "
         "cached, so a rerun (or a run with more seeds or methods) trains only what is new. It ends with a "
-        "recommendation (recommendation.md): per dataset, the method with the lowest mean validation regret "
-        "(each cell's trained method run on the validation episode under the run's protocol; the test split plays "
+        "recommendation (recommendation.md): per dataset, the method with the lowest mean validation regret, a "
+        "single rule before the portfolio that combines it within 0.5% of it (each cell's trained method run on "
+        "the validation episode under the run's protocol; the test split plays "
         "no part, references are not candidates), its margin over the next, and whether the other budget (--quick "
         "or not) agrees, read from the cache when a run with the other budget and the same options left its cells "
         "there.",

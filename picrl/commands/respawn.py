@@ -8,7 +8,8 @@ instance id: its partitions come back without a rebalance. SIGTERM and SIGINT re
 always does, and its exit code is the command's. A worker that exits by itself (0, or an error's code) is not forked
 again, nor one killed more than ``RESPAWNS_PER_MINUTE`` times in a minute (a crash loop is the orchestrator's to
 handle). The worker dies with this process (``PR_SET_PDEATHSIG``), so a kill of the whole command never leaves a
-worker behind.
+worker behind. A worker forked again skips the command's wait for Kafka (``bootstrap_timeout``): it starts as
+Faust starts, against the brokers the command found.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """The answer to "which method should I use?" that ends ``picrl compare``: per dataset, the method with the lowest
-mean *validation* regret over seeds, its margin over the next one, and whether the other budget agrees.
+mean *validation* regret over seeds (within ``TIE`` of it, the simpler method: a single rule before the portfolio
+that combines it), its margin over the next one, and whether the other budget agrees.
 
 A cell's validation regret is its fitted provisioner run on the validation episode after its test run, under the
 run's protocol (:func:`picrl_core.methods.evaluation.validation_regret` for the paper's,
@@ -31,7 +32,8 @@ TIE = 0.005  # mean validation regrets this close (relative to the lowest) are a
 
 @dataclass(frozen=True)
 class Recommendation:
-    """The lowest mean validation regret on ``dataset`` (``std`` over ``seeds``) and the next one (None alone)."""
+    """The method named on ``dataset``, its mean validation regret (``std`` over ``seeds``), and the next one (None
+    alone; on a tie, the lower method that combines more rules)."""
 
     dataset: str
     method: str
@@ -100,7 +102,7 @@ def _line(rec: Recommendation | None, dataset: str) -> str:
     if rec.runner_up is None or rec.runner_up_regret is None:
         return f"- {dataset}: {name}, validation regret {rec.regret:.2f}; the only candidate that ran."
     margin = rec.runner_up_regret - rec.regret
-    if margin < 0:
+    if margin <= 0 and len(REGISTRY[rec.runner_up].combines) > len(REGISTRY[rec.method].combines):
         return (
             f"- {dataset}: **{name}**, validation regret {rec.regret:.2f}: tied with "
             f"{REGISTRY[rec.runner_up].label} ({rec.runner_up_regret:.2f}, within {100 * TIE:g}%), which combines "
@@ -151,5 +153,6 @@ def markdown_recommendation(
     which = f", {named.pop()} protocol" if len(named) == 1 else ""
     return (
         f"Recommendation ({budget.name} budget{which}): the lowest mean validation regret under the protocol of the "
-        "run (the test split plays no part; references are not candidates)\n\n" + "\n".join(lines) + "\n"
+        f"run, the simpler method within {100 * TIE:g}% of it (the test split plays no part; references are not "
+        "candidates)\n\n" + "\n".join(lines) + "\n"
     )

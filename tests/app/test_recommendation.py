@@ -1,5 +1,5 @@
-"""The recommendation that ends ``picrl compare``: lowest validation regret, never test, references excluded,
-and the note on the other budget."""
+"""The recommendation that ends ``picrl compare``: lowest validation regret (a tie to the simpler method), never
+test, references excluded, and the note on the other budget."""
 
 from __future__ import annotations
 
@@ -75,6 +75,9 @@ def test_a_tie_goes_to_the_simpler_method_and_a_clear_win_to_the_portfolio() -> 
     assert rec is not None and (rec.method, rec.runner_up, rec.runner_up_regret) == ("pic-rl", "portfolio", 9.96)
     text = markdown_recommendation({"d": rec}, {}, FULL, QUICK, {"d": "product"})
     assert "tied with Portfolio" in text and "the simpler method is named" in text
+    exact = tied | {("portfolio", "d"): summary("portfolio", 10.0, 1.0)}
+    text = markdown_recommendation({"d": recommend(exact, methods, "d")}, {}, FULL, QUICK, {"d": "product"})
+    assert "**PIC-RL (Ours) (`pic-rl`)**" in text and "tied with Portfolio" in text
     clear = tied | {("portfolio", "d"): summary("portfolio", 9.9, 1.0)}  # 1% lower: the portfolio
     rec = recommend(clear, methods, "d")
     assert rec is not None and (rec.method, rec.runner_up) == ("portfolio", "pic-rl")
