@@ -48,23 +48,12 @@ from picrl_core.pipeline import phase1_predictor
 from picrl_core.predictor.model import GaussianLSTM
 from picrl_core.predictor.windowed import make_windows, predict_gaussian
 from picrl_core.rules.conformal import ConformalRule
+from picrl_core.rules.feed import context_rows
 from picrl_core.series import PreparedSeries, segment_starts
 
 CONFORMAL_WINDOW = 256  # residuals kept per service (the calibration set size n)
 # Candidate gammas of adaptive conformal inference (Gibbs & Candes 2021 use 0.005), chosen on validation.
 ACI_STEPS = (0.001, 0.0025, 0.005, 0.01, 0.02)
-
-
-def context_rows(context: np.ndarray | None, shape: tuple[int, ...], channels: int, name: str) -> np.ndarray:
-    """Context as a ``(*shape, channels)`` float32 array (empty when the model reads no context)."""
-    if channels == 0:
-        return np.zeros((*shape, 0), dtype=np.float32)
-    if context is None:
-        raise ValueError(f"{name} is required: the predictor was trained with {channels} context channel(s)")
-    context = np.asarray(context, dtype=np.float32)
-    if context.shape != (*shape, channels):
-        raise ValueError(f"{name} must have shape {(*shape, channels)}; got {context.shape}")
-    return context
 
 
 class PredictorFeed:

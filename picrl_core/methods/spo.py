@@ -48,8 +48,8 @@ import torch
 from picrl_core.config import CostConfig, PicRLConfig
 from picrl_core.controller import _last_window, _shift
 from picrl_core.methods.base import Provisioner
-from picrl_core.methods.conformal import context_rows
 from picrl_core.predictor.windowed import make_windows
+from picrl_core.rules.feed import context_rows
 from picrl_core.series import PreparedSeries, segment_starts
 
 SPO_EPOCHS = 60

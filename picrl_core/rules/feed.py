@@ -30,7 +30,7 @@ def start_feed(state: np.recarray, history: np.ndarray, context: np.ndarray | No
     """The window from the uncensored history ``(B, H)`` and its context ``(B, H, C)``."""
     window = state.observations.shape[1]
     history = np.asarray(history, dtype=np.float32)
-    rows = _context(context, history.shape, channels)
+    rows = context_rows(context, history.shape, channels)
     missing = window - history.shape[1]
     if missing > 0:
         history = np.concatenate([np.repeat(history[:, :1], missing, axis=1), history], axis=1)
@@ -43,7 +43,7 @@ def start_feed(state: np.recarray, history: np.ndarray, context: np.ndarray | No
 def push_feed(state: np.recarray, y: np.ndarray, censored: np.ndarray, context: np.ndarray | None) -> None:
     """Append this tick's ``(y, c)`` and context row to every window."""
     n, channels = state.observations.shape[0], state.context.shape[2]
-    row = _context(None if context is None else np.asarray(context)[:, None, :], (n, 1), channels)
+    row = context_rows(None if context is None else np.asarray(context)[:, None, :], (n, 1), channels)
     state.observations = np.concatenate([state.observations[:, 1:], np.asarray(y, np.float32)[:, None]], axis=1)
     state.censored = np.concatenate([state.censored[:, 1:], np.asarray(censored, bool)[:, None]], axis=1)
     state.context = np.concatenate([state.context[:, 1:], row], axis=1)
@@ -71,12 +71,15 @@ def range_move(
     return (high - low) / span, (low - new_low) / span
 
 
-def _context(context: np.ndarray | None, shape: tuple[int, ...], channels: int) -> np.ndarray:
+def context_rows(
+    context: np.ndarray | None, shape: tuple[int, ...], channels: int, name: str = "context"
+) -> np.ndarray:
+    """Context as a ``(*shape, channels)`` float32 array (empty when the model reads no context)."""
     if channels == 0:
         return np.zeros((*shape, 0), dtype=np.float32)
     if context is None:
-        raise ValueError(f"context is required: the predictor was trained with {channels} context channel(s)")
+        raise ValueError(f"{name} is required: the predictor was trained with {channels} context channel(s)")
     context = np.asarray(context, dtype=np.float32)
     if context.shape != (*shape, channels):
-        raise ValueError(f"context must have shape {(*shape, channels)}; got {context.shape}")
+        raise ValueError(f"{name} must have shape {(*shape, channels)}; got {context.shape}")
     return context
