@@ -23,7 +23,7 @@ COMPONENTS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("rest of the controller step", ("picrl_core/",)),
     ("decision engine (rows, records)", ("stream/decisions.py",)),
     ("decoding usage records", ("decode_batch", "stream/intake.py")),
-    ("encoding outputs (orjson records)", ("to_bytes (stream/records.py",)),
+    ("encoding outputs (orjson records)", ("to_bytes (stream/records.py", "encode_many (stream/records.py")),
     ("metrics and recent decisions", ("observe (stream/observer.py",)),
     ("table writes (changelog)", ("faust/tables/",)),
     ("taking and acknowledging batches", ("stream/take.py",)),

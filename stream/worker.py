@@ -54,6 +54,7 @@ from stream.observer import BatchObserver
 from stream.outbox import Outbox, ProducerFor, key_partition, send_outbox
 from stream.policy_follower import PolicyFollower, PolicyGate
 from stream.rebalance_guard import RebalanceGuard
+from stream.records import encode_all
 from stream.state_table import ServiceStateTable
 from stream.take import acknowledge, forget, take_ready
 from stream.topics import Replication, TopicNames
@@ -350,19 +351,15 @@ class StreamWorker:
             if mark is not None:
                 outbox.add(partition, changelog, partition, *mark)
         topics = self.topics
-        for a in outcome.actions:
+        for a, value in zip(outcome.actions, encode_all(outcome.actions)):
             key = a.service.encode()
             outbox.add(
-                partition_of[a.service],
-                topics.actions,
-                key_partition(key, partitions[topics.actions]),
-                key,
-                a.to_bytes(),
+                partition_of[a.service], topics.actions, key_partition(key, partitions[topics.actions]), key, value
             )
-        for t in outcome.transitions:
+        for t, value in zip(outcome.transitions, encode_all(outcome.transitions)):
             key = t.service.encode()
             outbox.add(
-                partition_of[t.service], topics.replay, key_partition(key, partitions[topics.replay]), key, t.to_bytes()
+                partition_of[t.service], topics.replay, key_partition(key, partitions[topics.replay]), key, value
             )
         for letter in letters:
             outbox.add(

@@ -8,7 +8,7 @@ import numpy as np
 import orjson
 import pytest
 
-from stream.records import Action, DecodeError, TransitionRecord, UsageEvent, decode_usage
+from stream.records import Action, DecodeError, TransitionRecord, UsageEvent, decode_usage, encode_all
 
 
 def _round_trip(record: Action | TransitionRecord) -> bytes:
@@ -97,6 +97,97 @@ def test_fast_encoding_refuses_non_finite_vectors_and_mismatched_lengths() -> No
     with pytest.raises(DecodeError) as refused:
         dataclasses.replace(transition, next_features=transition.next_features[:5]).to_bytes()
     assert refused.value.reason == "length_mismatch"
+
+
+def test_plain_worker_records_skip_the_round_trip(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every field of an action or a transition holding plain values has a fast check: none sends the worker's
+    records through the decode round trip (an optional field without one made each action cost 3x)."""
+    rng = np.random.default_rng(3)
+    plain = [ACTION, dataclasses.replace(ACTION, candidate="conformal", weight=0.7), _transition(rng, np.float64)]
+    expected = [record.to_bytes() for record in plain]
+
+    def refuse(cls: type, obj: object) -> None:
+        raise AssertionError(f"{cls.__name__} took the decode round trip")
+
+    for cls in (Action, TransitionRecord):
+        monkeypatch.setattr(cls, "from_dict", classmethod(refuse))
+    assert [record.to_bytes() for record in plain] == expected
+    assert encode_all(plain[:2]) == expected[:2]
+
+
+def _records(rng: np.random.Generator) -> list[Action | TransitionRecord]:
+    """Actions and transitions with plain values and with values only the round trip takes (numpy scalars and
+    vectors, an int where a float goes, a named candidate)."""
+    actions = [
+        dataclasses.replace(
+            ACTION,
+            service=f"svc-{i}",
+            tick=int(rng.integers(1_000)),
+            mu=float(rng.normal()),
+            sigma=float(rng.random()),
+            candidate=None if rng.random() < 0.5 else "conformal",
+            weight=float(rng.random()),
+        )
+        for i in range(20)
+    ]
+    transitions = [
+        dataclasses.replace(
+            _transition(rng, np.float64), features=tuple(_transition(rng, np.float64).features.tolist())
+        )
+        for _ in range(20)
+    ]
+    for record in (actions, transitions):
+        assert all(type(r) is type(record[0]) for r in record)
+    return [*actions, *transitions]
+
+
+def test_batch_encoding_writes_each_records_bytes() -> None:
+    rng = np.random.default_rng(4)
+    records = _records(rng)
+    actions, transitions = records[:20], records[20:]
+    odd = [
+        dataclasses.replace(actions[0], mu=np.float64(0.5)),
+        dataclasses.replace(actions[1], capacity=2),
+        dataclasses.replace(actions[2], tick=np.int64(7)),
+        dataclasses.replace(actions[3], candidate=None, weight=1),
+    ]
+    for batch in (actions, transitions, records, [*actions, *odd], [*transitions, _transition(rng)], odd[:1], []):
+        assert encode_all(batch) == [record.to_bytes() for record in batch]
+
+
+@pytest.mark.parametrize(
+    "change, reason",
+    [
+        ({"mu": float("nan")}, "non_finite"),
+        ({"capacity": float("inf")}, "non_finite"),
+        ({"sigma": -1.0}, "out_of_range"),
+        ({"weight": -0.5}, "out_of_range"),
+        ({"tick": 3.0}, "wrong_type"),
+        ({"tick": 2**53 + 1}, "bad_tick"),
+        ({"phase": "later"}, "wrong_type"),
+        ({"candidate": "bad\x00id"}, "bad_service_id"),
+        ({"advisory": 1}, "wrong_type"),
+    ],
+)
+def test_batch_encoding_refuses_what_to_bytes_refuses(change: dict, reason: str) -> None:
+    actions = _records(np.random.default_rng(5))[:20]
+    actions[7] = dataclasses.replace(actions[7], **change)
+    with pytest.raises(DecodeError) as refused:
+        encode_all(actions)
+    assert refused.value.reason == reason
+
+
+def test_batch_encoding_refuses_a_transition_whose_vectors_differ_in_length() -> None:
+    transitions = _records(np.random.default_rng(6))[20:]
+    short = transitions[3]
+    transitions[3] = dataclasses.replace(short, next_features=short.next_features[:5])
+    with pytest.raises(DecodeError) as refused:
+        encode_all(transitions)
+    assert refused.value.reason == "length_mismatch"
+    transitions[3] = dataclasses.replace(short, pre=(1.0, float("inf")))
+    with pytest.raises(DecodeError) as refused:
+        encode_all(transitions)
+    assert refused.value.reason == "non_finite"
 
 
 def _decoded(raw: bytes) -> UsageEvent | tuple[str, str]:
