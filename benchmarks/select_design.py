@@ -68,9 +68,12 @@ and options tried on top of the default and left off because they did not help h
     +escape-growth-8, +escape-from-1   the handover with a search growing by 8, or starting from one margin step
     +repeat-rate-1/8, +repeat-rate-1/128   the repeat share's step 4 times larger or smaller than one window's 1/32
 
-next to the default's full-information reference (the same controller fed the demand) and the two
-strongest baselines on the same development split: conformal and the censored SGD residual tracker,
-each with its knobs chosen on the same validation part and the same number of candidates.
+next to the default's full-information reference (the same controller fed the demand), the two
+strongest baselines on the same development split (conformal and the censored SGD residual tracker,
+each with its knobs chosen on the same validation part and the same number of candidates) and the
+portfolio (``picrl worker --method portfolio``: the per-service choice among PIC-RL's order, conformal
+and SGD on the default's predictor, its forgetting and switching price chosen on the same validation
+part), which the adoption rule judges against the default as it judges a rung.
 
 Run on demand (not part of the test suite; a rung costs ~15-30 s per trace and seed on 2 cores, DLRM more):
 
@@ -118,6 +121,7 @@ from picrl_core.methods.censored_sgd import fit_censored_sgd_residual  # noqa: E
 from picrl_core.methods.conformal import fit_conformal  # noqa: E402
 from picrl_core.methods.evaluation import growth_episode  # noqa: E402
 from picrl_core.methods.pic_rl import PicRLProvisioner  # noqa: E402
+from picrl_core.methods.portfolio import fit_portfolio  # noqa: E402
 from picrl_core.pipeline import phase1_predictor, train_offline  # noqa: E402
 from picrl_core.series import (  # noqa: E402
     PreparedSeries,
@@ -284,6 +288,7 @@ def evaluate_trace(series: PreparedSeries, native: np.ndarray, seed: int, rungs:
         rows["sgd-residual"] = regret(
             fit_censored_sgd_residual(series, base, predictor=predictor), series, native, base
         )
+        rows["portfolio"] = regret(fit_portfolio(series, base), series, native, base)
     return rows
 
 
