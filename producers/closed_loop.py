@@ -44,6 +44,8 @@ from stream.topics import TopicNames
 
 Pending = dict[int, dict[int, Action | ResourceAction]]  # tick -> service index -> its action
 _BREAKDOWN = ("capacity_norm", "mu", "sigma", "k", "eta", "margin", "bias")
+TOPIC_WAIT_SECONDS = 10.0  # how long a topic missing from the metadata is looked up again before the error
+TOPIC_POLL_SECONDS = 0.25
 
 
 class NoActionError(RuntimeError):
@@ -81,10 +83,17 @@ class TickSummary:
     control_services: int
 
 
-async def topic_partitions(consumer: AIOKafkaConsumer, producer: AIOKafkaProducer, topic: str) -> list[TopicPartition]:
-    """Every partition of ``topic``; a clear error if it does not exist."""
-    if topic not in await consumer.topics():
-        raise NoActionError(f"topic {topic} does not exist: create the topics first (`picrl topics create`)")
+async def topic_partitions(
+    consumer: AIOKafkaConsumer, producer: AIOKafkaProducer, topic: str, wait: float = TOPIC_WAIT_SECONDS
+) -> list[TopicPartition]:
+    """Every partition of ``topic``. A topic created a moment ago may not have reached the metadata of the node that
+    answers yet (each node of a cluster learns it from the controller on its own): it is looked up again for up to
+    ``wait`` seconds before a clear error says it does not exist."""
+    deadline = time.monotonic() + wait
+    while topic not in await consumer.topics():
+        if time.monotonic() >= deadline:
+            raise NoActionError(f"topic {topic} does not exist: create the topics first (`picrl topics create`)")
+        await asyncio.sleep(TOPIC_POLL_SECONDS)
     return [TopicPartition(topic, p) for p in sorted(await producer.partitions_for(topic))]
 
 

@@ -7,6 +7,7 @@ import time
 
 import numpy as np
 import pytest
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from picrl.cli import main
 from picrl.datasets import Trace, load_dataset, load_pod_fleet
@@ -16,7 +17,7 @@ from picrl_core.config import CostConfig
 from picrl_core.costs import episode_metrics
 from picrl_core.methods.coupled import resource_metrics
 from picrl_core.resources import GPU_POD, killing, observe
-from producers.closed_loop import ClosedLoopRecord
+from producers.closed_loop import ClosedLoopRecord, NoActionError, topic_partitions
 from stream.records import decode_usage
 from stream.topics import TopicNames, ensure_topics, topic_specs
 from tests.support.kafka import consume, unique
@@ -79,6 +80,40 @@ def test_a_two_resource_report_scores_each_resource_and_draws_a_pods_resources(t
     header = (tmp_path / "ticks.csv").read_text().splitlines()[0]
     assert header.endswith(",resource") and len((tmp_path / "ticks.csv").read_text().splitlines()) == 1 + 80 * 8
     assert (tmp_path / "resources.png").stat().st_size > 10_000
+
+
+def test_the_closed_loop_waits_for_a_topic_created_meanwhile_and_names_one_that_never_comes(
+    kafka_bootstrap: str,
+) -> None:
+    """A topic that reaches the answering node's metadata a moment late (a cluster's nodes learn it from the
+    controller each on its own) is waited for; one that never comes is a clear error once the wait is over."""
+    prefix = unique("late-topic")
+    actions = TopicNames(prefix).actions
+
+    async def run() -> tuple[list[TopicPartition], float]:
+        consumer, producer = (
+            AIOKafkaConsumer(bootstrap_servers=kafka_bootstrap),
+            AIOKafkaProducer(bootstrap_servers=kafka_bootstrap),
+        )
+        await consumer.start()
+        await producer.start()
+        try:
+            looked_up = asyncio.ensure_future(topic_partitions(consumer, producer, actions, wait=60.0))
+            await asyncio.sleep(1.0)
+            assert not looked_up.done()
+            await ensure_topics(kafka_bootstrap, topic_specs(prefix, 2))
+            partitions = await looked_up
+            started = time.monotonic()
+            with pytest.raises(NoActionError, match="create the topics first"):
+                await topic_partitions(consumer, producer, unique("never") + ".actions", wait=0.5)
+            return partitions, time.monotonic() - started
+        finally:
+            await consumer.stop()
+            await producer.stop()
+
+    partitions, gave_up_after = asyncio.run(run())
+    assert partitions == [TopicPartition(actions, 0), TopicPartition(actions, 1)]
+    assert gave_up_after >= 0.5
 
 
 def test_replay_sends_every_tick_of_every_service_at_the_asked_rate(kafka_bootstrap: str, tmp_path) -> None:
