@@ -155,7 +155,8 @@ class _Field:
     #: whether what ``fast`` accepts is also what ``decode`` returns for it (so decoding may take it as it is)
     fast_decodes: bool = True
     #: ``fast`` over a whole column of values at once: the values to serialise, or _SLOW when any one is not
-    #: certain (None: ``fast`` value by value)
+    #: certain (None: ``fast`` value by value). It never accepts a value ``fast`` refuses; it may refuse more (its
+    #: batch is then encoded record by record)
     fast_column: Callable[[list[Any]], Any] | None = None
 
     def fast_all(self, column: list[Any]) -> Any:
@@ -219,7 +220,7 @@ def _integer(minimum: int = 0, reason: DecodeReason = "out_of_range", maximum: i
     def fast_column(column: list[Any]) -> Any:
         if not _all_of(int, column):
             return _SLOW
-        return column if not column or minimum <= min(column) and max(column) <= maximum else _SLOW
+        return column if not column or (minimum <= min(column) and max(column) <= maximum) else _SLOW
 
     return _Field(decode, fast=fast, fast_column=fast_column)
 
@@ -298,7 +299,7 @@ def _numbers(length: int | None = None) -> _Field:
                 return _SLOW
         return value
 
-    def fast_column(column: list[Any]) -> Any:  # lists or tuples of finite floats, as ``fast`` takes them
+    def fast_column(column: list[Any]) -> Any:  # lists or tuples of finite floats (not the arrays ``fast`` takes)
         if not set(map(type, column)) <= {tuple, list}:
             return _SLOW
         if length is not None and set(map(len, column)) - {length}:
@@ -497,9 +498,8 @@ def encode_all(records: Sequence[_Record]) -> list[bytes]:
 
 
 def _field_getter_of(cls: type[_Record]) -> Callable[[_Record], tuple[Any, ...]]:
-    """A record's field values, in ``_FIELDS`` order, as one tuple."""
-    getter = attrgetter(*cls._FIELDS)
-    return getter if len(cls._FIELDS) > 1 else lambda record: (getter(record),)
+    """A record's field values, in ``_FIELDS`` order, as one tuple (every record has several fields)."""
+    return attrgetter(*cls._FIELDS)
 
 
 _field_getter = cast(Callable[[type[_Record]], Callable[[_Record], tuple[Any, ...]]], cache(_field_getter_of))

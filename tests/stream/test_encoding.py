@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
+import sys
 
 import numpy as np
 import orjson
 import pytest
 
-from stream.records import Action, DecodeError, TransitionRecord, UsageEvent, decode_usage, encode_all
+from stream.records import _SLOW, Action, DecodeError, TransitionRecord, UsageEvent, decode_usage, encode_all
 
 
 def _round_trip(record: Action | TransitionRecord) -> bytes:
@@ -99,12 +100,25 @@ def test_fast_encoding_refuses_non_finite_vectors_and_mismatched_lengths() -> No
     assert refused.value.reason == "length_mismatch"
 
 
+def _as_lists(transition: TransitionRecord) -> TransitionRecord:
+    """The transition as the worker builds it: its vectors as lists of Python floats (``tolist()``)."""
+    return dataclasses.replace(
+        transition,
+        features=list(np.asarray(transition.features, dtype=np.float64).tolist()),
+        pre=list(np.asarray(transition.pre, dtype=np.float64).tolist()),
+        next_features=list(np.asarray(transition.next_features, dtype=np.float64).tolist()),
+    )
+
+
 def test_plain_worker_records_skip_the_round_trip(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every field of an action or a transition holding plain values has a fast check: none sends the worker's
-    records through the decode round trip (an optional field without one made each action cost 3x)."""
+    records through the decode round trip (an optional field without one made each action cost 3x), and a batch of
+    them is encoded column by column, never record by record."""
     rng = np.random.default_rng(3)
     plain = [ACTION, dataclasses.replace(ACTION, candidate="conformal", weight=0.7), _transition(rng, np.float64)]
-    expected = [record.to_bytes() for record in plain]
+    expected = [_round_trip(record) for record in plain]
+    transitions = [_as_lists(_transition(rng, np.float64)) for _ in range(5)]
+    expected_transitions = [_round_trip(record) for record in transitions]
 
     def refuse(cls: type, obj: object) -> None:
         raise AssertionError(f"{cls.__name__} took the decode round trip")
@@ -112,12 +126,18 @@ def test_plain_worker_records_skip_the_round_trip(monkeypatch: pytest.MonkeyPatc
     for cls in (Action, TransitionRecord):
         monkeypatch.setattr(cls, "from_dict", classmethod(refuse))
     assert [record.to_bytes() for record in plain] == expected
+
+    def one_by_one(record: object) -> bytes:
+        raise AssertionError("a batch of plain records was encoded record by record")
+
+    monkeypatch.setattr(Action, "to_bytes", one_by_one)
+    monkeypatch.setattr(TransitionRecord, "to_bytes", one_by_one)
     assert encode_all(plain[:2]) == expected[:2]
+    assert encode_all(transitions) == expected_transitions
 
 
 def _records(rng: np.random.Generator) -> list[Action | TransitionRecord]:
-    """Actions and transitions with plain values and with values only the round trip takes (numpy scalars and
-    vectors, an int where a float goes, a named candidate)."""
+    """Plain actions (half with a named candidate) and plain transitions (their vectors as the worker builds them)."""
     actions = [
         dataclasses.replace(
             ACTION,
@@ -130,18 +150,13 @@ def _records(rng: np.random.Generator) -> list[Action | TransitionRecord]:
         )
         for i in range(20)
     ]
-    transitions = [
-        dataclasses.replace(
-            _transition(rng, np.float64), features=tuple(_transition(rng, np.float64).features.tolist())
-        )
-        for _ in range(20)
-    ]
-    for record in (actions, transitions):
-        assert all(type(r) is type(record[0]) for r in record)
+    transitions = [_as_lists(_transition(rng, np.float64)) for _ in range(20)]
     return [*actions, *transitions]
 
 
 def test_batch_encoding_writes_each_records_bytes() -> None:
+    """The bytes of the decode round trip, for plain batches and for batches holding values only the round trip
+    takes (numpy scalars and vectors, an int where a float goes, tuples and lists mixed)."""
     rng = np.random.default_rng(4)
     records = _records(rng)
     actions, transitions = records[:20], records[20:]
@@ -151,8 +166,10 @@ def test_batch_encoding_writes_each_records_bytes() -> None:
         dataclasses.replace(actions[2], tick=np.int64(7)),
         dataclasses.replace(actions[3], candidate=None, weight=1),
     ]
-    for batch in (actions, transitions, records, [*actions, *odd], [*transitions, _transition(rng)], odd[:1], []):
-        assert encode_all(batch) == [record.to_bytes() for record in batch]
+    mixed = [*transitions[:3], dataclasses.replace(transitions[3], pre=tuple(transitions[3].pre))]
+    batches = (actions, transitions, records, [*actions, *odd], [*transitions, _transition(rng)], mixed, odd[:1], [])
+    for batch in batches:
+        assert encode_all(batch) == [_round_trip(record) for record in batch]
 
 
 @pytest.mark.parametrize(
@@ -177,17 +194,74 @@ def test_batch_encoding_refuses_what_to_bytes_refuses(change: dict, reason: str)
     assert refused.value.reason == reason
 
 
-def test_batch_encoding_refuses_a_transition_whose_vectors_differ_in_length() -> None:
+@pytest.mark.parametrize(
+    "change, reason",
+    [
+        ({"next_features": [1.0] * 5}, "length_mismatch"),
+        ({"pre": [1.0, float("inf")]}, "non_finite"),
+        ({"pre": [1.0, 2.0, 3.0]}, "wrong_type"),
+        ({"features": [float("nan")] * 12}, "non_finite"),
+        ({"censor_streak": -1}, "out_of_range"),
+    ],
+)
+def test_batch_encoding_refuses_a_transition_to_bytes_refuses(change: dict, reason: str) -> None:
+    """Plain lists of floats take the column check, so its finiteness and length checks and the record's own
+    cross-field check (``_check``) are what refuse these."""
     transitions = _records(np.random.default_rng(6))[20:]
-    short = transitions[3]
-    transitions[3] = dataclasses.replace(short, next_features=short.next_features[:5])
+    transitions[3] = dataclasses.replace(transitions[3], **change)
     with pytest.raises(DecodeError) as refused:
         encode_all(transitions)
-    assert refused.value.reason == "length_mismatch"
-    transitions[3] = dataclasses.replace(short, pre=(1.0, float("inf")))
-    with pytest.raises(DecodeError) as refused:
-        encode_all(transitions)
-    assert refused.value.reason == "non_finite"
+    assert refused.value.reason == reason
+
+
+TRICKY = [
+    0.5,
+    -0.0,
+    0.0,
+    1.0,
+    float("nan"),
+    float("inf"),
+    -float("inf"),
+    sys.float_info.max,
+    -1.0,
+    1e19,
+    0,
+    1,
+    -1,
+    2**53 + 1,
+    2**63,
+    True,
+    False,
+    np.float64(0.5),
+    np.int64(3),
+    np.bool_(True),
+    "svc-1",
+    "control",
+    "none",
+    "bad\x00id",
+    "",
+    None,
+    [0.5, 1.0],
+    (0.5, float("nan")),
+    [0.5],
+    [1, 2],
+]
+
+
+@pytest.mark.parametrize("record", [Action, TransitionRecord, UsageEvent])
+def test_each_fields_column_check_accepts_no_value_its_own_check_refuses(record: type) -> None:
+    """``fast_all`` of a column is ``fast`` of each value where it accepts the column, and it refuses any column
+    holding a value ``fast`` refuses."""
+    rng = np.random.default_rng(7)
+    for name, spec in record._FIELDS.items():
+        for _ in range(200):
+            column = [TRICKY[i] for i in rng.integers(len(TRICKY), size=int(rng.integers(1, 4)))]
+            one_by_one = [spec.fast(value) for value in column]
+            together = spec.fast_all(column)
+            if any(value is _SLOW for value in one_by_one):
+                assert together is _SLOW, (name, column)
+            elif together is not _SLOW:
+                assert together == one_by_one or orjson.dumps(together) == orjson.dumps(one_by_one), (name, column)
 
 
 def _decoded(raw: bytes) -> UsageEvent | tuple[str, str]:
