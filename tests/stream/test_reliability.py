@@ -39,11 +39,13 @@ from tests.support.kafka import committed_everything, consume, produce, unique, 
 from tests.support.processes import (
     forked_workers,
     picrl_process,
+    process_runs,
     short_trainer_args,
     spawn,
     stop,
     tail,
     worker_args,
+    worker_pid,
 )
 from tests.support.web import free_port, http_get, metric
 
@@ -367,6 +369,30 @@ def test_the_worker_rides_out_a_broker_restart_and_its_killed_process_is_forked_
         _assert_exactly_once_and_equal(record, bootstrap, prefix, tiny_artifact)
     finally:
         broker.stop()
+
+
+def test_a_fault_meant_for_the_worker_process_waits_for_the_command_to_fork_it(
+    kafka_bootstrap: str, tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    """The command builds its worker before it forks, and forks again after a SIGKILL of its child: the chaos
+    harness's worker process (``worker_pid``) is always that child, asked for at once after the start or the kill,
+    never the command (a soak round's first-tick fault once killed the command instead)."""
+    prefix = _topics(kafka_bootstrap, "forked")
+    log = tmp_path / "worker.log"
+    with picrl_process(_worker_args(tiny_model_dir, kafka_bootstrap, prefix, log_level="info"), log) as command:
+        first = worker_pid(command)
+        assert first != command.pid and _parent(first) == command.pid, tail(log)
+        os.kill(first, signal.SIGKILL)
+        assert asyncio.run(wait_until(lambda: not process_runs(first), timeout=10))
+        second = worker_pid(command)
+        assert second not in (first, command.pid) and _parent(second) == command.pid, tail(log)
+        assert command.poll() is None, tail(log)
+    assert forked_workers(log)[:2] == [first, second], tail(log)
+
+
+def _parent(pid: int) -> int:
+    """The parent of process ``pid`` (``/proc/PID/stat``'s fourth field)."""
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
 
 
 def test_bad_input_goes_to_the_dead_letter_topic_with_a_reason_and_the_worker_keeps_going(

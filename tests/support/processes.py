@@ -13,6 +13,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import cache
@@ -160,12 +161,36 @@ def stop(process: Started, timeout: float = 30.0) -> int:
     return process.returncode
 
 
-def worker_pid(process: Started) -> int:
-    """The process that runs a ``picrl worker`` command's worker: the child it forked (``respawn`` on, the default on
-    Linux), else the command's own."""
+def worker_pid(process: Started, timeout: float = 60.0) -> int:
+    """The process that runs a ``picrl worker`` command's worker: the child it forks (``respawn``, on by default on
+    Linux; elsewhere the command's own). The command builds the worker before it forks, and forks again after its
+    child died: until a child runs, it is waited for (``timeout`` seconds at most), so that a fault meant for the
+    worker process never hits the command."""
     children = Path(f"/proc/{process.pid}/task/{process.pid}/children")
-    forked = children.read_text().split() if children.exists() else []
-    return int(forked[-1]) if forked else process.pid
+    if not children.exists():
+        return process.pid  # no children to read (not Linux, so no respawn), or the command is gone
+    deadline = time.monotonic() + timeout
+    while True:
+        forked = [
+            int(pid) for pid in (children.read_text().split() if children.exists() else []) if process_runs(int(pid))
+        ]
+        if forked:
+            return forked[-1]
+        if process.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(
+                f"worker command {process.pid} runs no forked worker process after {timeout:g} s "
+                f"(exit code {process.poll()})"
+            )
+        time.sleep(0.05)
+
+
+def process_runs(pid: int) -> bool:
+    """Whether ``pid`` is a live process (a child killed but not yet reaped by its parent is a zombie, ``Z``)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, IndexError):
+        return False
+    return state not in ("Z", "X")
 
 
 def forked_workers(log: Path) -> list[int]:
