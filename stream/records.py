@@ -432,8 +432,8 @@ class _Record:
         if not records or any(type(record) is not cls for record in records):
             return [record.to_bytes() for record in records]
         columns = []
-        for name, values in zip(cls._FIELDS, zip(*map(_field_getter(cls), records))):
-            column = cls._FIELDS[name].fast_all(list(values))
+        for spec, values in zip(cls._FIELDS.values(), zip(*map(attrgetter(*cls._FIELDS), records))):
+            column = spec.fast_all(list(values))
             if column is _SLOW:
                 return [record.to_bytes() for record in records]
             columns.append(column)
@@ -495,14 +495,6 @@ def encode_all(records: Sequence[_Record]) -> list[bytes]:
     """:meth:`_Record.to_bytes` of each record; column by column (:meth:`_Record.encode_many`) when they are all of
     one type."""
     return type(records[0]).encode_many(records) if records else []
-
-
-def _field_getter_of(cls: type[_Record]) -> Callable[[_Record], tuple[Any, ...]]:
-    """A record's field values, in ``_FIELDS`` order, as one tuple (every record has several fields)."""
-    return attrgetter(*cls._FIELDS)
-
-
-_field_getter = cast(Callable[[type[_Record]], Callable[[_Record], tuple[Any, ...]]], cache(_field_getter_of))
 
 
 def _decode(raw: bytes | None, cls: type[R]) -> R:

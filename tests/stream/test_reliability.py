@@ -39,7 +39,6 @@ from tests.support.kafka import committed_everything, consume, produce, unique, 
 from tests.support.processes import (
     forked_workers,
     picrl_process,
-    process_runs,
     short_trainer_args,
     spawn,
     stop,
@@ -383,7 +382,7 @@ def test_a_fault_meant_for_the_worker_process_waits_for_the_command_to_fork_it(
         first = worker_pid(command)
         assert first != command.pid and _parent(first) == command.pid, tail(log)
         os.kill(first, signal.SIGKILL)
-        assert asyncio.run(wait_until(lambda: not process_runs(first), timeout=10))
+        assert asyncio.run(wait_until(lambda: not pid_alive(first), timeout=10))
         second = worker_pid(command)
         assert second not in (first, command.pid) and _parent(second) == command.pid, tail(log)
         assert command.poll() is None, tail(log)

@@ -23,6 +23,8 @@ from pathlib import Path
 
 import pytest
 
+from picrl.kafka.local_broker import pid_alive
+
 REPO = Path(__file__).resolve().parents[2]
 
 # What every picrl process imports before its arguments are read: imported once, in the fork server.
@@ -172,7 +174,7 @@ def worker_pid(process: Started, timeout: float = 60.0) -> int:
     deadline = time.monotonic() + timeout
     while True:
         forked = [
-            int(pid) for pid in (children.read_text().split() if children.exists() else []) if process_runs(int(pid))
+            int(pid) for pid in (children.read_text().split() if children.exists() else []) if pid_alive(int(pid))
         ]
         if forked:
             return forked[-1]
@@ -182,15 +184,6 @@ def worker_pid(process: Started, timeout: float = 60.0) -> int:
                 f"(exit code {process.poll()})"
             )
         time.sleep(0.05)
-
-
-def process_runs(pid: int) -> bool:
-    """Whether ``pid`` is a live process (a child killed but not yet reaped by its parent is a zombie, ``Z``)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, IndexError):
-        return False
-    return state not in ("Z", "X")
 
 
 def forked_workers(log: Path) -> list[int]:
