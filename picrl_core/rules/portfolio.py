@@ -1,7 +1,13 @@
 """PIC-RL's Phase 3 generalised: each service chooses online among buffer rules on PIC-RL's own predictor.
 
-The candidates share one controller (:class:`~picrl_core.controller.PicRLController`: its predictor, E-step and
-calibrator, stepped on the feedback of the action deployed). After its step, with its forecast ``(mu, sigma)``:
+The candidates share PIC-RL's controller (:class:`~picrl_core.controller.PicRLController`: its predictor, E-step and
+calibrator), which acts as PIC-RL alone would: its action is its own order ``a^0 = clip(o_0, 0, 1)``, and it steps on
+what the feedback ``(y_t, c_t)`` of the deployed ``a_t`` reveals of ``a^0``'s (:func:`own_feedback`):
+``c^0 = c_t or y_t > a^0``, ``y^0 = min(y_t, a^0)``. Where ``a^0 <= a_t``, or the tick was not censored, that is
+exactly ``(min(d_t, a^0), 1[d_t > a^0])``; where ``a^0 > a_t`` was undetermined, it is a lower bound ``d_t > y_t``
+below the controller's action, which its E-step reads as censored and its calibrator as neither short nor over
+(:func:`~picrl_core.calibrator.feedback`). Deployed on every tick, the controller is PIC-RL alone, bit for bit. After
+its step, with its forecast ``(mu, sigma)``:
 
 * ``o_0``: PIC-RL's own order (Eq. 11 through its order rule);
 * ``o_1 = mu + q_t``: one-sided conformal on PIC-RL's residuals, ``q_t`` the ``ceil((P + 1)(1 - alpha_t))``-th
@@ -13,10 +19,14 @@ The deployed action is ``a_t = clip(o_{j_t}, 0, 1)``. What the feedback of ``a_t
 ``a^j = clip(o_j, 0, 1)`` (cost Eq. 1, ``c_u``, ``c_o``): on an uncensored tick the demand ``d = y``, so its cost
 difference ``r^j = l(a^j, d) - l(a_t, d)`` is known; on a censored tick (``d > a_t``) a candidate ``a^j <= a_t`` was
 short too and ``r^j = c_u (a_t - a^j)`` exactly; a candidate ``a^j > a_t`` has ``r^j`` in
-``[-c_u (a^j - a_t), c_o (a^j - a_t)]``, and the choice reads its expectation under the E-step's truncated demand
-``d | d > a_t ~ N(mu, sigma^2)`` (:func:`undetermined_cost`). The same expectation stands in for the candidate's
-shortage indicator ``s^j = 1[d > a^j]`` (``P(d > a^j | d > a_t)``) in the conformal and gradient updates, and for the
-residual ``d - mu`` (``E[d | d > a_t] - mu``) in the conformal pool.
+``[-c_u (a^j - a_t), c_o (a^j - a_t)]``, and the choice reads its lower end, ``-c_u (a^j - a_t)``: the candidate
+is taken to have covered the shortage (optimism under partial monitoring). The E-step's expectation under
+``d | d > a_t ~ N(mu, sigma^2)`` would be the alternative, but a shortage that the forecast did not see coming is
+the one it underrates, so it charged the higher candidate with over-provisioning exactly where the demand had left
+the forecast behind (growth), and the choice stayed on the lower one (benchmarks/results/design/portfolio). The
+E-step's expectation stands in for the candidate's shortage indicator ``s^j = 1[d > a^j]`` (``P(d > a^j | d >
+a_t)``) in the conformal and gradient updates, and for the residual ``d - mu`` (``E[d | d > a_t] - mu``) in the
+conformal pool.
 
 The choice is follow-the-leader on forgotten cumulative costs with a switching price ``kappa`` (Eqs. in
 docs/guide/algorithm.md): ``S^j_{t+1} = lambda S^j_t + r^j_t``; the deployed candidate changes to
@@ -27,17 +37,18 @@ exp(-S^i / kappa)`` (the chosen one's is on every action). A new service starts 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
 
 from picrl_core.artifact import ModelArtifact
-from picrl_core.config import CostConfig, PicRLConfig
+from picrl_core.calibrator import SHORTAGE_TOLERANCE
+from picrl_core.config import PicRLConfig
 from picrl_core.controller import PicRLController
 from picrl_core.controller_state import ControllerState, rescale_state
 from picrl_core.costs import asymmetric_cost, critical_ratio
-from picrl_core.mills import inverse_mills_gap, log_normal_survival, mean_above
+from picrl_core.mills import log_normal_survival, mean_above
 from picrl_core.policy import PolicyNetwork
 from picrl_core.rules.base import DeployableRule
 from picrl_core.rules.conformal import conformal_quantile
@@ -87,13 +98,16 @@ _OWN: list[tuple[Any, ...]] = [
     ("scores", "<f8", (len(CANDIDATES),)),  # S^j_t
     ("chosen", "<i8"),  # j_t
     ("weight", "<f8"),  # w^{j_t}
+    ("deployed", "<f8"),  # a_t: the action in force (the chosen order's clip, or the capacity a scheduler applied)
+    ("streak", "<i8"),  # a_t's feedback's consecutive censored ticks (the controller's are a^0's)
 ]
 OWN_NAMES = tuple(name for name, *_ in _OWN)
 
 
 @dataclass
 class PortfolioState:
-    """The controller's state (its ``action`` is the deployed one) and the choice's own records."""
+    """The controller's state (its ``action`` is PIC-RL's own order ``a^0``) and the choice's own records (the
+    deployed action ``a_t`` among them)."""
 
     controller: ControllerState
     own: np.recarray
@@ -115,14 +129,18 @@ class PortfolioState:
 
     @property
     def action(self) -> np.ndarray:
-        return self.controller.action
+        return np.asarray(self.own.deployed)
 
     @action.setter
     def action(self, value: np.ndarray) -> None:
-        self.controller.action = value
+        self.own.deployed = value
+
+    @property
+    def censor_streak(self) -> np.ndarray:
+        return np.asarray(self.own.streak)
 
     def __getattr__(self, name: str) -> np.ndarray:  # the action record's breakdown: the controller's
-        if name in ("censor_streak", "mu", "sigma", "k", "eta", "margin", "bias", "escape"):
+        if name in ("mu", "sigma", "k", "eta", "margin", "bias", "escape"):
             value: np.ndarray = getattr(self.controller, name)
             return value
         raise AttributeError(name)
@@ -156,25 +174,19 @@ class PortfolioCodec:
         return PortfolioState(controller, own)
 
 
+def own_feedback(y: np.ndarray, censored: np.ndarray, own: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """What the feedback ``(y, c)`` of the deployed action says of another action ``own``: ``c^0 = c or y > own``
+    (beyond :data:`~picrl_core.calibrator.SHORTAGE_TOLERANCE`, as the calibrator reads a shortage) and ``y^0 =
+    min(y, own)`` where ``c^0``, else ``y``; exact unless ``c`` and ``own`` is above ``y`` (then a lower bound: the
+    module docstring). For ``own`` the deployed action it is ``(y, c)`` itself."""
+    short = censored | (y > own + SHORTAGE_TOLERANCE)
+    return np.where(short, np.minimum(y, own), y), short
+
+
 def truncated_survival(mu: np.ndarray, sigma: np.ndarray, bound: np.ndarray, above: np.ndarray) -> np.ndarray:
     """``P(d > above | d > bound)`` for ``d ~ N(mu, sigma^2)``, ``above >= bound`` (log survivals: no underflow)."""
     z_bound, z_above = (bound - mu) / sigma, (above - mu) / sigma
     return np.exp(np.minimum(log_normal_survival(z_above) - log_normal_survival(z_bound), 0.0))
-
-
-def undetermined_cost(
-    a: np.ndarray, candidate: np.ndarray, mu: np.ndarray, sigma: np.ndarray, cost: CostConfig
-) -> np.ndarray:
-    """``E[l(a', d) - l(a, d) | d > a]`` for a candidate ``a' > a`` under ``d ~ N(mu, sigma^2)``:
-    ``c_u E[(d - a')_+] + c_o (a' - E[d] + E[(d - a')_+]) - c_u (E[d] - a)``, expectations given ``d > a``, with
-    ``E[(d - a')_+ | d > a] = sigma P(d > a' | d > a) (lambda(z') - z')``; kept inside the bound
-    ``[-c_u (a' - a), c_o (a' - a)]``."""
-    z = (candidate - mu) / sigma
-    tail = sigma * truncated_survival(mu, sigma, a, candidate) * inverse_mills_gap(z)
-    mean = mean_above(mu, sigma, a)
-    expected = cost.c_under * tail + cost.c_over * (candidate - mean + tail) - cost.c_under * (mean - a)
-    gap = candidate - a
-    return np.clip(expected, -cost.c_under * gap, cost.c_over * gap)
 
 
 class PortfolioRule(DeployableRule):
@@ -237,14 +249,14 @@ class PortfolioRule(DeployableRule):
             raise ValueError(f"{self.method} decides one resource per service: no tick goes unobserved")
         pending, s, cost = state.controller, self.settings, self.cost
         y, censored = np.asarray(y, dtype=np.float64), np.asarray(censored, dtype=bool)
-        a, mu, sigma = pending.action, pending.mu, pending.sigma
+        a, mu, sigma = state.action, pending.mu, pending.sigma
         candidates = np.clip(state.own.orders, 0.0, 1.0)  # (B, J)
         a_j, mu_j, sigma_j, _ = np.broadcast_arrays(a[:, None], mu[:, None], sigma[:, None], candidates)
         above = censored[:, None] & (candidates > a_j)  # undetermined: censored below the candidate
-        # r^j: exact where determined, the E-step's expectation where not
+        # r^j: exact where determined, the bound's lower end where not (the candidate covered the shortage)
         known = asymmetric_cost(candidates, y[:, None], cost) - asymmetric_cost(a, y, cost)[:, None]
         known = np.where(censored[:, None], cost.c_under * (a_j - candidates), known)
-        relative = np.where(above, undetermined_cost(a_j, candidates, mu_j, sigma_j, cost), known)
+        relative = np.where(above, -cost.c_under * (candidates - a_j), known)
         # s^j: the candidate's shortage (its probability where undetermined); over where it was not short
         short = np.where(
             above,
@@ -258,12 +270,13 @@ class PortfolioRule(DeployableRule):
         own.alpha = own.alpha + s.aci_step * (self.alpha - short[:, 1])
         own.offset = np.clip(own.offset + s.sgd_step * (cost.c_under * short[:, 2] - cost.c_over * over[:, 2]), -1, 1)
         own.scores = s.forgetting * own.scores + relative
-        controller, _ = self.controller.step(pending, y, censored, context)
+        own.streak = np.where(censored, own.streak + 1, 0)
+        controller, _ = self.controller.step(pending, *own_feedback(y, censored, pending.action), context)
         return self._decide(controller, own), None
 
     def _decide(self, controller: ControllerState, own: np.recarray) -> PortfolioState:
         """The candidates' orders after the controller's decision, the choice with its switching price, and the
-        deployed action in the controller's state."""
+        action deployed."""
         mu = controller.mu
         pool = own.pool.astype(np.float64)
         own.orders = np.stack(
@@ -277,8 +290,8 @@ class PortfolioRule(DeployableRule):
         logits = -(own.scores - own.scores[rows, leader][:, None]) / self.settings.price
         weights = np.exp(logits)
         own.weight = weights[rows, chosen] / weights.sum(axis=1)
-        action = np.clip(own.orders[rows, chosen], 0.0, 1.0)
-        return PortfolioState(replace(controller, action=action), own)
+        own.deployed = np.clip(own.orders[rows, chosen], 0.0, 1.0)
+        return PortfolioState(controller, own)
 
     def unclipped(self, state: PortfolioState) -> np.ndarray:
         return np.array(state.own.orders[np.arange(len(state)), state.own.chosen])
@@ -295,6 +308,7 @@ class PortfolioRule(DeployableRule):
         stays = (low == new_low) & (high == new_high)
         own = state.own.copy()
         own.orders = state.own.orders * ratio[:, None] + shift[:, None]
+        own.deployed = np.clip(state.own.deployed * ratio + shift, 0.0, 1.0)
         own.pool = (state.own.pool * ratio[:, None]).astype(np.float32)
         own.offset = state.own.offset * ratio
         own.scores = state.own.scores * ratio[:, None]

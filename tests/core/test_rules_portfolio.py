@@ -11,6 +11,7 @@ import pytest
 
 from picrl_core.artifact import save_artifact
 from picrl_core.config import CostConfig, PicRLConfig
+from picrl_core.controller import PicRLController
 from picrl_core.costs import asymmetric_cost
 from picrl_core.deployable import deployed_rule, load_model
 from picrl_core.methods.portfolio import CHOICES, train_portfolio
@@ -21,10 +22,11 @@ from picrl_core.rules.portfolio import (
     POOL,
     PortfolioParameters,
     PortfolioRule,
+    own_feedback,
     truncated_survival,
-    undetermined_cost,
 )
 from picrl_core.series import prepare_fleet
+from picrl_core.simulator import censor
 
 COST = CostConfig()
 
@@ -34,26 +36,18 @@ def _parameters(start: tuple[float, ...] = (0.0, 0.0, 0.0), price: float = 0.5) 
     return PortfolioParameters(0.99, price, 0.005, 0.01, calibration, start)
 
 
-def test_the_expected_cost_of_an_undetermined_candidate_is_its_monte_carlo_mean_inside_the_bound() -> None:
+def test_the_shortage_probability_of_an_undetermined_candidate_is_its_monte_carlo_share() -> None:
     rng = np.random.default_rng(0)
     mu, sigma, a = 0.5, 0.1, 0.55
     draws = rng.normal(mu, sigma, 2_000_000)
     draws = draws[draws > a]
     for candidate in (0.56, 0.6, 0.7, 0.9):
-        sampled = float(np.mean(asymmetric_cost(candidate, draws, COST) - asymmetric_cost(a, draws, COST)))
-        expected = float(undetermined_cost(np.array(a), np.array(candidate), np.array(mu), np.array(sigma), COST))
-        assert expected == pytest.approx(sampled, abs=2e-3)
-        assert -COST.c_under * (candidate - a) <= expected <= COST.c_over * (candidate - a)
         share = float(np.mean(draws > candidate))
         assert float(truncated_survival(np.array(mu), np.array(sigma), np.array(a), np.array(candidate))) == (
             pytest.approx(share, abs=2e-3)
         )
-
-
-def test_far_in_the_tail_the_expectation_stays_finite_and_inside_the_bound() -> None:
-    a, candidate = np.array([5.0]), np.array([5.5])
-    expected = undetermined_cost(a, candidate, np.array([0.0]), np.array([0.1]), COST)
-    assert np.isfinite(expected).all() and -1.0 <= expected[0] <= 0.5
+    far = truncated_survival(np.array([0.0]), np.array([0.1]), np.array([5.0]), np.array([5.5]))
+    assert np.isfinite(far).all() and 0.0 <= far[0] <= 1.0
 
 
 @pytest.fixture()
@@ -67,12 +61,14 @@ def _start(rule: PortfolioRule, diurnal_series: np.ndarray, services: int = 3): 
     return rule.initial_state(np.arange(services, dtype=np.uint64), history, np.zeros(services), np.ones(services))
 
 
-def test_a_censored_tick_charges_a_lower_candidate_exactly_and_an_uncensored_one_reveals_every_cost(
+def test_a_censored_tick_charges_a_lower_candidate_exactly_credits_a_higher_one_and_an_uncensored_one_reveals_all(
     rule: PortfolioRule, diurnal_series: np.ndarray
 ) -> None:
     state = _start(rule, diurnal_series)
+    state.action = state.action - np.array([0.0, 0.2, 0.0])  # service 1: a scheduler applied less than every order
     a = state.action.copy()
     candidates = np.clip(state.own.orders, 0.0, 1.0)
+    assert (candidates[1] > a[1]).all() and (candidates[0] <= a[0]).any()
     censored = np.array([True, True, False])
     y = np.where(censored, a, a - 0.05)
     new, transition = rule.step(state, y, censored)
@@ -80,13 +76,58 @@ def test_a_censored_tick_charges_a_lower_candidate_exactly_and_an_uncensored_one
     delta = new.own.scores - rule.settings.forgetting * state.own.scores
     for j in range(len(CANDIDATES)):
         for i in (0, 1):
-            if candidates[i, j] <= a[i]:
-                assert delta[i, j] == pytest.approx(COST.c_under * (a[i] - candidates[i, j]))
-            else:
-                gap = candidates[i, j] - a[i]
-                assert -COST.c_under * gap <= delta[i, j] <= COST.c_over * gap
+            # exact below the shortage; above it, the bound's lower end: it covered the shortage
+            assert delta[i, j] == pytest.approx(COST.c_under * (a[i] - candidates[i, j]))
         exact = asymmetric_cost(candidates[2, j], y[2], COST) - asymmetric_cost(a[2], y[2], COST)
         assert delta[2, j] == pytest.approx(exact)
+
+
+def test_the_feedback_of_the_deployed_action_tells_pic_rl_what_it_reveals_of_its_own_order() -> None:
+    deployed = np.array([0.5, 0.5, 0.5, 0.5, 0.5])
+    own = np.array([0.4, 0.6, 0.4, 0.6, 0.5])
+    demand = np.array([0.7, 0.7, 0.45, 0.45, 0.7])
+    y, censored = censor(demand, deployed)
+    seen, short = own_feedback(y, censored, own)
+    # determined: censored above a^0 (short at a^0), seen below a^0 (exact), seen above a^0 (short at a^0)
+    for i in (0, 2, 3):
+        assert (seen[i], short[i]) == tuple(censor(demand[i], own[i]))
+    # undetermined: a^0 above a censored a_t keeps the lower bound d > a_t
+    assert (seen[1], short[1]) == (0.5, True)
+    # a^0 the deployed action: its own feedback
+    assert (seen[4], short[4]) == (y[4], censored[4])
+
+
+def test_deployed_on_every_tick_its_controller_is_pic_rl_alone_bit_for_bit(
+    tiny_predictor: GaussianLSTM, tiny_policy: PolicyNetwork, tiny_config: PicRLConfig, diurnal_series: np.ndarray
+) -> None:
+    config = replace(tiny_config, online=replace(tiny_config.online, explore=False))
+    rule = PortfolioRule(tiny_predictor, tiny_policy, config, _parameters((0.0, 50.0, 50.0)))
+    alone = PicRLController(tiny_predictor, tiny_policy, config)
+    state = _start(rule, diurnal_series)
+    history = np.stack([diurnal_series[1600 + 5 * i : 1616 + 5 * i] for i in range(3)])
+    reference = alone.initial_state(np.arange(3, dtype=np.uint64), history)
+    demand = np.stack([diurnal_series[1616 + 5 * i : 1676 + 5 * i] for i in range(3)], axis=1) * 1.1
+    for d in demand:
+        assert (state.own.chosen == 0).all() and np.array_equal(state.action, reference.action)
+        state, _ = rule.step(state, *censor(d, state.action))
+        reference, _ = alone.step(reference, *censor(d, reference.action))
+    assert np.array_equal(state.controller.mu, reference.mu)
+    assert np.array_equal(state.censor_streak, reference.censor_streak)
+
+
+def test_a_pic_rl_order_above_a_censored_deployed_action_is_neither_short_nor_over(
+    rule: PortfolioRule, diurnal_series: np.ndarray
+) -> None:
+    state = _start(rule, diurnal_series, 1)
+    own = state.controller.action.copy()
+    state.action = own - 0.1  # a scheduler applied less than PIC-RL's order, and it was short
+    new, _ = rule.step(state, state.action, np.array([True]))
+    assert new.censor_streak[0] == 1  # the deployed action's streak
+    # the calibrator's margin and bias hold: a shortage at a^0 would raise them, an over-provisioned tick lower them
+    assert (new.controller.margin, new.controller.bias) == (state.controller.margin, state.controller.bias)
+    short, _ = rule.controller.step(state.controller, own, np.array([True]))
+    assert short.margin[0] > state.controller.margin[0] and short.bias[0] > state.controller.bias[0]
+    assert new.controller.action[0] == np.clip(new.own.orders[0, 0], 0.0, 1.0)
 
 
 def test_the_choice_switches_only_once_the_leader_saved_the_price(
