@@ -72,7 +72,9 @@ def _arguments() -> argparse.Namespace:
         default="on",
         help="static membership: on (the default settings), off (--instance-id none) or both (default on)",
     )
-    parser.add_argument("--brokers", type=int, default=3, help="Kafka nodes (default 3)")
+    parser.add_argument(
+        "--brokers", type=int, default=3, help="Kafka brokers (default 3; 2 or more come with 3 dedicated controllers)"
+    )
     parser.add_argument(
         "--scenarios",
         nargs="+",
@@ -194,7 +196,7 @@ def run_scenario(cluster: LocalKafka, model: Path, scenario: str, static: bool, 
     bootstrap = info.bootstrap
     load_before = os.getloadavg()
     prefix = f"failover-{scenario}-{'static' if static else 'dynamic'}-{int(time.time() * 1000) % 10**9}"
-    asyncio.run(ensure_topics(bootstrap, topic_specs(prefix, PARTITIONS), Replication.for_brokers(len(info.nodes))))
+    asyncio.run(ensure_topics(bootstrap, topic_specs(prefix, PARTITIONS), Replication.for_brokers(len(info.brokers))))
     logs = Path(tempfile.mkdtemp(prefix=f"{prefix}-"))
     args = ["worker", "--model", str(model), "--bootstrap", bootstrap, "--prefix", prefix]
     args += ["--partitions", str(PARTITIONS), "--app-id", f"{prefix}-worker", "--log-level", "info"]

@@ -65,7 +65,9 @@ def _arguments() -> argparse.Namespace:
         metavar=("MIN", "MAX"),
         help="seconds between kills, uniform in [MIN, MAX] (default 60 120)",
     )
-    parser.add_argument("--brokers", type=int, default=3, help="Kafka nodes (default 3)")
+    parser.add_argument(
+        "--brokers", type=int, default=3, help="Kafka brokers (default 3; 2 or more come with 3 dedicated controllers)"
+    )
     parser.add_argument("--broker-share", type=int, default=3, help="one kill in N is a Kafka node's (default 3)")
     parser.add_argument(
         "--node-away", type=int, default=40, help="ticks a killed node stays away on a cluster (default 40)"

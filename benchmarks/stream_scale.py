@@ -403,7 +403,12 @@ def main() -> None:
     parser.add_argument(
         "--workers", type=int, nargs="+", default=[1, 2], help="a run with each many workers (default 1 2)"
     )
-    parser.add_argument("--brokers", type=int, default=1, help="nodes of the local Kafka cluster (default 1)")
+    parser.add_argument(
+        "--brokers",
+        type=int,
+        default=1,
+        help="brokers of the local Kafka cluster (default 1; 2 or more come with 3 dedicated controllers)",
+    )
     parser.add_argument("--partitions", type=int, default=8, help="partitions of the topics (default 8)")
     add_workload_options(parser)
     parser.add_argument("--no-raw-pipe", action="store_true", help="skip the raw aiokafka pipe reference")

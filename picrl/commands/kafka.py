@@ -10,7 +10,7 @@ from pathlib import Path
 
 from aiokafka.errors import KafkaError
 
-from picrl.kafka import KAFKA_VERSION, BrokerError, BrokerInfo, LocalKafka
+from picrl.kafka import KAFKA_VERSION, BrokerError, BrokerInfo, LocalKafka, NodeInfo
 from picrl.kafka.local_broker import default_cache, default_home
 from picrl.kafka.partitions import NO_LEADER, describe_partitions, leaders, partition_lines
 
@@ -20,13 +20,15 @@ def register(sub: argparse._SubParsersAction) -> None:
         "kafka",
         help="run a local Apache Kafka cluster (KRaft; one node, or --brokers N) for picrl",
         description=f"Run Apache Kafka {KAFKA_VERSION} in KRaft mode on free loopback ports, without Docker: one "
-        "node, or --brokers N nodes, each broker and controller at once (the controller quorum is all "
-        "of them). Kafka's internal topics get min(3, N) replicas and min.insync.replicas one less (1 on "
-        "one node). On first use the jars are fetched from Maven Central with `mvn` into a cache folder "
+        "node, broker and controller at once, or --brokers N brokers (nodes 1 to N) and a quorum of three "
+        "dedicated controllers (nodes N+1 to N+3), so that losing the active controller costs an election, "
+        "not a broker too. Kafka's internal topics get min(3, N) replicas and min.insync.replicas one less (1 on "
+        "one broker). On first use the jars are fetched from Maven Central with `mvn` into a cache folder "
         f"(default {default_cache()}); each node's config, data, log and pid file live under the home "
         f"folder (default {default_home()}), in node-<i>/. start and stop handle every node, or one with --node N "
-        "(a drill: stop a node, watch `status`, start it again). status shows each node's state, how many "
-        "partitions it leads, and the partitions without a leader or short of in-sync replicas.",
+        "(a drill: stop a node, watch `status`, start it again). status shows each node's roles and state, how many "
+        "partitions each broker leads, the active controller, and the partitions without a leader or short of "
+        "in-sync replicas.",
     )
     parser.add_argument("action", choices=["start", "stop", "status"], help="what to do with the cluster")
     parser.add_argument("--node", type=int, default=None, metavar="N", help="start or stop only node N (1, 2, ...)")
@@ -39,7 +41,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--brokers",
         type=int,
         default=None,
-        help="nodes of a new cluster (default 1); a home keeps the count it was first started with",
+        help="brokers of a new cluster (default 1; 2 or more come with 3 dedicated controllers); a home keeps "
+        "the count it was first started with",
     )
     parser.add_argument(
         "--port", type=int, default=None, help="client port of node 1 (default: a free one, kept afterwards)"
@@ -81,7 +84,14 @@ def run(args: argparse.Namespace) -> int:
         _print(args, {"running": False}, f"no broker running in {cluster.home}")
         return 1
     seen = cluster.brokers_seen(info)
-    healthy = len(seen) == len(info.nodes) and all(count == len(info.nodes) for count in seen.values())
+    brokers = len(info.brokers)
+    following = cluster.following(info)
+    controllers = [n.node_id for n in info.nodes if not n.is_broker]
+    healthy = (
+        len(seen) == brokers
+        and all(count == brokers for count in seen.values())
+        and all(node in following for node in controllers)
+    )
     answering = ",".join(n.bootstrap for n in info.running if seen.get(n.node_id))
     try:
         partitions = asyncio.run(describe_partitions(answering)) if answering else None
@@ -90,6 +100,7 @@ def run(args: argparse.Namespace) -> int:
     led = leaders(partitions or [])
     nodes = [
         {**node, "brokers_seen": seen.get(node["node_id"], 0), "leads": led[node["node_id"]]}
+        | ({} if node["port"] is not None else {"follows_leader": node["node_id"] in following})
         for node in info.as_dict()["nodes"]
     ]
     controller = cluster.active_controller()
@@ -98,20 +109,7 @@ def run(args: argparse.Namespace) -> int:
         f"{'all answering' if healthy else 'NOT all answering'}, active controller "
         f"{'unknown' if controller is None else f'node {controller}'} (home {info.home})"
     ]
-    lines += [
-        f"  node {n.node_id}: "
-        + (
-            f"pid {n.pid}, {n.bootstrap}, "
-            + (
-                f"answering, sees {seen[n.node_id]} of {len(info.nodes)} broker(s), leads {led[n.node_id]} partition(s)"
-                if seen[n.node_id]
-                else "NOT answering"
-            )
-            if n.pid is not None
-            else f"not running ({n.bootstrap})"
-        )
-        for n in info.nodes
-    ]
+    lines += [f"  node {n.node_id} ({n.roles}): {_node_state(n, seen, following, led, brokers)}" for n in info.nodes]
     lines += ["partitions: unknown (no node answers)"] if partitions is None else partition_lines(partitions)
     data = {
         **info.as_dict(),
@@ -130,6 +128,20 @@ def run(args: argparse.Namespace) -> int:
     }
     _print(args, data, "\n".join(lines))
     return 0 if healthy else 1
+
+
+def _node_state(node: NodeInfo, seen: dict[int, int], following: list[int], led: dict[int, int], brokers: int) -> str:
+    """One node's line in `status`: its pid and address, and whether it serves (a broker: it answers and how many
+    brokers it sees and partitions it leads; a dedicated controller: it follows the quorum's leader)."""
+    if node.pid is None:
+        return f"not running ({node.address})"
+    if not node.is_broker:
+        serves = "follows the quorum's leader" if node.node_id in following else "NOT following a quorum leader"
+    elif seen[node.node_id]:
+        serves = f"answering, sees {seen[node.node_id]} of {brokers} broker(s), leads {led[node.node_id]} partition(s)"
+    else:
+        serves = "NOT answering"
+    return f"pid {node.pid}, {node.address}, {serves}"
 
 
 def _nodes(info: BrokerInfo) -> str:

@@ -59,7 +59,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--brokers",
         type=int,
         default=None,
-        help="nodes of the local cluster started when none runs (default 1; `picrl kafka start`)",
+        help="brokers of the local cluster started when none runs (default 1; 2 or more come with 3 dedicated "
+        "controllers; `picrl kafka start`)",
     )
     add_replication_arguments(parser)
     parser.add_argument(

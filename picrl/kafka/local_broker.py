@@ -2,11 +2,12 @@
 
 No container engine is needed: the broker's jars come from Maven Central through ``mvn`` into a
 cache folder (once), each node's storage is formatted with ``kafka.tools.StorageTool`` and each node
-runs as a detached JVM child (``kafka.Kafka``) on free loopback ports. Every node is broker and
-controller at once, and the controller quorum is all of them. Everything the cluster owns lives in its
-*home* folder:
+runs as a detached JVM child (``kafka.Kafka``) on free loopback ports. One node is broker and controller
+at once; a cluster of N >= 2 brokers gets three more nodes, dedicated controllers that form the KRaft quorum
+(as Kafka recommends in production), so losing the active controller costs an election of the quorum, not a
+broker too. Everything the cluster owns lives in its *home* folder:
 
-    home/cluster.json                 node count, cluster id and each node's ports
+    home/cluster.json                 cluster id and each node's ports (a broker's client port, a controller's port)
     home/node-<i>/server.properties   node i's config (ports, data dir, replication of internal topics)
     home/node-<i>/data/               its KRaft log directory
     home/node-<i>/node.json           pid of the running node
@@ -37,6 +38,8 @@ from stream.topics import Replication
 
 KAFKA_VERSION = "3.9.1"
 MIN_JAVA = 11
+CONTROLLERS = 3  # the dedicated controller quorum of a cluster of 2+ brokers: it survives the loss of one
+CONTROLLER_HEAP_MB = 256  # a dedicated controller holds the cluster's metadata only
 _CLUSTER_FILE = "cluster.json"
 _NODE_FILE = "node.json"
 PORT_WAIT = 10.0  # seconds a port taken at start may take to free itself (see _freed)
@@ -50,15 +53,37 @@ class BrokerError(RuntimeError):
 
 @dataclass(frozen=True)
 class NodePorts:
-    """One node of the cluster and its loopback ports (client and controller), fixed when it is formatted."""
+    """One node of the cluster and its loopback ports, fixed when it is formatted: a broker's client port, a
+    controller's port, or both on a node that is both."""
 
     node_id: int
-    port: int
-    controller_port: int
+    port: int | None  # client (PLAINTEXT) port; None on a dedicated controller
+    controller_port: int | None  # KRaft controller port; None on a dedicated broker
+
+    @property
+    def is_broker(self) -> bool:
+        return self.port is not None
+
+    @property
+    def is_controller(self) -> bool:
+        return self.controller_port is not None
+
+    @property
+    def roles(self) -> str:
+        """Kafka's ``process.roles`` of the node."""
+        return ",".join(role for role, held in (("broker", self.is_broker), ("controller", self.is_controller)) if held)
 
     @property
     def bootstrap(self) -> str:
+        """The client address of a broker."""
+        if self.port is None:
+            raise BrokerError(f"node {self.node_id} is a dedicated controller: clients do not connect to it")
         return f"127.0.0.1:{self.port}"
+
+    @property
+    def address(self) -> str:
+        """Where the node listens: its client port, or a dedicated controller's port."""
+        return f"127.0.0.1:{self.port if self.port is not None else self.controller_port}"
 
 
 @dataclass(frozen=True)
@@ -78,9 +103,13 @@ class BrokerInfo:
     nodes: tuple[NodeInfo, ...]
 
     @property
+    def brokers(self) -> tuple[NodeInfo, ...]:
+        return tuple(node for node in self.nodes if node.is_broker)
+
+    @property
     def bootstrap(self) -> str:
-        """Every node's client address, comma separated (a client reaches the cluster through any one that runs)."""
-        return ",".join(node.bootstrap for node in self.nodes)
+        """Every broker's client address, comma separated (a client reaches the cluster through any one that runs)."""
+        return ",".join(node.bootstrap for node in self.brokers)
 
     @property
     def running(self) -> tuple[NodeInfo, ...]:
@@ -91,8 +120,8 @@ class BrokerInfo:
             "home": self.home,
             "version": self.version,
             "bootstrap": self.bootstrap,
-            "brokers": len(self.nodes),
-            "nodes": [asdict(node) for node in self.nodes],
+            "brokers": len(self.brokers),
+            "nodes": [{**asdict(node), "roles": node.roles} for node in self.nodes],
         }
 
 
@@ -226,33 +255,43 @@ def fetch_kafka_jars(cache: Path, log: Log = print, version: str = KAFKA_VERSION
 
 
 def server_properties(node: NodePorts, nodes: list[NodePorts], data_dir: Path) -> str:
-    """The config of ``node``, broker and controller at once, in a cluster of ``nodes`` whose controller quorum
-    is all of them.
+    """The config of ``node`` in a cluster of ``nodes``: its roles and listeners, the controller quorum (every node
+    with a controller port), and what every node shares.
 
     Kafka's internal topics (consumer offsets, transaction state) and topics created without a replication
-    factor get the rule picrl's own topics follow (:meth:`stream.topics.Replication.for_brokers`): min(3, nodes)
+    factor get the rule picrl's own topics follow (:meth:`stream.topics.Replication.for_brokers`): min(3, brokers)
     replicas and min ISR one less (1 on a single node, without which consumer groups and exactly-once
-    transactions could not start there).
+    transactions could not start there). Every node holds these: a controller applies the topic defaults.
 
-    Fail-over in seconds (Kafka's defaults in brackets): a node that stops heartbeating (every 0.25 s [2 s]) is fenced
-    after 1 s [9 s] (``broker.session.timeout.ms``) and its partitions get new leaders: a lost node's partitions are
-    unavailable that long, the largest share of a fail-over after a node loss. The controllers start an election
-    after 1 s [2 s] without an answer from the active one (``controller.quorum.fetch.timeout.ms``), a candidate waits
-    0.5-1 s [1-2 s] for votes and at most 0.2 s [1 s] before it stands again; the loss of the active controller costs
-    that election before the new one fences the lost node.
+    Fail-over in seconds (Kafka's defaults in brackets): a broker that stops heartbeating (every 0.25 s [2 s]) is
+    fenced after 1 s [9 s] (``broker.session.timeout.ms``) and its partitions get new leaders: a lost broker's
+    partitions are unavailable that long, the largest share of a fail-over after a broker loss. The controllers
+    start an election after 1 s [2 s] without an answer from the active one (``controller.quorum.fetch.timeout.ms``),
+    a candidate waits 0.5-1 s [1-2 s] for votes and at most 0.2 s [1 s] before it stands again. On a dedicated
+    controller that election is all the loss of the active one costs: the brokers go on leading their partitions
+    and serving clients meanwhile. On a node that is both, the new controller must also fence the lost broker.
     """
-    replication = Replication.for_brokers(len(nodes))
-    voters = ",".join(f"{n.node_id}@127.0.0.1:{n.controller_port}" for n in nodes)
+    replication = Replication.for_brokers(sum(n.is_broker for n in nodes))
+    voters = ",".join(f"{n.node_id}@127.0.0.1:{n.controller_port}" for n in nodes if n.is_controller)
+    listeners = [f"PLAINTEXT://127.0.0.1:{node.port}"] if node.is_broker else []
+    listeners += [f"CONTROLLER://127.0.0.1:{node.controller_port}"] if node.is_controller else []
+    broker = (
+        [
+            f"advertised.listeners=PLAINTEXT://127.0.0.1:{node.port}",
+            "inter.broker.listener.name=PLAINTEXT",
+        ]
+        if node.is_broker
+        else []
+    )
     return "\n".join(
         [
-            "process.roles=broker,controller",
+            f"process.roles={node.roles}",
             f"node.id={node.node_id}",
             f"controller.quorum.voters={voters}",
-            f"listeners=PLAINTEXT://127.0.0.1:{node.port},CONTROLLER://127.0.0.1:{node.controller_port}",
-            f"advertised.listeners=PLAINTEXT://127.0.0.1:{node.port}",
+            f"listeners={','.join(listeners)}",
+            *broker,
             "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
             "controller.listener.names=CONTROLLER",
-            "inter.broker.listener.name=PLAINTEXT",
             f"log.dirs={data_dir}",
             "num.partitions=1",
             f"default.replication.factor={replication.factor}",
@@ -274,6 +313,22 @@ def server_properties(node: NodePorts, nodes: list[NodePorts], data_dir: Path) -
             "",
         ]
     )
+
+
+def cluster_layout(brokers: int, ports: list[int]) -> list[NodePorts]:
+    """The nodes of a new cluster of ``brokers`` brokers on the free ``ports`` (:func:`ports_needed` of them, the
+    first one node 1's client port): one node that is both, or brokers 1..N and :data:`CONTROLLERS` dedicated
+    controllers N+1.. after them."""
+    if brokers == 1:
+        return [NodePorts(1, ports[0], ports[1])]
+    return [NodePorts(i + 1, ports[i], None) for i in range(brokers)] + [
+        NodePorts(brokers + i + 1, None, ports[brokers + i]) for i in range(CONTROLLERS)
+    ]
+
+
+def ports_needed(brokers: int) -> int:
+    """Loopback ports a new cluster of ``brokers`` brokers takes (:func:`cluster_layout`)."""
+    return 2 if brokers == 1 else brokers + CONTROLLERS
 
 
 def new_cluster_id() -> str:
@@ -298,7 +353,8 @@ def _free_ports(count: int, first: int | None) -> list[int]:
 class LocalKafka:
     """Start, stop and inspect the project-provisioned cluster living in ``home``.
 
-    ``brokers``: how many nodes a new cluster gets (default 1); a formatted home keeps the count it was made with.
+    ``brokers``: how many brokers a new cluster gets (default 1; 2 or more come with :data:`CONTROLLERS` dedicated
+    controllers); a formatted home keeps the count it was made with.
     ``port``: node 1's client port (default: a free one, kept afterwards)."""
 
     def __init__(
@@ -312,7 +368,7 @@ class LocalKafka:
         log: Log = print,
     ) -> None:
         if brokers is not None and brokers < 1:
-            raise BrokerError(f"a cluster needs at least one node; got --brokers {brokers}")
+            raise BrokerError(f"a cluster needs at least one broker; got --brokers {brokers}")
         self.home = (home or default_home()).resolve()
         self.cache = (cache or default_cache()).resolve()
         self.requested_port = port
@@ -366,27 +422,53 @@ class LocalKafka:
 
     @staticmethod
     def brokers_seen(info: BrokerInfo) -> dict[int, int]:
-        """How many live brokers each running node of ``info`` reports in a metadata answer (0: no answer)."""
-        return {node.node_id: broker_count_or_zero(node.bootstrap) for node in info.running}
+        """How many live brokers each running broker of ``info`` reports in a metadata answer (0: no answer)."""
+        return {node.node_id: broker_count_or_zero(node.bootstrap) for node in info.running if node.is_broker}
 
     def answering(self, info: BrokerInfo, brokers: int | None = None) -> list[int]:
-        """The nodes of ``info`` that answer metadata requests and see ``brokers`` brokers (default: every node of
-        the cluster)."""
-        wanted = len(info.nodes) if brokers is None else brokers
+        """The brokers of ``info`` that answer metadata requests and see ``brokers`` brokers (default: every broker
+        of the cluster)."""
+        wanted = len(info.brokers) if brokers is None else brokers
         return [node for node, seen in self.brokers_seen(info).items() if seen >= wanted]
+
+    def quorum_view(self, node_id: int) -> tuple[int, int] | None:
+        """``(epoch, leader)`` of the KRaft quorum as node ``node_id`` last recorded it, None before it recorded
+        one. Each node writes ``__cluster_metadata-0/quorum-state`` whenever its view changes (leader -1: none
+        known in that epoch)."""
+        path = self.node_dir(node_id) / "data" / "__cluster_metadata-0" / "quorum-state"
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):  # not written yet, or caught mid-write
+            state = json.loads(path.read_text())
+            return int(state["leaderEpoch"]), int(state["leaderId"])
+        return None
+
+    def following(self, info: BrokerInfo) -> list[int]:
+        """The running dedicated controllers of ``info`` that know the quorum's leader of the newest epoch any
+        node has recorded since it started."""
+        views = {n.node_id: self.quorum_view(n.node_id) for n in info.nodes}
+        newest = max((view[0] for view in views.values() if view is not None), default=-1)
+        return [
+            n.node_id
+            for n in info.running
+            if not n.is_broker
+            and (view := views[n.node_id]) is not None
+            and view == (newest, view[1])
+            and view[1] >= 0
+            and n.started_at is not None
+            and self._recorded_since(n.node_id, n.started_at)
+        ]
+
+    def _recorded_since(self, node_id: int, started_at: float) -> bool:
+        path = self.node_dir(node_id) / "data" / "__cluster_metadata-0" / "quorum-state"
+        with contextlib.suppress(OSError):
+            return path.stat().st_mtime >= started_at - 1.0  # mtime granularity
+        return False
 
     def active_controller(self) -> int | None:
         """The node that leads the KRaft controller quorum (the active controller), None while none is known.
 
-        Each node records the quorum's leader and its epoch in ``__cluster_metadata-0/quorum-state`` whenever
-        its view changes; the record with the highest epoch names the leader now, if that node runs (a node
+        The record with the highest epoch (:meth:`quorum_view`) names the leader now, if that node runs (a node
         killed keeps its last record)."""
-        views = []
-        for node in self.layout() or []:
-            path = self.node_dir(node.node_id) / "data" / "__cluster_metadata-0" / "quorum-state"
-            with contextlib.suppress(OSError, ValueError):  # not written yet, or caught mid-write
-                state = json.loads(path.read_text())
-                views.append((int(state["leaderEpoch"]), int(state["leaderId"])))
+        views = [view for node in self.layout() or [] if (view := self.quorum_view(node.node_id)) is not None]
         if not views:
             return None
         leader = max(views)[1]
@@ -412,9 +494,10 @@ class LocalKafka:
         """Write each node's server.properties and format its storage on first use; return the nodes."""
         nodes = self.layout()
         if nodes is not None:
-            if self.requested_brokers not in (None, len(nodes)):
+            brokers = sum(n.is_broker for n in nodes)
+            if self.requested_brokers not in (None, brokers):
                 raise BrokerError(
-                    f"the cluster in {self.home} was formatted with {len(nodes)} node(s); stop it and "
+                    f"the cluster in {self.home} was formatted with {brokers} broker(s); stop it and "
                     f"remove that folder to run {self.requested_brokers}"
                 )
             if self.requested_port not in (None, nodes[0].port):
@@ -424,8 +507,7 @@ class LocalKafka:
                 )
             return nodes
         count = self.requested_brokers or 1
-        ports = _free_ports(2 * count, self.requested_port)
-        nodes = [NodePorts(i + 1, ports[i], ports[count + i]) for i in range(count)]
+        nodes = cluster_layout(count, _free_ports(ports_needed(count), self.requested_port))
         cluster_id = new_cluster_id()
         formats = []
         for node in nodes:
@@ -456,7 +538,7 @@ class LocalKafka:
         and wait until each answers metadata requests with every running node registered as a broker. Returns the
         cluster at once if those nodes already run and answer."""
         running = self.status()
-        if running is not None and node is None and len(self.answering(running)) == len(running.nodes):
+        if running is not None and node is None and self._up(running, running.nodes):
             return running
         java = self._java()
         libs = fetch_kafka_jars(self.cache, self.log)
@@ -465,7 +547,8 @@ class LocalKafka:
             raise BrokerError(f"the cluster in {self.home} has no node {node} (nodes 1 to {len(nodes)})")
         targets = [n for n in nodes if node in (None, n.node_id)]
         down = [n for n in targets if self._node(n).pid is None]
-        for taken in (p for n in down for p in (n.port, n.controller_port) if not _freed(p, PORT_WAIT)):
+        ports = (p for n in down for p in (n.port, n.controller_port) if p is not None)
+        for taken in (p for p in ports if not _freed(p, PORT_WAIT)):
             raise BrokerError(
                 f"port {taken} on 127.0.0.1 is taken by another process; "
                 f"free it, or pick another port (`picrl kafka start --port N` with a new --home)"
@@ -481,23 +564,31 @@ class LocalKafka:
                         f"last lines of {self.log_file(node_id)}:\n{self._log_tail(node_id)}"
                     )
             info = self.status() or BrokerInfo(str(self.home), KAFKA_VERSION, ())
-            answering = self.answering(info, len(info.running))
-            if info.nodes and all(n.node_id in answering for n in targets):
+            if info.nodes and self._up(info, targets):
                 return info
             if time.monotonic() > deadline:
-                silent = [n.node_id for n in targets if n.node_id not in answering]
+                ready = self._ready(info)
+                silent = [n.node_id for n in targets if n.node_id not in ready]
                 tails = "\n".join(f"{self.log_file(i)}:\n{self._log_tail(i)}" for i in silent)
+                what = (
+                    f"did not answer metadata requests with all {sum(n.is_broker for n in info.running)} running "
+                    "broker(s), or follow the controller quorum's leader"
+                )
                 if launched:
                     self._stop_all(launched)
-                    raise BrokerError(
-                        f"Kafka node(s) {silent} did not answer metadata requests with all "
-                        f"{len(info.running)} running broker(s) within {timeout:.0f} s; last lines of\n{tails}"
-                    )
-                raise BrokerError(
-                    f"Kafka node(s) {silent} of {self.home} run but do not answer metadata requests "
-                    f"with all {len(info.running)} running broker(s); run `picrl kafka stop` first"
-                )
+                    raise BrokerError(f"Kafka node(s) {silent} {what} within {timeout:.0f} s; last lines of\n{tails}")
+                raise BrokerError(f"Kafka node(s) {silent} of {self.home} run but {what}; run `picrl kafka stop` first")
             time.sleep(0.25)
+
+    def _ready(self, info: BrokerInfo) -> set[int]:
+        """The running nodes of ``info`` that serve: brokers that answer metadata requests with every running
+        broker registered, dedicated controllers that follow the quorum's leader."""
+        return {*self.answering(info, sum(n.is_broker for n in info.running)), *self.following(info)}
+
+    def _up(self, info: BrokerInfo, targets: Iterable[NodePorts]) -> bool:
+        """Whether every node of ``targets`` runs and serves (:meth:`_ready`)."""
+        ready = self._ready(info)
+        return all(n.node_id in ready for n in targets)
 
     def _stop_all(self, node_ids: Iterable[int]) -> None:
         for node_id in node_ids:
@@ -509,7 +600,7 @@ class LocalKafka:
         cmd = [
             java,
             "-Xms128m",
-            f"-Xmx{self.heap_mb}m",
+            f"-Xmx{self.heap_mb if node.is_broker else CONTROLLER_HEAP_MB}m",
             "-XX:+UseG1GC",
             "-Djava.awt.headless=true",
             f"-Dlog4j.configuration=file:{log4j}",

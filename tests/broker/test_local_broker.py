@@ -15,7 +15,14 @@ from aiokafka import AIOKafkaProducer
 
 from picrl.cli import main
 from picrl.kafka import BrokerError, LocalKafka
-from picrl.kafka.local_broker import NodePorts, default_cache, new_cluster_id, server_properties
+from picrl.kafka.local_broker import (
+    NodePorts,
+    cluster_layout,
+    default_cache,
+    new_cluster_id,
+    ports_needed,
+    server_properties,
+)
 from picrl.kafka.probe import answers_metadata
 from tests.support.kafka import consume, create_topics, unique
 
@@ -41,37 +48,50 @@ def test_single_node_config_lets_transactions_and_groups_start(tmp_path: Path) -
     assert props["log.dirs"] == str(tmp_path)
 
 
-def test_cluster_config_makes_every_node_a_voter_and_replicates_internal_topics(tmp_path: Path) -> None:
-    nodes = [NodePorts(i, 9100 + i, 9200 + i) for i in (1, 2, 3)]
-    props = _properties(nodes[1], nodes, tmp_path)
-    assert props["node.id"] == "2" and props["listeners"] == "PLAINTEXT://127.0.0.1:9102,CONTROLLER://127.0.0.1:9202"
-    assert props["controller.quorum.voters"] == "1@127.0.0.1:9201,2@127.0.0.1:9202,3@127.0.0.1:9203"
-    for key in (
-        "offsets.topic.replication.factor",
-        "transaction.state.log.replication.factor",
-        "default.replication.factor",
-    ):
-        assert props[key] == "3", key
-    assert props["transaction.state.log.min.isr"] == props["min.insync.replicas"] == "2"
-    five = [NodePorts(i, 9100 + i, 9200 + i) for i in range(1, 6)]
+def test_a_cluster_of_brokers_gets_a_quorum_of_three_dedicated_controllers(tmp_path: Path) -> None:
+    nodes = cluster_layout(3, list(range(9101, 9107)))
+    assert [(n.node_id, n.roles) for n in nodes] == [
+        (1, "broker"),
+        (2, "broker"),
+        (3, "broker"),
+        (4, "controller"),
+        (5, "controller"),
+        (6, "controller"),
+    ]
+    assert ports_needed(3) == len({p for n in nodes for p in (n.port, n.controller_port) if p is not None}) == 6
+    broker, controller = _properties(nodes[1], nodes, tmp_path), _properties(nodes[4], nodes, tmp_path)
+    assert broker["process.roles"] == "broker" and controller["process.roles"] == "controller"
+    assert broker["listeners"] == broker["advertised.listeners"] == "PLAINTEXT://127.0.0.1:9102"
+    assert controller["listeners"] == "CONTROLLER://127.0.0.1:9105" and "advertised.listeners" not in controller
+    voters = "4@127.0.0.1:9104,5@127.0.0.1:9105,6@127.0.0.1:9106"
+    assert broker["controller.quorum.voters"] == controller["controller.quorum.voters"] == voters
+    for props in (broker, controller):  # a controller applies the topic defaults: both hold the brokers' rule
+        for key in ("offsets.topic.replication.factor", "transaction.state.log.replication.factor"):
+            assert props[key] == props["default.replication.factor"] == "3", key
+        assert props["transaction.state.log.min.isr"] == props["min.insync.replicas"] == "2"
+    five = cluster_layout(5, list(range(9101, 9109)))
     assert _properties(five[0], five, tmp_path)["offsets.topic.replication.factor"] == "3"
-    two = nodes[:2]
+    two = cluster_layout(2, list(range(9101, 9106)))
+    assert sum(n.is_controller for n in two) == 3
     assert _properties(two[0], two, tmp_path)["transaction.state.log.min.isr"] == "1"
+    with pytest.raises(BrokerError, match="dedicated controller"):
+        _ = nodes[3].bootstrap
 
 
 def test_cluster_config_fails_over_within_seconds(tmp_path: Path) -> None:
-    """A lost node is fenced, and a lost active controller replaced, in seconds: the detection of the controller's
+    """A lost broker is fenced, and a lost active controller replaced, in seconds: the detection of the controller's
     loss, the longest election round and the fencing of the lost node sum to under 5 s (Kafka's defaults: 14 s),
-    and a node heartbeats at least 4 times per session."""
-    nodes = [NodePorts(i, 9100 + i, 9200 + i) for i in (1, 2, 3)]
-    props = {k: int(v) for k, v in _properties(nodes[0], nodes, tmp_path).items() if k.endswith(".ms")}
-    session, heartbeat = props["broker.session.timeout.ms"], props["broker.heartbeat.interval.ms"]
-    election = (
-        props["controller.quorum.fetch.timeout.ms"]
-        + 2 * props["controller.quorum.election.timeout.ms"]
-        + props["controller.quorum.election.backoff.max.ms"]
-    )
-    assert election + session < 5000 and 4 * heartbeat <= session, props
+    and a broker heartbeats at least 4 times per session."""
+    nodes = cluster_layout(3, list(range(9101, 9107)))
+    for node in (nodes[0], nodes[3]):
+        props = {k: int(v) for k, v in _properties(node, nodes, tmp_path).items() if k.endswith(".ms")}
+        session, heartbeat = props["broker.session.timeout.ms"], props["broker.heartbeat.interval.ms"]
+        election = (
+            props["controller.quorum.fetch.timeout.ms"]
+            + 2 * props["controller.quorum.election.timeout.ms"]
+            + props["controller.quorum.election.backoff.max.ms"]
+        )
+        assert election + session < 5000 and 4 * heartbeat <= session, props
 
 
 def test_a_home_of_the_single_broker_layout_is_a_clear_error(tmp_path: Path) -> None:

@@ -1,7 +1,7 @@
-"""A replicated three-node Kafka cluster (`picrl kafka start --brokers 3`): what picrl creates on it, a node lost
-and back, the stream (two resources per pod) under the loss of the node leading the most partitions, of the active
-controller and of a worker, and `picrl kafka stop` ending every node. One cluster serves the module (its tests
-run in file order)."""
+"""A replicated Kafka cluster of three brokers and three controllers (`picrl kafka start --brokers 3`): what picrl
+creates on it, a broker lost and back, the active controller lost and back, the stream (two resources per pod)
+under the loss of the broker leading the most partitions, of the active controller and of a worker, and `picrl
+kafka stop` ending every node. One cluster serves the module (its tests run in file order)."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ PARTITIONS = 4
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory, local_kafka: LocalKafka | None) -> Iterator[LocalKafka]:
-    """Three nodes started by the CLI, each a broker and a controller voter (stopped at the end if still up)."""
+    """Three brokers and three dedicated controllers started by the CLI (stopped at the end if still up)."""
     if local_kafka is None:
         pytest.fail("these tests start and kill their own nodes: unset KAFKA_BOOTSTRAP_SERVERS to run them")
     home = tmp_path_factory.mktemp("cluster")
@@ -53,16 +53,19 @@ def _cli(cluster: LocalKafka) -> list[str]:
 def test_topics_get_three_replicas_and_a_node_killed_comes_back(
     cluster: LocalKafka, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """picrl's topics get three replicas and min.insync.replicas 2 by default; `status` names every node and the
-    active controller. `kafka stop --node 2 --crash` kills a node: `status` fails, shows the others leading its
-    partitions and those partitions under-replicated; `kafka start --node 2` brings it back on its ports and its
-    replicas catch up."""
+    """picrl's topics get three replicas and min.insync.replicas 2 by default; `status` names every node, its roles
+    and the active controller. `kafka stop --node 2 --crash` kills a broker: `status` fails, shows the others
+    leading its partitions and those partitions under-replicated; `kafka start --node 2` brings it back on its
+    ports and its replicas catch up. Killing the active controller leaves every partition led: another controller
+    leads the quorum, and the one killed follows it once started again."""
     capsys.readouterr()
     assert main(["kafka", "status", "--json", *_cli(cluster)]) == 0
     status = json.loads(capsys.readouterr().out)
-    assert status["answers"] and [n["brokers_seen"] for n in status["nodes"]] == [3, 3, 3]
-    assert len({n["pid"] for n in status["nodes"]}) == 3 and len(status["bootstrap"].split(",")) == 3
-    assert status["active_controller"] in (1, 2, 3)
+    assert [n["roles"] for n in status["nodes"]] == ["broker"] * 3 + ["controller"] * 3
+    assert status["answers"] and [n["brokers_seen"] for n in status["nodes"]] == [3, 3, 3, 0, 0, 0]
+    assert [n["follows_leader"] for n in status["nodes"][3:]] == [True] * 3
+    assert len({n["pid"] for n in status["nodes"]}) == 6 and len(status["bootstrap"].split(",")) == 3
+    assert status["active_controller"] in (4, 5, 6)
     prefix = unique("replicated")
     assert main(["topics", "create", "--bootstrap", status["bootstrap"], "--prefix", prefix, "--partitions", "2"]) == 0
     assert capsys.readouterr().out.count("replicas=3  min.insync.replicas=2") == 5
@@ -71,7 +74,7 @@ def test_topics_get_three_replicas_and_a_node_killed_comes_back(
 
     assert main(["kafka", "stop", "--node", "2", "--crash", *_cli(cluster)]) == 0
     assert capsys.readouterr().out.strip() == "killed 1 node(s) (2)"
-    assert [n.pid is None for n in cluster.status().nodes] == [False, True, False]
+    assert [n.pid is None for n in cluster.status().nodes] == [False, True, False, False, False, False]
     # once the controller has fenced node 2, the others lead its partitions, now short of one in-sync replica
     down = _status_until(
         cluster,
@@ -87,13 +90,23 @@ def test_topics_get_three_replicas_and_a_node_killed_comes_back(
         if f"{prefix}.usage[0]: leader node " in out or time.monotonic() > deadline:
             break
         time.sleep(0.5)
-    assert code == 1 and "node 2: not running" in out and f"{prefix}.usage[0]: leader node " in out, out
+    assert code == 1 and "node 2 (broker): not running" in out and f"{prefix}.usage[0]: leader node " in out, out
     assert main(["kafka", "start", "--node", "2", *_cli(cluster)]) == 0
     capsys.readouterr()
     again = cluster.status()
     assert again is not None and again.bootstrap == status["bootstrap"] and all(n.pid is not None for n in again.nodes)
     back = _status_until(cluster, lambda s: s["answers"] and not _short(s), capsys)
     assert back["partitions"]["total"] == down["partitions"]["total"]
+
+    active = back["active_controller"]
+    assert main(["kafka", "stop", "--node", str(active), "--crash", *_cli(cluster)]) == 0
+    assert capsys.readouterr().out.strip() == f"killed 1 node(s) ({active})"
+    elected = _status_until(cluster, lambda s: s["active_controller"] not in (None, active), capsys)
+    assert not elected["answers"] and elected["partitions"]["without_leader"] == [] and not _short(elected)
+    assert [n["brokers_seen"] for n in elected["nodes"][:3]] == [3, 3, 3]
+    assert main(["kafka", "start", "--node", str(active), *_cli(cluster)]) == 0
+    capsys.readouterr()
+    assert _status_until(cluster, lambda s: s["answers"], capsys)["answers"]
 
 
 def _short(status: dict) -> list[dict]:
@@ -211,7 +224,7 @@ def test_stop_ends_every_node(cluster: LocalKafka, capsys: pytest.CaptureFixture
     pids = [n.pid for n in cluster.start().nodes]
     capsys.readouterr()
     assert main(["kafka", "stop", *_cli(cluster)]) == 0
-    assert "stopped 3 node(s)" in capsys.readouterr().out
+    assert "stopped 6 node(s)" in capsys.readouterr().out
     assert cluster.status() is None and not any(pid_alive(pid) for pid in pids)
-    with pytest.raises(BrokerError, match="formatted with 3 node"):
+    with pytest.raises(BrokerError, match="formatted with 3 broker"):
         LocalKafka(home=cluster.home, cache=cluster.cache, brokers=1, log=lambda _: None).start()
