@@ -32,7 +32,8 @@ The choice is follow-the-leader on forgotten cumulative costs with a switching p
 docs/guide/algorithm.md): ``S^j_{t+1} = lambda S^j_t + r^j_t``; the deployed candidate changes to
 ``argmin_j S^j`` only when ``S^{j_t} - min_j S^j > kappa``. Its weight is ``w^j = exp(-S^j / kappa) / sum_i
 exp(-S^i / kappa)`` (the chosen one's is on every action). A new service starts from the fleet's scores
-``S_0`` (:attr:`PortfolioParameters.start_scores`, learnt on the validation split), not from equal ones.
+``S_0`` (:attr:`PortfolioParameters.start_scores`, learnt on the validation split), not from equal ones, and on
+PIC-RL (``j_0 = 0``) unless the fleet's leader is ahead of it by more than ``kappa``.
 """
 
 from __future__ import annotations
@@ -234,7 +235,7 @@ class PortfolioRule(DeployableRule):
         own.alpha = self.alpha
         own.offset = np.clip(np.quantile(np.asarray(s.calibration, dtype=np.float32), 1.0 - self.alpha), -1.0, 1.0)
         own.scores = np.asarray(s.start_scores, dtype=np.float64)
-        own.chosen = int(np.argmin(s.start_scores))
+        own.chosen = 0  # PIC-RL alone, left at once only where the fleet's start scores lead it by more than kappa
         return self._decide(controller, own)
 
     def step(

@@ -147,13 +147,14 @@ def test_the_choice_switches_only_once_the_leader_saved_the_price(
         assert rule.choice(decided) == ([CANDIDATES[chosen]], decided.own.weight)
 
 
-def test_a_new_service_starts_on_the_fleets_leader(
+def test_a_new_service_starts_on_pic_rl_unless_the_fleets_leader_is_ahead_by_the_price(
     tiny_predictor: GaussianLSTM, tiny_policy: PolicyNetwork, tiny_config: PicRLConfig, diurnal_series: np.ndarray
 ) -> None:
-    rule = PortfolioRule(tiny_predictor, tiny_policy, tiny_config, _parameters((1.0, 3.0, 0.0)))
-    state = _start(rule, diurnal_series)
-    assert (state.own.chosen == 2).all()
-    assert (state.own.scores == np.array([1.0, 3.0, 0.0])).all()
+    for start, chosen in {(1.0, 3.0, 0.0): 2, (0.3, 3.0, 0.0): 0}.items():  # the price is 0.5
+        rule = PortfolioRule(tiny_predictor, tiny_policy, tiny_config, _parameters(start))
+        state = _start(rule, diurnal_series)
+        assert (state.own.chosen == chosen).all()
+        assert (state.own.scores == np.array(start)).all()
 
 
 def test_the_row_packs_and_unpacks_bit_for_bit_under_2_kib(rule: PortfolioRule, diurnal_series: np.ndarray) -> None:
