@@ -435,9 +435,8 @@ class LocalKafka:
         """``(epoch, leader)`` of the KRaft quorum as node ``node_id`` last recorded it, None before it recorded
         one. Each node writes ``__cluster_metadata-0/quorum-state`` whenever its view changes (leader -1: none
         known in that epoch)."""
-        path = self.node_dir(node_id) / "data" / "__cluster_metadata-0" / "quorum-state"
         with contextlib.suppress(OSError, ValueError, KeyError, TypeError):  # not written yet, or caught mid-write
-            state = json.loads(path.read_text())
+            state = json.loads(self._quorum_state(node_id).read_text())
             return int(state["leaderEpoch"]), int(state["leaderId"])
         return None
 
@@ -451,16 +450,18 @@ class LocalKafka:
             for n in info.running
             if not n.is_broker
             and (view := views[n.node_id]) is not None
-            and view == (newest, view[1])
+            and view[0] == newest
             and view[1] >= 0
-            and n.started_at is not None
-            and self._recorded_since(n.node_id, n.started_at)
+            and self._recorded_since(n)
         ]
 
-    def _recorded_since(self, node_id: int, started_at: float) -> bool:
-        path = self.node_dir(node_id) / "data" / "__cluster_metadata-0" / "quorum-state"
+    def _quorum_state(self, node_id: int) -> Path:
+        return self.node_dir(node_id) / "data" / "__cluster_metadata-0" / "quorum-state"
+
+    def _recorded_since(self, node: NodeInfo) -> bool:
+        """Whether ``node`` wrote its quorum view since it started (a running node has a start time)."""
         with contextlib.suppress(OSError):
-            return path.stat().st_mtime >= started_at - 1.0  # mtime granularity
+            return self._quorum_state(node.node_id).stat().st_mtime >= (node.started_at or 0.0) - 1.0  # mtime steps
         return False
 
     def active_controller(self) -> int | None:
