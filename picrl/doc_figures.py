@@ -22,7 +22,18 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "results"
 PAGES = (ROOT / "README.md", ROOT / "docs" / "results.md", ROOT / "docs" / "performance.md")
 # the runs the docs' tables come from, in the order "How these tables were made" lists them
-RUNS = (".", "default", "pods", "dlrm-product", "pods-2r", "load-2r", "pods-2r-oom", "quick-product", "quick-paper")
+RUNS = (
+    ".",
+    "default",
+    "pods",
+    "dlrm-product",
+    "deployable",
+    "pods-2r",
+    "load-2r",
+    "pods-2r-oom",
+    "quick-product",
+    "quick-paper",
+)
 GENAI = ("genai-mem", "genai-ctx")
 # the README's results table: its label of each method and the run each column reads
 README_ROWS = (
