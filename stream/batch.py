@@ -83,3 +83,4 @@ class BatchOutcome:
     refused: list[Refusal] = field(default_factory=list)
     redelivered: int = 0  # events already applied (at-least-once redelivery), skipped silently
     ranges: list[RangeChange] = field(default_factory=list)
+    missed: dict[str, tuple[int, int]] = field(default_factory=dict)  # service: (tick expected, tick applied)

@@ -274,6 +274,9 @@ class DecisionEngine:
         """Whether ``item`` follows its service's ``row`` (``stream.refusals``); a refusal goes to ``outcome``,
         and a tick refused for its value (a missing context channel) is held."""
         verdict = check_tick(row[0], item, self.settings.max_tick_gap, self.context_names)
+        expected = int(row["expected_tick"][0])
+        if verdict is None and item.event.tick > expected:  # ticks that never came: a gap moves the clock
+            outcome.missed[item.service] = (expected, item.event.tick)
         if verdict == "redelivered":
             outcome.redelivered += 1
         elif verdict is not None:

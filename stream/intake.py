@@ -108,5 +108,7 @@ def decide(
         merged.actions += one.actions
         merged.transitions += one.transitions
         merged.redelivered += one.redelivered
+        merged.ranges += one.ranges
+        merged.missed.update(one.missed)
         letters += [_letter(r.incoming, topic, r.reason, r.detail, now) for r in one.refused]
     return merged, letters

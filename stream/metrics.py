@@ -106,6 +106,11 @@ class WorkerMetrics:
             "Events already applied (redelivered after a restart), skipped",
             registry=r,
         )
+        self.missed_ticks = Counter(
+            "picrl_missed_ticks_total",
+            "Ticks a service never reported before a later one (decided on: the gap moves its clock)",
+            registry=r,
+        )
         self.dead_letters = Counter(
             "picrl_dead_letters_total", "Messages sent to the dead-letter topic", ["reason"], registry=r
         )

@@ -78,6 +78,18 @@ class BatchObserver:
                 change.reason,
                 extra={"service": change.service, "tick": change.tick, "reason": change.reason},
             )
+        if outcome.missed:
+            m.missed_ticks.inc(sum(applied - expected for expected, applied in outcome.missed.values()))
+            service, (expected, applied) = next(iter(outcome.missed.items()))
+            log.warning(
+                "%d service(s) reported a tick past the one expected, the ticks between never came (%s: tick %d, "
+                "expected %d): decided on, each service's clock moved over its gap",
+                len(outcome.missed),
+                service,
+                applied,
+                expected,
+                extra={"service": service, "tick": applied},
+            )
         for letter in letters:
             dead = letter.record
             m.dead_letters.labels(dead.reason).inc()

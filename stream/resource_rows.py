@@ -91,7 +91,10 @@ def gather(inner: BatchOutcome, refused: list[Refusal], resources: Sequence[Reso
     order), one :class:`ResourceAction`, each refusal once; transitions and range changes stay per row."""
     names = [r.name for r in resources]
     outcome = BatchOutcome(
-        transitions=inner.transitions, ranges=inner.ranges, redelivered=inner.redelivered // len(names)
+        transitions=inner.transitions,
+        ranges=inner.ranges,
+        redelivered=inner.redelivered // len(names),
+        missed={key.rpartition("/")[0]: ticks for key, ticks in inner.missed.items()},
     )
     for service in dict.fromkeys(key.rpartition("/")[0] for key in inner.rows):
         keys = row_keys(service, resources)

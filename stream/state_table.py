@@ -5,11 +5,12 @@ says which usage offsets its rows already hold."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterable
 from typing import Any
 
 import faust
 from aiokafka.partitioner import murmur2
-from faust.types import TP, FutureMessage
+from faust.types import TP, EventT, FutureMessage
 from faust.types.codecs import CodecArg
 
 from stream.topics import end_offsets, read_partition
@@ -73,11 +74,24 @@ class ServiceStateTable(faust.Table):
             del self.data[key]
         ends = await end_offsets(self.bootstrap, topic, self.partitions or 1, "read_committed") if kept else {}
         self._read = {tp: ends[tp.partition] - 1 for tp in kept}
-        for tp, end in zip(fresh, await asyncio.gather(*(self.reload(tp.partition) for tp in fresh))):
-            self._read[tp] = end - 1
+        await asyncio.gather(*(self.reload(tp.partition) for tp in fresh))
+
+    def apply_changelog_batch(self, batch: Iterable[EventT]) -> None:
+        """Faust's recovery applies the changelog records it has read, except those of a partition active here at
+        or below the offset its rows were read to (:meth:`reload`): the rows already hold them or later values.
+
+        Faust hands such records over after a rebalance. A standby partition's records fetched before it (still
+        in Faust's changelog queue, or in its recovery buffer, which it flushes once recovery restarts) reach
+        the table after the partition has become active here and its rows were read in bulk; applied, they set
+        the rows of some services back to older states, while the partition's watermark may still be the
+        committed one, so nothing would read the rows again: those services would be decided from a state
+        that misses ticks."""
+        read = self._read
+        current = [e for e in batch if e.message.offset > read.get(e.message.tp, -1)]
+        super().apply_changelog_batch(current)
 
     def persisted_offset(self, tp: TP) -> int | None:
-        """The last offset of ``tp`` read in bulk at this rebalance (:meth:`on_rebalance`); None (Faust reads the
+        """The last offset of ``tp`` read in bulk since this rebalance (:meth:`reload`); None (Faust reads the
         partition from its start) for the others."""
         return self._read.get(tp)
 
@@ -142,12 +156,16 @@ class ServiceStateTable(faust.Table):
 
     async def reload(self, partition: int) -> int:
         """Replace the rows of ``partition`` in memory with the committed ones, read again from the changelog
-        (no write goes to the changelog); returns the end offset read to."""
+        (no write goes to the changelog); returns the end offset read to. For a partition active here, Faust's
+        records up to that offset are no longer applied (:meth:`apply_changelog_batch`)."""
         assert self.bootstrap is not None, "the worker sets the table's bootstrap"
         latest, end = await read_partition(self.bootstrap, self.changelog_topic.get_topic_name(), partition)
         for key in [k for k in self.data.keys() if self.partition_of(k) == partition]:
             del self.data[key]
         self.data.update({key: value for key, value in latest.items() if value is not None})
+        tp = TP(self.changelog_topic.get_topic_name(), partition)
+        if tp in self._actives:  # in the same step as the rows: no older record applied in between
+            self._read[tp] = max(self._read.get(tp, -1), end - 1)
         return end
 
     def services(self) -> int:

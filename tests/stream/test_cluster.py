@@ -200,6 +200,7 @@ def test_chaos_two_workers_survive_losing_the_lead_node_the_controller_and_a_wor
         exited = chaos.exited_by_themselves()
         assert not exited, "\n".join(exited)
         result = audit(record, bootstrap, prefix, tiny_artifact, WINDOW)
+        diagnosis = "" if result.clean else chaos.diagnose(bootstrap, prefix, PARTITIONS, f"{prefix}-worker")
         letters = [
             decode_dead_letter(m.value)
             for m in asyncio.run(consume(bootstrap, TopicNames(prefix).deadletter, len(bad), timeout=30))
@@ -214,7 +215,10 @@ def test_chaos_two_workers_survive_losing_the_lead_node_the_controller_and_a_wor
     assert [f.target.split(" (")[-1] for f in chaos.faults if f.node] == [f"{LEADER})", f"{CONTROLLER})"]
     assert len(chaos.faults) == 5 and all(p.returncode == -signal.SIGKILL for p in chaos.killed)
     assert [p.returncode for p in chaos.stopped] == [0]
-    assert result.clean, f"missing {result.missing[:5]}, repeated {result.repeated[:5]}, {result.mismatches} differ"
+    assert result.clean, (
+        f"missing {result.missing[:5]}, repeated {result.repeated[:5]}, {result.mismatches} differ, "
+        f"first (row, tick, decided, reference): {result.diverged[:8]}\n{diagnosis}"
+    )
     assert result.checked == len(workload.services) * workload.ticks  # one action per pod and tick
     assert record.censored[:, : len(workload.services)].any()  # memory ran short: the coupling was exercised
     assert sorted(letter.reason for letter in letters) == sorted(bad)

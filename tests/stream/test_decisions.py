@@ -175,6 +175,7 @@ def test_far_future_tick_and_wrong_context_are_refused(
     assert [r.reason for r in far.refused] == ["tick_out_of_range"]
     gap = engine.process([Incoming(UsageEvent("svc", WINDOW + 10, 5.0, False, 10.0), 0, 51)], rows)
     assert not gap.refused and gap.actions[0].tick == WINDOW + 11  # a gap within bounds moves the clock
+    assert gap.missed == {"svc": (WINDOW, WINDOW + 10)} and not far.missed  # reported (a metric and a warning)
     with_context = DecisionEngine(tiny_context_artifact)
     missing = with_context.process([Incoming(UsageEvent("svc", 0, 5.0, False, 10.0), 0, 0)], {"svc": None})
     assert [r.reason for r in missing.refused] == ["missing_context"]

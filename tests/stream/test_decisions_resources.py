@@ -166,6 +166,11 @@ def test_a_bad_value_is_answered_with_one_hold_for_every_resource(
         name: d.capacity for name, d in decided.resources.items()
     }
     assert not outcome.transitions
+    (later,) = loop.events(WINDOW + 1)
+    ahead = replace(later, event=replace(later.event, tick=WINDOW + 5), offset=10_001)  # 3 ticks never came
+    assert loop.engine.process([ahead], {services[0]: loop.rows[services[0]]}).missed == {
+        services[0]: (WINDOW + 2, WINDOW + 5)
+    }
 
 
 def test_the_service_cap_counts_pods_and_overrides_are_keyed_by_resource_row(

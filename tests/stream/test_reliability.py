@@ -74,7 +74,10 @@ def _assert_exactly_once_and_equal(
     result = audit(record, bootstrap, prefix, artifact, WINDOW)
     assert not result.missing, f"missing actions: {result.missing[:5]}"
     assert not result.repeated, f"repeated actions: {result.repeated[:5]}"
-    assert not result.mismatches, f"{result.mismatches} decisions differ from the uninterrupted reference"
+    assert not result.mismatches, (
+        f"{result.mismatches} decisions differ from the uninterrupted reference, first (row, tick, decided, "
+        f"reference): {result.diverged[:8]}"
+    )
     return result.checked
 
 

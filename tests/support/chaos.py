@@ -266,6 +266,8 @@ class Audit:
     missing: list[tuple[str, int]]  # (service, tick) with no action
     repeated: list[tuple[str, int]]  # (service, tick) with more than one
     mismatches: int  # control decisions that differ from the uninterrupted reference run
+    # each row that differs: (row, the first tick it does, the decision then, the reference's), earliest first
+    diverged: list[tuple[str, int, float, float]] = field(default_factory=list)
 
     @property
     def clean(self) -> bool:
@@ -285,9 +287,16 @@ def audit(record: ClosedLoopRecord, bootstrap: str, prefix: str, artifact: Model
         else reference_run(artifact, workload.demand, workload.services, headroom=0.5)
     ).trajectory
     decided = record.breakdown["capacity_norm"][window:]
+    differ = decided != reference.action
+    rows = [f"{s}/{r.name}" for r in workload.resources for s in workload.services] or list(workload.services)
+    first = {}
+    for c in np.flatnonzero(differ.any(axis=0)):
+        t = int(np.argmax(differ[:, c]))
+        first[rows[c]] = (window + t, float(decided[t, c]), float(reference.action[t, c]))
     return Audit(
         sum(counts.values()),
         sorted(wanted - set(counts)),
         sorted(k for k, n in counts.items() if n > 1),
-        int(np.sum(decided != reference.action)),
+        int(np.sum(differ)),
+        sorted(((row, *cell) for row, cell in first.items()), key=lambda item: (item[1], item[0])),
     )
