@@ -181,6 +181,23 @@ class RetriedStates(logging.Filter):
 NOISY_LOGGERS = ("aiokafka", "kafka", "faust", "mode")  # Kafka clients and Faust: warnings only unless debugging
 
 
+class CurrentStderr(logging.StreamHandler):  # type: ignore[type-arg]
+    """A stream handler on whatever ``sys.stderr`` is when it writes, not when it was configured: a command run in
+    the same process as its caller (the tests' ``main([...])``, a notebook), whose stderr is swapped for a capture
+    and closed afterwards, leaves no handler writing to a closed file (``--- Logging error ---``)."""
+
+    def __init__(self) -> None:
+        super().__init__(sys.stderr)
+
+    @property  # type: ignore[override]
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _: Any) -> None:
+        """Ignored: the stream is always the current ``sys.stderr``."""
+
+
 def logging_config(level: str, log_format: str = "text") -> dict[str, Any]:
     """A :func:`logging.config.dictConfig` dict: one stderr handler, JSON lines or plain text.
 
@@ -204,8 +221,7 @@ def logging_config(level: str, log_format: str = "text") -> dict[str, Any]:
         },  # aiokafka's error flood -> a few lines
         "handlers": {
             "stderr": {
-                "class": "logging.StreamHandler",
-                "stream": "ext://sys.stderr",
+                "()": CurrentStderr,
                 "formatter": "picrl",
                 "filters": ["retried", "broker_outage"],
             }
