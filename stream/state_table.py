@@ -5,6 +5,8 @@ says which usage offsets its rows already hold."""
 from __future__ import annotations
 
 import asyncio
+import logging
+from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
@@ -14,6 +16,8 @@ from faust.types import TP, EventT, FutureMessage
 from faust.types.codecs import CodecArg
 
 from stream.topics import end_offsets, read_partition
+
+log = logging.getLogger("picrl.worker")
 
 WATERMARK_KEY = b"\x00watermark/"  # + partition number; never a service id (those refuse control characters)
 
@@ -86,8 +90,19 @@ class ServiceStateTable(faust.Table):
         the rows of some services back to older states, while the partition's watermark may still be the
         committed one, so nothing would read the rows again: those services would be decided from a state
         that misses ticks."""
-        read = self._read
-        current = [e for e in batch if e.message.offset > read.get(e.message.tp, -1)]
+        read, current, older = self._read, [], Counter[int]()
+        for event in batch:
+            if event.message.offset > read.get(event.message.tp, -1):
+                current.append(event)
+            else:
+                older[event.message.partition] += 1
+        for partition, count in sorted(older.items()):
+            log.info(
+                "changelog partition %d: %d record(s) Faust read before this worker's rows were not applied",
+                partition,
+                count,
+                extra={"partition": partition},
+            )
         super().apply_changelog_batch(current)
 
     def persisted_offset(self, tp: TP) -> int | None:
