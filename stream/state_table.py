@@ -12,8 +12,7 @@ from typing import Any
 
 import faust
 from aiokafka.partitioner import murmur2
-from faust.types import TP, EventT, FutureMessage
-from faust.types.codecs import CodecArg
+from faust.types import TP, EventT
 
 from stream.topics import end_offsets, read_partition
 
@@ -23,31 +22,20 @@ WATERMARK_KEY = b"\x00watermark/"  # + partition number; never a service id (tho
 
 
 class ServiceStateTable(faust.Table):
-    """A :class:`faust.Table` that keeps the futures of its changelog writes until
-    :meth:`changelog_written` is awaited.
+    """A :class:`faust.Table` of the services' rows, in memory, whose changelog records the worker sends itself.
 
-    Faust hands table writes to a producer buffer that a background task drains. Under exactly_once a
-    commit does not drain that buffer first, so a transaction could commit a batch's input offsets while
-    some of the batch's changelog records still waited there; they went into the next transaction,
-    which a stop or a crash never committed. A worker taking over then restored rows without those
-    events and, their offsets being committed, never saw them again (its decisions drifted from an
-    uninterrupted run's; tests/stream/test_reliability.py). Waiting for the writes before a batch is
-    acknowledged puts them in the transaction that commits its offsets. The worker no longer writes rows
-    that way (issue 17): it sets them in memory (:meth:`put`, :meth:`advance_watermark`) and sends their
-    changelog records itself, in the record batches of the transaction that commits the batch's offsets
-    (stream/outbox.py); a write through ``table[key] = value`` still works as described here.
-
-    Each batch also sets the watermark of every usage partition it read: the offset after its last event,
-    on the changelog partition of the same number, in the same transaction as the rows and the offsets.
-    So after a restore the watermark of a partition must reach the offset its consumer group committed
-    there; when it does not, the rows of that partition were not restored (:meth:`watermark`)."""
+    The worker sets a batch's rows in memory (:meth:`put`, :meth:`advance_watermark`) and sends their changelog
+    records in the record batches of the transaction that commits the batch's input offsets (stream/outbox.py),
+    so a batch's rows and offsets commit together or not at all. Each batch also sets the watermark of every
+    usage partition it read: the offset after its last event, on the changelog partition of the same number, in
+    the same transaction. So after a restore the watermark of a partition must reach the offset its consumer
+    group committed there; when it does not, the rows of that partition were not restored (:meth:`watermark`)."""
 
     #: the cluster the changelog is read from in bulk (set by the worker; None: Faust restores every partition)
     bootstrap: str | None = None
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._unwritten: list[FutureMessage] = []
         self._actives: set[TP] = set()  # the changelog partitions active here since the last rebalance
         self._read: dict[TP, int] = {}  # those read in bulk at the last rebalance: the last offset read
 
@@ -87,9 +75,9 @@ class ServiceStateTable(faust.Table):
         Faust hands such records over after a rebalance. A standby partition's records fetched before it (still
         in Faust's changelog queue, or in its recovery buffer, which it flushes once recovery restarts) reach
         the table after the partition has become active here and its rows were read in bulk; applied, they set
-        the rows of some services back to older states, while the partition's watermark may still be the
-        committed one, so nothing would read the rows again: those services would be decided from a state
-        that misses ticks."""
+        the rows of some services back to older states. The restore check reads the rows again when those
+        records include the partition's watermark row (they usually end with one); when they do not, those
+        services would be decided from a state that misses ticks."""
         read, current, older = self._read, [], Counter[int]()
         for event in batch:
             if event.message.offset > read.get(event.message.tp, -1):
@@ -110,47 +98,19 @@ class ServiceStateTable(faust.Table):
         partition from its start) for the others."""
         return self._read.get(tp)
 
-    def send_changelog(
-        self,
-        partition: int | None,
-        key: Any,
-        value: Any,
-        key_serializer: CodecArg = None,
-        value_serializer: CodecArg = None,
-    ) -> FutureMessage:
-        future = super().send_changelog(partition, key, value, key_serializer, value_serializer)
-        self._unwritten.append(future)
-        return future
-
-    async def changelog_written(self) -> None:
-        """Wait until every row set since the last call is delivered to its changelog partition."""
-        unwritten, self._unwritten = self._unwritten, []
-        await asyncio.gather(*unwritten)
-
-    def partition_for_key(self, key: Any) -> int | None:
-        """A watermark's own partition; services go where Kafka's partitioner puts their key, as their usage."""
-        if isinstance(key, bytes) and key.startswith(WATERMARK_KEY):
-            return self.partition_of(key)
-        return super().partition_for_key(key)
-
-    def set_watermark(self, partition: int, next_offset: int) -> None:
-        """Record that the rows hold every usage event of ``partition`` before ``next_offset`` (a redelivered
-        event never lowers the watermark), through Faust's changelog path."""
-        if next_offset > self.watermark(partition):
-            self[WATERMARK_KEY + str(partition).encode()] = str(next_offset).encode()
-
     def row(self, key: bytes) -> bytes | None:
         """The row of ``key`` in memory (None: none)."""
         return self.data.get(key)
 
     def put(self, key: bytes, value: bytes) -> None:
         """Set a row in memory only: its changelog record is the caller's to send, in the transaction of the
-        usage partition whose events made it (``StreamWorker.handle``, stream/outbox.py), on the changelog
+        usage partition whose events made it (``StreamWorker.prepare``, stream/outbox.py), on the changelog
         partition :meth:`partition_of` gives it."""
         self.data[key] = value
 
     def advance_watermark(self, partition: int, next_offset: int) -> tuple[bytes, bytes] | None:
-        """:meth:`set_watermark` in memory only: the (key, value) changelog record to send on changelog
+        """Record in memory that the rows hold every usage event of ``partition`` before ``next_offset`` (a
+        redelivered event never lowers the watermark): the (key, value) changelog record to send on changelog
         partition ``partition``, or None when ``next_offset`` does not raise the watermark."""
         if next_offset <= self.watermark(partition):
             return None

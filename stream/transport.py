@@ -279,9 +279,9 @@ class _FreshTransactions(TransactionManager):
         transactional_id: str | None = None,
     ) -> Awaitable[RecordMetadata]:
         """Faust's send, except that a send its producer refuses at once (fenced, or no longer in a transaction)
-        returns a failed future instead of raising: table changelog writes go through here from Faust's
-        producer buffer, whose task crashed the app on that exception; the failed write now reaches the batch
-        that waits for it (``ServiceStateTable.changelog_written``), and the worker rejoins its group."""
+        returns a failed future instead of raising: Faust's producer buffer, which drains the sends made through
+        Faust (a table write with ``table[key] = value``), crashed the app on that exception; the future now
+        carries the failure to whoever awaits it."""
         try:
             return await super().send(
                 topic, key, value, partition, timestamp, headers, transactional_id=transactional_id
