@@ -1,9 +1,11 @@
 """What each handled batch leaves behind besides its records: the worker's metrics, its recent decisions per
-service (for ``GET /services/<id>``) and the logs of range changes and dead letters."""
+service (for ``GET /services/<id>``) and the logs of range changes, dead letters and skipped ticks."""
 
 from __future__ import annotations
 
 import logging
+import math
+import time
 from collections import Counter, OrderedDict, deque
 from collections.abc import Callable, Collection, Iterable, Sequence
 
@@ -18,6 +20,7 @@ log = logging.getLogger("picrl.worker")
 
 RECENT_DECISIONS = 10  # last decisions kept per service for /services/<id>
 RECENT_SERVICES = 10_000  # services whose recent decisions are kept (least recently seen dropped)
+MISSED_LOG_EVERY = 60.0  # seconds between two log lines about skipped ticks (the metric counts every one)
 
 
 class BatchObserver:
@@ -28,6 +31,8 @@ class BatchObserver:
     def __init__(self, held_partitions: Callable[[], Collection[int]], capacity_gauge: int = 0) -> None:
         self.metrics = WorkerMetrics(held_partitions, capacity_gauge)
         self.recent: OrderedDict[str, deque[Action | ResourceAction]] = OrderedDict()
+        self._missed = Counter[str]()  # services and ticks skipped since the last line about them
+        self._missed_logged_at = -math.inf
 
     def recent_of(self, service: str) -> Iterable[Action | ResourceAction]:
         """The last decisions for ``service``, oldest first (none when it was not seen lately)."""
@@ -79,17 +84,7 @@ class BatchObserver:
                 extra={"service": change.service, "tick": change.tick, "reason": change.reason},
             )
         if outcome.missed:
-            m.missed_ticks.inc(sum(applied - expected for expected, applied in outcome.missed.values()))
-            service, (expected, applied) = next(iter(outcome.missed.items()))
-            log.warning(
-                "%d service(s) reported a tick past the one expected, the ticks between never came (%s: tick %d, "
-                "expected %d): decided on, each service's clock moved over its gap",
-                len(outcome.missed),
-                service,
-                applied,
-                expected,
-                extra={"service": service, "tick": applied},
-            )
+            self.missed(outcome.missed)
         for letter in letters:
             dead = letter.record
             m.dead_letters.labels(dead.reason).inc()
@@ -105,6 +100,29 @@ class BatchObserver:
                 dead.detail,
                 extra=context,
             )
+
+    def missed(self, missed: dict[str, tuple[int, int]]) -> None:
+        """Count the ticks services skipped (``service: (tick expected, tick applied)``), and log them: at once
+        the first time, then at most once every :data:`MISSED_LOG_EVERY` seconds, with the counts since."""
+        ticks = sum(applied - expected for expected, applied in missed.values())
+        self.metrics.missed_ticks.inc(ticks)
+        self._missed.update(services=len(missed), ticks=ticks)
+        now = time.monotonic()
+        if now - self._missed_logged_at < MISSED_LOG_EVERY:
+            return
+        service, (expected, applied) = next(iter(missed.items()))
+        log.warning(
+            "ticks never came: %d service(s) reported a later tick than the one expected, %d tick(s) skipped in all "
+            "(%s: tick %d, expected %d); decided on, each service's clock moved over its gap",
+            self._missed["services"],
+            self._missed["ticks"],
+            service,
+            applied,
+            expected,
+            extra={"service": service, "tick": applied},
+        )
+        self._missed.clear()
+        self._missed_logged_at = now
 
     def remember(self, action: Action | ResourceAction) -> None:
         """Keep ``action`` among its service's last :data:`RECENT_DECISIONS`, for up to :data:`RECENT_SERVICES`

@@ -37,7 +37,7 @@ class ServiceStateTable(faust.Table):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._actives: set[TP] = set()  # the changelog partitions active here since the last rebalance
-        self._read: dict[TP, int] = {}  # those read in bulk at the last rebalance: the last offset read
+        self._read: dict[TP, int] = {}  # those read in bulk since the last rebalance: the last offset read
 
     async def on_rebalance(
         self, assigned: set[TP], revoked: set[TP], newly_assigned: set[TP], generation_id: int = 0

@@ -1,11 +1,16 @@
 """The censoring-streak gauges cover every service a worker holds, not only the last batch's; the decided-capacity
-gauge is capped and follows the partitions held."""
+gauge is capped and follows the partitions held; skipped ticks are counted and logged sparingly."""
 
 from __future__ import annotations
 
+import logging
+
+import pytest
 from prometheus_client import generate_latest
 
+import stream.observer as observer_module
 from stream.metrics import WorkerMetrics
+from stream.observer import BatchObserver
 from stream.records import Action, ResourceAction, ResourceDecision
 from tests.support.web import metric
 
@@ -56,3 +61,21 @@ def test_the_decided_capacity_gauge_is_opt_in_capped_and_follows_the_partitions_
     assert 'service="a"' not in scrape()
     metrics.decided.update(_action("c", 5.0), 1)
     assert metric(scrape(), "picrl_decided_capacity", resource="", service="c") == 5.0
+
+
+def test_skipped_ticks_are_all_counted_and_logged_at_most_once_a_minute(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every tick a service skips is counted; the log says so at the first gap, then at most once a minute, with
+    the services and ticks since its last line."""
+    observer = BatchObserver(lambda: {0})
+    clock = iter([100.0, 130.0, 170.0])
+    monkeypatch.setattr(observer_module.time, "monotonic", lambda: next(clock))
+    with caplog.at_level(logging.WARNING, logger="picrl.worker"):
+        observer.missed({"a": (5, 7)})  # 2 ticks: logged
+        observer.missed({"b": (3, 4), "c": (9, 12)})  # 30 s later: counted only
+        observer.missed({"a": (8, 9)})  # 70 s after the first line: logged with the counts since
+    lines = [r.getMessage() for r in caplog.records if r.name == "picrl.worker"]
+    assert len(lines) == 2 and "1 service(s)" in lines[0] and "2 tick(s)" in lines[0]
+    assert "3 service(s)" in lines[1] and "5 tick(s)" in lines[1] and "a: tick 9, expected 8" in lines[1]
+    assert metric(generate_latest(observer.metrics.registry).decode(), "picrl_missed_ticks_total") == 7
