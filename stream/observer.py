@@ -31,7 +31,7 @@ class BatchObserver:
     def __init__(self, held_partitions: Callable[[], Collection[int]], capacity_gauge: int = 0) -> None:
         self.metrics = WorkerMetrics(held_partitions, capacity_gauge)
         self.recent: OrderedDict[str, deque[Action | ResourceAction]] = OrderedDict()
-        self._missed = Counter[str]()  # services and ticks skipped since the last line about them
+        self._missed_services = self._missed_ticks = 0  # skipped since the last line about them
         self._missed_logged_at = -math.inf
 
     def recent_of(self, service: str) -> Iterable[Action | ResourceAction]:
@@ -106,7 +106,8 @@ class BatchObserver:
         the first time, then at most once every :data:`MISSED_LOG_EVERY` seconds, with the counts since."""
         ticks = sum(applied - expected for expected, applied in missed.values())
         self.metrics.missed_ticks.inc(ticks)
-        self._missed.update(services=len(missed), ticks=ticks)
+        self._missed_services += len(missed)
+        self._missed_ticks += ticks
         now = time.monotonic()
         if now - self._missed_logged_at < MISSED_LOG_EVERY:
             return
@@ -114,14 +115,14 @@ class BatchObserver:
         log.warning(
             "ticks never came: %d service(s) reported a later tick than the one expected, %d tick(s) skipped in all "
             "(%s: tick %d, expected %d); decided on, each service's clock moved over its gap",
-            self._missed["services"],
-            self._missed["ticks"],
+            self._missed_services,
+            self._missed_ticks,
             service,
             applied,
             expected,
             extra={"service": service, "tick": applied},
         )
-        self._missed.clear()
+        self._missed_services = self._missed_ticks = 0
         self._missed_logged_at = now
 
     def remember(self, action: Action | ResourceAction) -> None:
