@@ -17,18 +17,20 @@ import numpy as np
 from picrl_core.resources import Resource, check_resources
 from picrl_core.scaling import from_unit, to_unit
 
+MAX_FILLED_GAP = 5  # the longest run of missing values filled by interpolation
+
 
 class UnusableSeriesError(ValueError):
     """A series (or context channel) that cannot be used: too short, constant, gaps too long..."""
 
 
-def _nan_runs(missing: np.ndarray) -> list[tuple[int, int]]:
+def missing_runs(missing: np.ndarray) -> list[tuple[int, int]]:
     """Half-open ``[start, stop)`` index ranges of consecutive ``True`` entries."""
     edges = np.diff(np.concatenate(([0], missing.astype(np.int8), [0])))
     return list(zip(np.flatnonzero(edges == 1).tolist(), np.flatnonzero(edges == -1).tolist()))
 
 
-def _plural(count: int, word: str) -> str:
+def plural(count: int, word: str) -> str:
     return f"{count} {word}{'' if count == 1 else 's'}"
 
 
@@ -43,9 +45,9 @@ def _check_and_fill(values: np.ndarray, label: str, max_gap: int) -> tuple[np.nd
     infinite = np.flatnonzero(np.isinf(values))
     if infinite.size:
         raise UnusableSeriesError(
-            f"{label} has {_plural(infinite.size, 'infinite value')} (first at index {infinite[0]})"
+            f"{label} has {plural(infinite.size, 'infinite value')} (first at index {infinite[0]})"
         )
-    runs = _nan_runs(missing)
+    runs = missing_runs(missing)
     longest = max(runs, key=lambda r: r[1] - r[0], default=None)
     if longest is not None and longest[1] - longest[0] > max_gap:
         start, stop = longest
@@ -67,17 +69,17 @@ def _check_and_fill(values: np.ndarray, label: str, max_gap: int) -> tuple[np.nd
     notes = []
     if inner:
         points = sum(b - a for a, b in inner)
-        notes.append(f"filled {_plural(len(inner), 'gap')} ({_plural(points, 'point')}) by linear interpolation")
+        notes.append(f"filled {plural(len(inner), 'gap')} ({plural(points, 'point')}) by linear interpolation")
     if edge:
         points = sum(b - a for a, b in edge)
         notes.append(
-            f"filled {_plural(len(edge), 'gap')} ({_plural(points, 'point')}) at the series ends with the nearest value"
+            f"filled {plural(len(edge), 'gap')} ({plural(points, 'point')}) at the series ends with the nearest value"
         )
     return filled, notes
 
 
 def validate_series(
-    values: np.ndarray, name: str, *, min_length: int = 200, max_gap: int = 5
+    values: np.ndarray, name: str, *, min_length: int = 200, max_gap: int = MAX_FILLED_GAP
 ) -> tuple[np.ndarray, list[str]]:
     """Check a 1-D demand series and fill its short gaps.
 
@@ -90,11 +92,13 @@ def validate_series(
     if x.ndim != 1:
         raise UnusableSeriesError(f"series '{name}' must be one-dimensional, got shape {x.shape}")
     if x.size < min_length:
-        raise UnusableSeriesError(f"series '{name}' has {_plural(x.size, 'point')}; at least {min_length} are needed")
+        raise UnusableSeriesError(f"series '{name}' has {plural(x.size, 'point')}; at least {min_length} are needed")
     return _check_and_fill(x, f"series '{name}'", max_gap)
 
 
-def validate_context(context: np.ndarray, names: Sequence[str], max_gap: int = 5) -> tuple[np.ndarray, list[str]]:
+def validate_context(
+    context: np.ndarray, names: Sequence[str], max_gap: int = MAX_FILLED_GAP
+) -> tuple[np.ndarray, list[str]]:
     """:func:`validate_series` applied to every column of a ``(T, C)`` context matrix.
 
     ``names`` labels the ``C`` channels; notes are prefixed with the channel's name.
@@ -226,7 +230,7 @@ def prepare_series(
     fractions: tuple[float, float, float] = (0.6, 0.2, 0.2),
     *,
     min_length: int = 200,
-    max_gap: int = 5,
+    max_gap: int = MAX_FILLED_GAP,
 ) -> PreparedSeries:
     """Validate -> split chronologically -> fit min-max on train -> scale and clip every part."""
     filled, notes = validate_series(values, name, min_length=min_length, max_gap=max_gap)
@@ -317,7 +321,7 @@ def prepare_fleet(
     fractions: tuple[float, float, float] = (0.6, 0.2, 0.2),
     *,
     min_length: int = 200,
-    max_gap: int = 5,
+    max_gap: int = MAX_FILLED_GAP,
 ) -> PreparedSeries:
     """A fleet of services on one time grid, ``values`` ``(T, services)``, as one :class:`PreparedSeries`:
     each service validated and split chronologically at the same ticks, one min-max scaler fitted on

@@ -264,6 +264,8 @@ def execute(plan: Plan, jobs: int) -> tuple[list[CellResult], float]:
     """The run stage: every cell of the plan (computed or read from the cache) and the wall time it took."""
     for name, prepared in plan.series.items():
         used = dataset_protocol(plan.traces[name], plan.protocol)
+        for note in plan.traces[name].notes:
+            print(f"note ({name}): {note}")
         for note in prepared.notes:
             unclipped = used == "product" and note.endswith("clipped to [0, 1]")
             print(f"note ({name}): {note}" + (" in the model's inputs; scored unclipped" if unclipped else ""))

@@ -94,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
         "metrics": metrics,
         "above_peak": episode["above_peak"],
         "slow_updates": episode["slow_updates"],
-        "notes": list(series.notes),
+        "notes": [*trace.notes, *series.notes],
         "phase1": {
             k: artifact.reports.get("phase1", {}).get(k)
             for k in ("val_mae", "val_nll", "coverage_1sigma", "coverage_2sigma")

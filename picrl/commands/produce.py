@@ -85,6 +85,8 @@ def workload_from_args(args: argparse.Namespace) -> Workload:
         start = 0 if args.part == "all" else int(length * (1 - TEST_FRACTION))
         return fleet_of(fleet, args.services, args.ticks or length - start, start=start)
     trace = load_trace(args)
+    for note in trace.notes:
+        print(f"note: {note}")
     start = 0 if args.part == "all" else int(trace.values.size * (1 - TEST_FRACTION))
     return copies_of(trace, args.services, args.ticks or trace.values.size - start, start=start, seed=args.seed)
 

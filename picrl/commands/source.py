@@ -108,7 +108,7 @@ def load_series(args: argparse.Namespace) -> tuple[Trace, PreparedSeries]:
     """The trace named by the arguments, split and scaled; notes on filled gaps or clipping are printed."""
     trace = load_trace(args)
     series = prepare_series(trace.values, trace.name, trace.context, trace.context_names)
-    for note in series.notes:
+    for note in (*trace.notes, *series.notes):
         print(f"note: {note}")
     return trace, series
 

@@ -164,7 +164,7 @@ def results_json(
                 "services": s.services,
                 "step_seconds": plan.traces[name].step_seconds,
                 "protocol": dataset_protocol(plan.traces[name], plan.protocol),
-                "notes": list(s.notes),
+                "notes": [*plan.traces[name].notes, *s.notes],
             }
             for name, s in plan.series.items()
         },

@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from picrl_core.series import MAX_FILLED_GAP, missing_runs, plural
+
 if TYPE_CHECKING:
     from picrl_core.resources import Resource
     from picrl_core.series import PreparedSeries
@@ -48,6 +50,7 @@ class Trace:
     source: str
     resources: tuple[str, ...] = ()
     oom_kills: bool = False  # a hard resource's shortage kills the pod (picrl_core.resources.Resource.kills)
+    notes: tuple[str, ...] = ()  # what reading the file left out or joined (:func:`load_csv`)
 
     def __post_init__(self) -> None:
         if self.oom_kills and not self.resources:
@@ -210,32 +213,71 @@ def load_csv(
 ) -> Trace:
     """Read ``column`` (and optional context columns) of a user CSV into a :class:`Trace`.
 
-    Empty cells become NaN (gaps are judged later by ``picrl_core.series.validate_series``). With
-    ``time_column`` the rows are sorted by time and ``step_seconds`` is the median spacing;
-    without it ``step_seconds`` is NaN.
+    Empty cells become NaN: a run of at most ``MAX_FILLED_GAP`` of them is filled later
+    (``picrl_core.series.validate_series``), and the rows of a longer run in any column read are left out, a
+    telemetry outage that nothing could fill honestly (:func:`_outages`). With ``time_column`` the rows are
+    sorted by time, ``step_seconds`` is the median spacing and the times the file skips are noted
+    (:func:`_skipped_times`); without it ``step_seconds`` is NaN. Either way the rows around a gap follow each
+    other as consecutive ticks, as a worker's next event follows the last one it saw; ``notes`` says so.
     """
     path = Path(path)
     header, rows = _read_rows(path)
-    values = _numbers(path, rows, _column_index(path, header, column), column)
-    context = None
-    if context_columns:
-        context = np.column_stack([_numbers(path, rows, _column_index(path, header, c), c) for c in context_columns])
+    names = (column, *context_columns)
+    columns = np.column_stack([_numbers(path, rows, _column_index(path, header, c), c) for c in names])
+    lines = np.arange(len(rows)) + 2  # the file's line of each row (the header is line 1)
     step = float("nan")
+    notes: list[str] = []
     if time_column is not None:
         times = _timestamps(path, rows, _column_index(path, header, time_column), time_column)
         order = np.argsort(times, kind="stable")
-        values = values[order]
-        context = context[order] if context is not None else None
-        step = _step_from_times(path, times[order], time_column)
+        columns, lines, times = columns[order], lines[order], times[order]
+        step = _step_from_times(path, times, time_column)
+        notes += _skipped_times(times, step, lines)
+    kept, left_out = _outages(columns, names, lines)
     return Trace(
         name=f"{_stem(path)}:{column}",
-        values=values,
-        context=context,
+        values=columns[kept, 0],
+        context=columns[kept, 1:] if context_columns else None,
         context_names=tuple(context_columns),
         step_seconds=step,
         unit="",
         source=str(path),
+        notes=tuple(notes + left_out),
     )
+
+
+def _outages(columns: np.ndarray, names: Sequence[str], lines: np.ndarray) -> tuple[np.ndarray, list[str]]:
+    """The rows to keep (``(T,)`` bool): all but those in a run of more than ``MAX_FILLED_GAP`` missing values of
+    any column; and a note on what was left out (none when nothing was)."""
+    cut = np.zeros(len(columns), dtype=bool)
+    runs = []
+    for j, name in enumerate(names):
+        for start, stop in missing_runs(np.isnan(columns[:, j])):
+            if stop - start > MAX_FILLED_GAP:
+                cut[start:stop] = True
+                runs.append((stop - start, start, name))
+    if not runs:
+        return ~cut, []
+    length, start, name = max(runs, key=lambda run: (run[0], -run[1]))  # the longest, the first of those
+    return ~cut, [
+        f"left out {plural(int(cut.sum()), 'row')}: {plural(len(runs), 'run')} of more than {MAX_FILLED_GAP} "
+        f"missing values (the longest: {length} in '{name}' from line {lines[start]}); the rows on either side "
+        "follow each other as consecutive ticks"
+    ]
+
+
+def _skipped_times(times: np.ndarray, step: float, lines: np.ndarray) -> list[str]:
+    """A note on the spacings of sorted ``times`` longer than 1.5 steps (rows missing from the file), if any."""
+    spacing = np.diff(times)
+    skips = np.flatnonzero(spacing > 1.5 * step)
+    if not skips.size:
+        return []
+    longest = skips[np.argmax(spacing[skips])]
+    return [
+        f"the time column has {plural(skips.size, 'gap')} longer than 1.5 steps of {step:g} s (the longest: "
+        f"{spacing[longest] / step:.0f} steps, after line {lines[longest]}); the rows on either side follow each "
+        "other as consecutive ticks"
+    ]
 
 
 def load_resource_csv(
@@ -265,6 +307,7 @@ def load_resource_csv(
         source=str(path),
         resources=tuple(names),
         oom_kills=oom_kills,
+        notes=read.notes,
     )
 
 

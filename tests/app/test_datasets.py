@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import argparse
 import gzip
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from picrl.commands.source import load_series
 from picrl.datasets import DATASETS, FLEETS, DatasetError, Trace, load_csv, load_dataset, load_pod_fleet
 from picrl_core.series import describe_series, prepare_series
 
@@ -134,6 +136,31 @@ def test_csv_without_time_keeps_order_and_unknown_step(tmp_path: Path) -> None:
 def test_csv_empty_cells_become_nan(tmp_path: Path) -> None:
     trace = load_csv(write(tmp_path / "x.csv", "a,b\n1,2\n,3\n4,5\n"), "a")
     assert np.isnan(trace.values[1]) and trace.values[2] == 4.0
+
+
+def test_csv_outage_longer_than_the_filled_gap_is_left_out_and_said(tmp_path: Path) -> None:
+    """A run of more than MAX_FILLED_GAP missing values in any column read (an outage) is left out; a shorter run
+    stays for the series' interpolation; the notes say which rows went and where the file skips times."""
+    rows = [f"{60 * t},{t},{'' if 3 <= t < 5 or 10 <= t < 16 else 1}" for t in range(20) if t not in (17, 18)]
+    path = write(tmp_path / "x.csv", "t,load,ctx\n" + "\n".join(reversed(rows)) + "\n")
+    trace = load_csv(path, "load", time_column="t", context_columns=("ctx",))
+    np.testing.assert_array_equal(trace.values, [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 16, 19])
+    assert trace.context is not None and np.isnan(trace.context[3:5, 0]).all()  # 2 missing: filled later
+    gap, outage = trace.notes
+    assert gap.startswith("the time column has 1 gap longer than 1.5 steps of 60 s (the longest: 3 steps")
+    assert outage.startswith("left out 6 rows: 1 run of more than 5 missing values (the longest: 6 in 'ctx'")
+    unsorted = load_csv(path, "load", context_columns=("ctx",))  # in the file's order: the same rows go
+    assert unsorted.notes[0].startswith("left out 6 rows") and unsorted.values.size == 12
+    assert load_csv(path, "load", time_column="t").notes == (gap,)  # the context not read: nothing left out
+
+
+def test_a_command_prints_what_reading_its_trace_left_out(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    values = ["" if 100 <= t < 130 else str(10 + t % 7) for t in range(400)]
+    path = write(tmp_path / "x.csv", "t,v\n" + "\n".join(f"{60 * t},{v}" for t, v in enumerate(values)) + "\n")
+    args = argparse.Namespace(dataset=None, trace=path, column="v", time_column="t", context_columns=())
+    trace, series = load_series(args)
+    assert trace.values.size == 370 and not np.isnan(series.train).any()
+    assert capsys.readouterr().out.startswith("note: left out 30 rows: 1 run of more than 5 missing values")
 
 
 def test_csv_missing_file_is_clear(tmp_path: Path) -> None:
