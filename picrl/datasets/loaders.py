@@ -135,7 +135,7 @@ def _read_rows(path: Path) -> tuple[list[str], list[list[str]]]:
         raise FileNotFoundError(f"CSV file not found: {path}")
     opener = gzip.open if path.name.endswith(".gz") else open
     try:
-        with opener(path, "rt", newline="", encoding="utf-8") as handle:
+        with opener(path, "rt", newline="", encoding="utf-8-sig") as handle:  # a BOM (Excel) is no header text
             rows = [row for row in csv.reader(handle) if row]
     except (OSError, UnicodeDecodeError, csv.Error) as exc:
         raise DatasetError(f"{path}: cannot be read as a CSV file ({exc})") from exc

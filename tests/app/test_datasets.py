@@ -127,6 +127,14 @@ def test_gzipped_csv_with_iso_times(tmp_path: Path) -> None:
     assert trace.step_seconds == 300.0
 
 
+def test_csv_with_a_byte_order_mark_and_windows_line_ends(tmp_path: Path) -> None:
+    path = tmp_path / "excel.csv"
+    path.write_bytes(b"\xef\xbb\xbftime,v\r\n0,1\r\n60,2\r\n")
+    trace = load_csv(path, "v", time_column="time")
+    np.testing.assert_array_equal(trace.values, [1, 2])
+    assert trace.step_seconds == 60.0
+
+
 def test_csv_without_time_keeps_order_and_unknown_step(tmp_path: Path) -> None:
     trace = load_csv(write(tmp_path / "x.csv", "v\n3\n\n1\n2\n"), "v")
     np.testing.assert_array_equal(trace.values, [3, 1, 2])
