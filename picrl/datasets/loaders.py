@@ -234,16 +234,29 @@ def load_csv(
         step = _step_from_times(path, times, time_column)
         notes += _skipped_times(times, step, lines)
     kept, left_out = _outages(columns, names, lines)
+    values, negative = _no_negative_demand(columns[kept, 0], column)
     return Trace(
         name=f"{_stem(path)}:{column}",
-        values=columns[kept, 0],
+        values=values,
         context=columns[kept, 1:] if context_columns else None,
         context_names=tuple(context_columns),
         step_seconds=step,
         unit="",
         source=str(path),
-        notes=tuple(notes + left_out),
+        notes=tuple(notes + left_out + negative),
     )
+
+
+def _no_negative_demand(values: np.ndarray, column: str) -> tuple[np.ndarray, list[str]]:
+    """``values`` with a demand below 0 read as 0, as capacity cannot be negative and a worker refuses such usage
+    (``negative_usage``); and a note saying how many there were (none when none)."""
+    below = values < 0
+    if not below.any():
+        return values, []
+    return np.where(below, 0.0, values), [
+        f"read {plural(int(below.sum()), 'value')} of '{column}' below 0 as 0 (the lowest: {values.min():g}): a "
+        "demand cannot be negative, and a worker refuses negative usage"
+    ]
 
 
 def _outages(columns: np.ndarray, names: Sequence[str], lines: np.ndarray) -> tuple[np.ndarray, list[str]]:
@@ -296,7 +309,9 @@ def load_resource_csv(
         )
     names, heads = list(columns), list(columns.values())
     read = load_csv(path, heads[0], time_column=time_column, context_columns=heads[1:])
-    values = np.column_stack([read.values, read.context])  # type: ignore[list-item]  # context_columns given: set
+    assert read.context is not None  # context_columns given
+    demands = [(read.values, [])] + [_no_negative_demand(read.context[:, j], h) for j, h in enumerate(heads[1:])]
+    values = np.column_stack([column for column, _ in demands])
     return Trace(
         name=f"{_stem(Path(path))}:{'+'.join(heads)}{'-oom' if oom_kills else ''}",
         values=values,
@@ -307,7 +322,7 @@ def load_resource_csv(
         source=str(path),
         resources=tuple(names),
         oom_kills=oom_kills,
-        notes=read.notes,
+        notes=read.notes + tuple(note for _, notes in demands for note in notes),
     )
 
 

@@ -10,7 +10,16 @@ import numpy as np
 import pytest
 
 from picrl.commands.source import load_series
-from picrl.datasets import DATASETS, FLEETS, DatasetError, Trace, load_csv, load_dataset, load_pod_fleet
+from picrl.datasets import (
+    DATASETS,
+    FLEETS,
+    DatasetError,
+    Trace,
+    load_csv,
+    load_dataset,
+    load_pod_fleet,
+    load_resource_csv,
+)
 from picrl_core.series import describe_series, prepare_series
 
 
@@ -133,6 +142,19 @@ def test_csv_with_a_byte_order_mark_and_windows_line_ends(tmp_path: Path) -> Non
     trace = load_csv(path, "v", time_column="time")
     np.testing.assert_array_equal(trace.values, [1, 2])
     assert trace.step_seconds == 60.0
+
+
+def test_a_negative_demand_reads_as_0_and_is_said_context_keeps_its_sign(tmp_path: Path) -> None:
+    path = write(tmp_path / "x.csv", "v,w,temp\n1,2,-5\n-3,-1,-6\n-0.5,4,7\n")
+    trace = load_csv(path, "v", context_columns=("temp",))
+    np.testing.assert_array_equal(trace.values, [1, 0, 0])
+    assert trace.context is not None and trace.context[:, 0].tolist() == [-5, -6, 7]
+    assert trace.notes == (
+        "read 2 values of 'v' below 0 as 0 (the lowest: -3): a demand cannot be negative, "
+        "and a worker refuses negative usage",
+    )
+    pods = load_resource_csv(path, {"gpu_mem": "v", "gpu_compute": "w"})
+    assert pods.values.tolist() == [[1, 2], [0, 0], [0, 4]] and len(pods.notes) == 2
 
 
 def test_csv_without_time_keeps_order_and_unknown_step(tmp_path: Path) -> None:
