@@ -31,6 +31,7 @@ def missing_runs(missing: np.ndarray) -> list[tuple[int, int]]:
 
 
 def plural(count: int, word: str) -> str:
+    """``"1 point"``, ``"2 points"``: a count and its noun, for the messages on a series."""
     return f"{count} {word}{'' if count == 1 else 's'}"
 
 
