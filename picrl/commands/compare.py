@@ -77,7 +77,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     source.add_argument("--trace", type=Path, help="a CSV file (plain or .gz) instead of the bundled datasets")
     source.add_argument("--column", help="demand column of --trace")
-    source.add_argument("--time-column", help="time column of --trace (seconds or ISO 8601)")
+    source.add_argument(
+        "--time-column", help="time column of --trace (seconds, epoch milli-, micro- or nanoseconds, or ISO 8601)"
+    )
     source.add_argument("--context-columns", nargs="*", default=(), metavar="NAME", help="extra inputs from --trace")
     source.add_argument(
         "--resources",

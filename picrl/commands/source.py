@@ -55,7 +55,10 @@ def add_trace_source(parser: argparse.ArgumentParser, *, pods: bool = False) -> 
     )  # argparse %-formats help: a description's "%" is literal
     source.add_argument("--trace", type=Path, help="a CSV file (plain or .gz) with a demand column")
     group.add_argument("--column", help="demand column of --trace")
-    group.add_argument("--time-column", help="time column of --trace (seconds or ISO 8601); rows are sorted by it")
+    group.add_argument(
+        "--time-column",
+        help="time column of --trace (seconds, epoch milli-, micro- or nanoseconds, or ISO 8601); sorts the rows",
+    )
     group.add_argument(
         "--context-columns",
         nargs="*",

@@ -190,6 +190,25 @@ def _timestamps(path: Path, rows: list[list[str]], index: int, column: str) -> n
     return out
 
 
+_EPOCH_UNITS = (("milliseconds", 1e3), ("microseconds", 1e6), ("nanoseconds", 1e9))
+_LATEST_SECONDS = 1e11  # year 5138 as epoch seconds; epoch milliseconds passed it in 1973
+
+
+def _in_seconds(times: np.ndarray) -> tuple[np.ndarray, list[str]]:
+    """``times`` in seconds: numbers too large to be seconds are epoch milliseconds, microseconds or nanoseconds
+    (exporters write all three), read as the first unit that brings them below ``_LATEST_SECONDS``; and a note
+    naming that unit (none when the numbers were seconds)."""
+    latest = float(np.max(np.abs(times)))
+    if latest < _LATEST_SECONDS:
+        return times, []
+    for unit, per_second in _EPOCH_UNITS:
+        if latest / per_second < _LATEST_SECONDS:
+            return times / per_second, [
+                f"the time column read as epoch {unit} (as seconds it would run past the year 5000)"
+            ]
+    return times, []
+
+
 def _step_from_times(path: Path, times: np.ndarray, column: str) -> float:
     """Median spacing of sorted ``times``; duplicates and a single row are errors."""
     if times.size < 2:
@@ -228,7 +247,8 @@ def load_csv(
     step = float("nan")
     notes: list[str] = []
     if time_column is not None:
-        times = _timestamps(path, rows, _column_index(path, header, time_column), time_column)
+        times, unit = _in_seconds(_timestamps(path, rows, _column_index(path, header, time_column), time_column))
+        notes += unit
         order = np.argsort(times, kind="stable")
         columns, lines, times = columns[order], lines[order], times[order]
         step = _step_from_times(path, times, time_column)

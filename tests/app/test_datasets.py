@@ -157,6 +157,14 @@ def test_a_negative_demand_reads_as_0_and_is_said_context_keeps_its_sign(tmp_pat
     assert pods.values.tolist() == [[1, 2], [0, 0], [0, 4]] and len(pods.notes) == 2
 
 
+@pytest.mark.parametrize(("unit", "per_second"), [("milliseconds", 10**3), ("nanoseconds", 10**9)])
+def test_epoch_times_in_a_finer_unit_read_as_seconds_and_said(unit: str, per_second: int, tmp_path: Path) -> None:
+    rows = "\n".join(f"{(1_764_000_000 + 60 * t) * per_second},{t}" for t in range(3))
+    trace = load_csv(write(tmp_path / "x.csv", f"t,v\n{rows}\n"), "v", time_column="t")
+    assert trace.step_seconds == 60.0
+    assert trace.notes == (f"the time column read as epoch {unit} (as seconds it would run past the year 5000)",)
+
+
 def test_csv_without_time_keeps_order_and_unknown_step(tmp_path: Path) -> None:
     trace = load_csv(write(tmp_path / "x.csv", "v\n3\n\n1\n2\n"), "v")
     np.testing.assert_array_equal(trace.values, [3, 1, 2])
