@@ -183,6 +183,7 @@ class CellCache:
                 digest.update(np.ascontiguousarray(trace.context).tobytes())
             if trace.resources:  # the same columns under another observation rule are other cells
                 digest.update(json.dumps([trace.resources, trace.oom_kills]).encode())
+            digest.update(repr(trace.step_seconds).encode())  # the windows of Autopilot, VPA and recent max
             self._keys[name] = digest.hexdigest()[:16]
 
     def _stem(self, cell: Cell) -> Path:

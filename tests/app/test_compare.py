@@ -4,6 +4,7 @@ the cache that spares a rerun every training, and the tables it writes."""
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import math
 import subprocess
@@ -16,6 +17,7 @@ from picrl.cli import main
 from picrl.comparison import runner
 from picrl.comparison.tables import table_label
 from picrl.datasets import load_dataset
+from picrl_core.config import PicRLConfig
 from picrl_core.methods import REGISTRY
 
 REPO = Path(__file__).resolve().parents[2]
@@ -158,6 +160,17 @@ def test_a_rerun_reads_every_cell_from_the_cache(
     again = json.loads((tmp_path / "results.json").read_text())["cells"]
     assert all(c["cached"] and c["metrics"] == first[(c["dataset"], c["method"])] for c in again)
     assert (tmp_path / "table3.md").exists() and not (tmp_path / "ablation_bars.png").read_bytes() == b""
+
+
+def test_a_cell_is_another_when_only_the_tick_length_differs(tmp_path: Path) -> None:
+    """Autopilot, VPA and recent max count their windows in seconds: the same values at another tick are other cells."""
+    trace = load_dataset("genai-mem")
+    coarser = dataclasses.replace(trace, step_seconds=2 * trace.step_seconds)
+    keys = [
+        runner.CellCache(tmp_path, {"x": t}, PicRLConfig(), runner.QUICK)._stem(runner.Cell("x", 0, "vpa"))
+        for t in (trace, coarser, trace)
+    ]
+    assert keys[0] != keys[1] and keys[0] == keys[2]
 
 
 def test_bad_arguments_are_refused_with_a_message(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
