@@ -141,11 +141,13 @@ def quick_budget(config: PicRLConfig) -> PicRLConfig:
 
 
 def cache_key(trace: Trace, config: PicRLConfig) -> str:
-    """Digest of the trace content and the config: a cached model is reused only for both unchanged."""
+    """Digest of the trace content, its tick length (the windows of the methods timed in seconds) and the config: a
+    cached model is reused only for all three unchanged."""
     digest = hashlib.sha256()
     digest.update(np.ascontiguousarray(trace.values).tobytes())
     if trace.context is not None:
         digest.update(np.ascontiguousarray(trace.context).tobytes())
+    digest.update(repr(trace.step_seconds).encode())
     digest.update(json.dumps(config.to_dict(), sort_keys=True).encode())
     return digest.hexdigest()[:16]
 

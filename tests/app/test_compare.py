@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from picrl.cli import main
+from picrl.commands.source import cache_key
 from picrl.comparison import runner
 from picrl.comparison.tables import table_label
 from picrl.datasets import load_dataset
@@ -162,8 +163,9 @@ def test_a_rerun_reads_every_cell_from_the_cache(
     assert (tmp_path / "table3.md").exists() and not (tmp_path / "ablation_bars.png").read_bytes() == b""
 
 
-def test_a_cell_is_another_when_only_the_tick_length_differs(tmp_path: Path) -> None:
-    """Autopilot, VPA and recent max count their windows in seconds: the same values at another tick are other cells."""
+def test_cells_and_cached_models_differ_when_only_the_tick_length_does(tmp_path: Path) -> None:
+    """Autopilot, VPA and recent max count their windows in seconds: the same values at another tick are other cells
+    and other cached models."""
     trace = load_dataset("genai-mem")
     coarser = dataclasses.replace(trace, step_seconds=2 * trace.step_seconds)
     keys = [
@@ -171,6 +173,8 @@ def test_a_cell_is_another_when_only_the_tick_length_differs(tmp_path: Path) -> 
         for t in (trace, coarser, trace)
     ]
     assert keys[0] != keys[1] and keys[0] == keys[2]
+    models = [cache_key(t, PicRLConfig()) for t in (trace, coarser, trace)]
+    assert models[0] != models[1] and models[0] == models[2]
 
 
 def test_bad_arguments_are_refused_with_a_message(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
