@@ -114,7 +114,8 @@ def run(args: argparse.Namespace) -> int:
     for units, values in (("native", native), ("training range", metrics)):
         print(f"| {units} | " + " | ".join(f"{values[c]:.4g}" for c in _COLUMNS) + " |")
     if episode["above_peak"] is not None:
-        print("above the training peak: " + ", ".join(f"{k} {v:.4g}" for k, v in episode["above_peak"].items()))
+        above = episode["above_peak"].items()
+        print("above the training peak: " + ", ".join(f"{k} {'n/a' if v is None else f'{v:.4g}'}" for k, v in above))
     print(f"written: {args.out / 'metrics.json'}, {args.out / 'trajectory.csv'}, {episode['figure']}")
     return 0
 

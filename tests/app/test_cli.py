@@ -133,7 +133,11 @@ def test_evaluate_trains_once_then_reuses_the_cache(
         str(tmp_path / "cache"),
     ]
     assert main([*args, "--out", str(tmp_path / "first")]) == 0
-    assert "trained and cached" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "trained and cached" in out
+    above = next(line for line in out.splitlines() if line.startswith("above the training peak: "))
+    peak = json.loads((tmp_path / "first" / "metrics.json").read_text())["above_peak"]
+    assert above.count(" n/a") == sum(v is None for v in peak.values()) and "None" not in above  # 4 digits or n/a
     assert main([*args, "--out", str(tmp_path / "second")]) == 0
     assert "cached model" in capsys.readouterr().out
     first = json.loads((tmp_path / "first" / "metrics.json").read_text())["metrics"]
