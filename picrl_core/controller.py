@@ -10,7 +10,7 @@ same inputs and policy give the same decisions everywhere.
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 
 import numpy as np
@@ -20,7 +20,7 @@ from picrl_core.batching import in_fixed_chunks
 from picrl_core.calibrator import escape_step, feedback, reactive_step, release_escape, track_temperature
 from picrl_core.censored_estimator import ROWS_PER_THREAD, CensoredDemandEstimate, estimate_censored_demand
 from picrl_core.config import EstimatorConfig, PicRLConfig
-from picrl_core.controller_state import ControllerState
+from picrl_core.controller_state import ControllerState, rescale_state
 from picrl_core.features import state_features
 from picrl_core.idle import busy_responsibility
 from picrl_core.mills import mean_above
@@ -441,6 +441,23 @@ class PicRLController:
             repeat_share=fast.repeat_share,
             last_seen=fast.last_seen,
         )
+
+    def rescale(
+        self, state: ControllerState, low: np.ndarray, high: np.ndarray, new_low: np.ndarray, new_high: np.ndarray
+    ) -> ControllerState:
+        """``state`` carried to the ranges ``[new_low, new_high]`` (:func:`~picrl_core.controller_state.rescale_state`),
+        with the incremental predictor's memory of each service whose range moved read again from its rescaled window
+        (a cold start, as :meth:`_predict` makes without memory): no affine map carries an LSTM's hidden state to
+        other units, and a memory of the old ones held the forecast near the old range's top for some 20 ticks after a
+        range grown twofold (``benchmarks/results/design/range-move-memory``)."""
+        moved = np.flatnonzero((np.asarray(low) != np.asarray(new_low)) | (np.asarray(high) != np.asarray(new_high)))
+        carried = rescale_state(state, low, high, new_low, new_high)
+        if not moved.size or carried.memory.shape[1] == 0:  # nothing moved, or the windowed predictor (no memory)
+            return carried
+        memory = carried.memory.copy()
+        window = (carried.observations[moved], carried.censored[moved], carried.context[moved])
+        memory[moved] = self.forecaster.start(*window)[2]
+        return replace(carried, memory=memory)
 
     def unclipped(self, state: ControllerState) -> np.ndarray:
         """The action of the decisions in ``state`` before its clip to ``[0, 1]`` (a stream worker reads it to say

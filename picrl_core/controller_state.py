@@ -88,9 +88,8 @@ UNIT_FREE_FIELDS = (
     "temperature",
     "repeat_share",
 )
-# ``memory`` (the incremental predictor's LSTM state) is not rescaled: no affine map carries an LSTM's hidden
-# state to other units. Its mu stays anchored on the rescaled newest observation (mu = y_last + head(h)),
-# and the state adapts over the next ticks as the LSTM's forget gates let it.
+# ``memory`` (the incremental predictor's LSTM state) is not rescaled here: no affine map carries an LSTM's hidden
+# state to other units. PicRLController.rescale reads it again from the rescaled window.
 
 
 def rescale_state(

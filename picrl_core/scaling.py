@@ -8,7 +8,7 @@ A range fixed from a service's first ticks caps its capacity at ``high``: a serv
 is short on every tick with the capacity pinned at the top, and what it reveals (``y = a``) never
 says by how much. :func:`outgrown` detects that and :func:`grown_high` widens the range (:func:`next_high`
 is the rule of one tick, as the stream and the growth protocol of the comparison apply it);
-:func:`~picrl_core.controller_state.rescale_state` carries a controller state over to a new range.
+:meth:`~picrl_core.controller.PicRLController.rescale` carries a controller state over to a new range.
 
 A floor fixed from a busy history holds the capacity at ``low`` however little the service uses: a service
 that idles at night is paid at its day's floor. :func:`next_low` is the rule that brings the floor down, of one

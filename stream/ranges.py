@@ -7,8 +7,9 @@ Ranges that grow: capacities stay within the service's range, so a service that 
 for ever with the capacity pinned at the top. When a tick is short with the capacity in force at the top of
 the range and makes a run of ``grow_after`` short ticks, the range grows upward to ``range_growth`` times its
 span (``picrl_core.scaling.next_high``) and the controller state is carried over to it
-(``rescale_state``: same native history, prediction, calibrator offsets and capacity in force), so the next
-decisions can go above the old top.
+(the rule's ``rescale``, PIC-RL's :meth:`~picrl_core.controller.PicRLController.rescale`: same native history,
+prediction, calibrator offsets and capacity in force, the predictor's memory read again from the rescaled window),
+so the next decisions can go above the old top.
 
 Floors that come down: a floor set from busy ticks would hold an idle service's capacity at it. When a tick's usage,
 seen in full, lies below the floor and makes a run of ``shrink_after`` such ticks (the row's ``floor_streak``), the
@@ -26,7 +27,7 @@ from typing import Any, cast
 
 import numpy as np
 
-from picrl_core.controller_state import ControllerState, rescale_state
+from picrl_core.controller_state import ControllerState
 from picrl_core.scaling import floor_streak, next_high, next_low, window_range
 from picrl_core.series import MinMaxScaler
 from stream.batch import Incoming, RangeChange, RangeReason
@@ -38,7 +39,7 @@ Rescale = Callable[[Any, np.ndarray, np.ndarray, np.ndarray, np.ndarray], Any]  
 class RangeKeeper:
     """Sets, follows and moves the ranges of a batch's services (their rows' ``low``, ``high`` and ``floor_streak``)."""
 
-    def __init__(self, settings: EngineSettings, series: MinMaxScaler | None, rescale: Rescale = rescale_state) -> None:
+    def __init__(self, settings: EngineSettings, series: MinMaxScaler | None, rescale: Rescale) -> None:
         if settings.scaling == "artifact" and series is None:
             raise ValueError("scaling 'artifact' needs a model whose artifact records its series range")
         self.settings = settings

@@ -13,7 +13,7 @@ range ``[L_t, H_t]``, grows it when it is outgrown and lowers its floor when the
 * ``L_{t+1} = rho u_t`` when ``u_t < L_t`` on the ``m``-th unshort tick in a row below the floor (``rho = floor_share``,
   ``m = shrink_after``; the run restarts on a lowered floor), else ``L_t``;
 * on a moved range, a provisioner that can carry its state over (:class:`FollowsRange`: PIC-RL, by
-  :func:`~picrl_core.controller_state.rescale_state`, exactly as the worker) re-expresses it; any other
+  :meth:`~picrl_core.controller.PicRLController.rescale`, exactly as the worker) re-expresses it; any other
   restarts from its last ``H`` feedback values re-expressed in the new range (its offline history's length),
   as an operator re-bases a recommender on its recent log. On a fleet every service of the provisioner
   restarts when one service's range moves.

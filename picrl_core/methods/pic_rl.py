@@ -18,7 +18,7 @@ import torch
 from picrl_core.artifact import ModelArtifact
 from picrl_core.config import PicRLConfig
 from picrl_core.controller import PicRLController
-from picrl_core.controller_state import ControllerState, rescale_state
+from picrl_core.controller_state import ControllerState
 from picrl_core.methods.base import Provisioner
 from picrl_core.methods.growth import FollowsRange
 from picrl_core.pipeline import SlowLoop, online_controller, train_offline
@@ -81,9 +81,9 @@ class PicRLProvisioner(Provisioner, FollowsRange):
         return self._state.action.copy()
 
     def moved(self, low: np.ndarray, high: np.ndarray, new_low: np.ndarray, new_high: np.ndarray) -> np.ndarray:
-        if self._state is None:
+        if self.controller is None or self._state is None:
             raise RuntimeError("start() must be called before moved()")
-        self._state = rescale_state(self._state, low, high, new_low, new_high)
+        self._state = self.controller.rescale(self._state, low, high, new_low, new_high)
         return self._state.action.copy()
 
     def act(self, y: np.ndarray, censored: np.ndarray, context: np.ndarray | None) -> np.ndarray:

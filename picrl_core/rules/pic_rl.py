@@ -11,7 +11,7 @@ import numpy as np
 
 from picrl_core.artifact import ModelArtifact
 from picrl_core.controller import PicRLController, Transition
-from picrl_core.controller_state import ControllerState, rescale_state
+from picrl_core.controller_state import ControllerState
 from picrl_core.policy import PolicyNetwork
 from picrl_core.rules.base import DeployableRule
 from picrl_core.state_codec import StateCodec
@@ -63,4 +63,4 @@ class PicRLRule(DeployableRule):
     def rescale(
         self, state: ControllerState, low: np.ndarray, high: np.ndarray, new_low: np.ndarray, new_high: np.ndarray
     ) -> ControllerState:
-        return rescale_state(state, low, high, new_low, new_high)
+        return self.controller.rescale(state, low, high, new_low, new_high)

@@ -47,7 +47,7 @@ from picrl_core.artifact import ModelArtifact
 from picrl_core.calibrator import SHORTAGE_TOLERANCE
 from picrl_core.config import PicRLConfig
 from picrl_core.controller import PicRLController
-from picrl_core.controller_state import ControllerState, rescale_state
+from picrl_core.controller_state import ControllerState
 from picrl_core.costs import asymmetric_cost, critical_ratio
 from picrl_core.mills import log_normal_survival, mean_above
 from picrl_core.policy import PolicyNetwork
@@ -300,7 +300,7 @@ class PortfolioRule(DeployableRule):
     def rescale(
         self, state: PortfolioState, low: np.ndarray, high: np.ndarray, new_low: np.ndarray, new_high: np.ndarray
     ) -> PortfolioState:
-        """The controller as :func:`~picrl_core.controller_state.rescale_state` moves it; the orders move as levels,
+        """The controller as :meth:`~picrl_core.controller.PicRLController.rescale` moves it; the orders move as levels,
         the residuals, the buffer and the scores (costs are linear in the unit) as spreads."""
         low, high = np.asarray(low, np.float64), np.asarray(high, np.float64)
         new_low, new_high = np.asarray(new_low, np.float64), np.asarray(new_high, np.float64)
@@ -314,4 +314,4 @@ class PortfolioRule(DeployableRule):
         own.offset = state.own.offset * ratio
         own.scores = state.own.scores * ratio[:, None]
         own[stays] = state.own[stays]
-        return PortfolioState(rescale_state(state.controller, low, high, new_low, new_high), own)
+        return PortfolioState(self.controller.rescale(state.controller, low, high, new_low, new_high), own)

@@ -13,7 +13,7 @@ from picrl_core.calibrator import track_temperature
 from picrl_core.censored_estimator import ROWS_PER_THREAD
 from picrl_core.config import PicRLConfig
 from picrl_core.controller import PicRLController
-from picrl_core.controller_state import ControllerState
+from picrl_core.controller_state import ControllerState, rescale_state
 from picrl_core.costs import asymmetric_cost
 from picrl_core.mills import mean_above
 from picrl_core.policy import PolicyNetwork, risk_centre
@@ -430,3 +430,26 @@ def test_inference_chunk_must_be_positive(
 ) -> None:
     with pytest.raises(ValueError, match="inference chunk"):
         PicRLController(tiny_predictor, tiny_policy, tiny_config, chunk=0)
+
+
+def test_a_moved_range_reads_the_predictors_memory_again_from_the_rescaled_window(
+    tiny_predictor: GaussianLSTM, tiny_policy: PolicyNetwork, tiny_config: PicRLConfig
+) -> None:
+    """The incremental predictor's (h, c) read the old units; on a moved range the controller starts them again from
+    the rescaled window, and leaves every other field as rescale_state carries it and an unmoved service alone."""
+    controller = PicRLController(tiny_predictor, tiny_policy, tiny_config, explore=False)
+    demand, history = _many(tiny_config.predictor.window, services=3)
+    state = controller.initial_state(np.arange(3, dtype=np.uint64), history)
+    for t in range(10):
+        state, _ = controller.step(state, *censor(demand[t], state.action))
+    low, high, new_high = np.zeros(3), np.ones(3), np.array([1.0, 2.0, 1.0])
+    moved = controller.rescale(state, low, high, low, new_high)
+    carried = rescale_state(state, low, high, low, new_high)
+    for field in fields(ControllerState):
+        if field.name != "memory":
+            np.testing.assert_array_equal(getattr(moved, field.name), getattr(carried, field.name))
+    np.testing.assert_array_equal(moved.memory[[0, 2]], state.memory[[0, 2]])
+    cold = controller.forecaster.start(moved.observations[1:2], moved.censored[1:2], moved.context[1:2])[2]
+    np.testing.assert_array_equal(moved.memory[1], cold[0])
+    assert not np.array_equal(moved.memory[1], state.memory[1])
+    np.testing.assert_array_equal(controller.rescale(state, low, high, low, high).memory, state.memory)  # none moved

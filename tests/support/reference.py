@@ -9,7 +9,7 @@ import numpy as np
 
 from picrl_core.artifact import ModelArtifact
 from picrl_core.controller import PicRLController
-from picrl_core.controller_state import ControllerState, rescale_state
+from picrl_core.controller_state import ControllerState
 from picrl_core.deployable import deployed_rule
 from picrl_core.methods.deployed import RuleProvisioner
 from picrl_core.methods.growth import GrowthLoopResult, RangeGrowth, run_growth_loop
@@ -210,7 +210,7 @@ def _advance(
         share=rules.floor_share,
     )
     if (new_high != high).any() or (new_low != low).any():
-        new, low, high = rescale_state(new, low, high, new_low, new_high), new_low, new_high
+        new, low, high = controller.rescale(new, low, high, new_low, new_high), new_low, new_high
     return new, low, high, transition.reward
 
 
