@@ -13,8 +13,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import numpy as np
-
 from picrl.datasets import DATASETS, Trace, load_csv, load_dataset
 from picrl.kafka.local_broker import default_cache
 from picrl.progress import PhaseBars
@@ -144,10 +142,7 @@ def cache_key(trace: Trace, config: PicRLConfig) -> str:
     """Digest of the trace content, its tick length (the windows of the methods timed in seconds) and the config: a
     cached model is reused only for all three unchanged."""
     digest = hashlib.sha256()
-    digest.update(np.ascontiguousarray(trace.values).tobytes())
-    if trace.context is not None:
-        digest.update(np.ascontiguousarray(trace.context).tobytes())
-    digest.update(repr(trace.step_seconds).encode())
+    trace.feed(digest.update)
     digest.update(json.dumps(config.to_dict(), sort_keys=True).encode())
     return digest.hexdigest()[:16]
 

@@ -178,12 +178,9 @@ class CellCache:
             digest = base.copy()
             if dataset_protocol(trace, protocol) != "paper":  # the paper's cells keep their keys
                 digest.update(protocol.encode())
-            digest.update(np.ascontiguousarray(trace.values).tobytes())
-            if trace.context is not None:
-                digest.update(np.ascontiguousarray(trace.context).tobytes())
+            trace.feed(digest.update)
             if trace.resources:  # the same columns under another observation rule are other cells
                 digest.update(json.dumps([trace.resources, trace.oom_kills]).encode())
-            digest.update(repr(trace.step_seconds).encode())  # the windows of Autopilot, VPA and recent max
             self._keys[name] = digest.hexdigest()[:16]
 
     def _stem(self, cell: Cell) -> Path:

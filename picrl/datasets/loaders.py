@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import csv
 import gzip
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
@@ -51,6 +51,14 @@ class Trace:
     resources: tuple[str, ...] = ()
     oom_kills: bool = False  # a hard resource's shortage kills the pod (picrl_core.resources.Resource.kills)
     notes: tuple[str, ...] = ()  # what reading the file left out or joined (:func:`load_csv`)
+
+    def feed(self, update: Callable[[bytes], object]) -> None:
+        """Feed what a run on the trace depends on to a digest's ``update``: the values, the context and the tick
+        length (the windows of the methods timed in seconds), for the caches of cells and models."""
+        update(np.ascontiguousarray(self.values).tobytes())
+        if self.context is not None:
+            update(np.ascontiguousarray(self.context).tobytes())
+        update(repr(self.step_seconds).encode())
 
     def __post_init__(self) -> None:
         if self.oom_kills and not self.resources:
